@@ -1,0 +1,237 @@
+//! Loading the tracing programs, specialized and sized for one plan, and
+//! attaching every probe as a BPF link with its cookie. Links are file
+//! descriptors owned here: dropping the session (or the process dying)
+//! detaches everything; nothing is pinned.
+
+use std::mem::MaybeUninit;
+
+use anyhow::{Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{
+    Link, MapCore, MapFlags, OpenObject, RawTracepointOpts, TracepointCategory, TracepointOpts,
+};
+
+use crate::attach::plan::{Path, Plan};
+use crate::attach::{libbpf_log, pod_bytes};
+use crate::bpf::abi::{bs_limits, bs_target_mode};
+use crate::bpf::trace::{TraceSkel, TraceSkelBuilder};
+use crate::cli::{Action, Target, TraceSettings};
+
+const PAGE: u32 = 4096;
+
+/// Loaded programs and maps of one tracing run, and its links.
+pub struct Session<'obj> {
+    pub skel: TraceSkel<'obj>,
+    links: Vec<Link>,
+}
+
+impl<'obj> Session<'obj> {
+    /// Opens, specializes, sizes and loads the trace object for this plan.
+    pub fn load(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        plan: &Plan,
+        s: &TraceSettings,
+    ) -> Result<Session<'obj>> {
+        let mut open = TraceSkelBuilder::default()
+            .open(storage)
+            .context("opening the BPF object")?;
+        let ro = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("BPF object has no .rodata")?;
+        ro.self_tgid = std::process::id();
+        ro.target_mode = match s.target {
+            Target::All => bs_target_mode::BS_TARGET_ALL.0,
+            _ => bs_target_mode::BS_TARGET_TRACKED.0,
+        };
+        ro.max_filter_ops = plan.max_filter as u32;
+        ro.max_key_parts = plan.max_keys as u32;
+        ro.max_emit = plan.max_emit as u32;
+
+        let n = plan.probes.len() as u32;
+        open.maps.probes.set_max_entries(n.max(1))?;
+        open.maps
+            .strs
+            .set_max_entries((plan.strs.strs.len() as u32).max(1))?;
+        let key_size = (std::mem::size_of::<crate::bpf::abi::bs_key_hdr>() + plan.key_size) as u32;
+        open.maps.aggs.set_key_size(key_size)?;
+        let tracing = matches!(s.action, Action::Trace { .. });
+        open.maps
+            .aggs
+            .set_max_entries(if tracing { 1 } else { s.max_keys })?;
+        let rb = if tracing { s.ringbuf_bytes } else { PAGE };
+        open.maps.events.set_max_entries(rb)?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.wakeup_bytes = u64::from(rb / 4);
+        }
+
+        let has = |f: &dyn Fn(&Path) -> bool| plan.probes.iter().any(|p| f(&p.path));
+        let progs = &mut open.progs;
+        progs
+            .bpfscope_sysin
+            .set_autoload(has(&|p| matches!(p, Path::Syscall(sc) if !sc.exit)));
+        progs
+            .bpfscope_sysout
+            .set_autoload(has(&|p| matches!(p, Path::Syscall(sc) if sc.exit)));
+        progs
+            .bpfscope_rawtp
+            .set_autoload(has(&|p| matches!(p, Path::RawTp { .. })));
+        progs
+            .bpfscope_tp
+            .set_autoload(has(&|p| matches!(p, Path::Tracepoint { .. })));
+        progs
+            .bpfscope_fork
+            .set_autoload(matches!(s.target, Target::Command { .. }));
+
+        let skel = open.load().map_err(|e| {
+            anyhow::anyhow!("{e}").context(format!(
+                "loading BPF programs{}",
+                libbpf_log::last_error_hint()
+            ))
+        })?;
+        let session = Session {
+            skel,
+            links: Vec::new(),
+        };
+        session.fill(plan)?;
+        Ok(session)
+    }
+
+    /// Writes every probe's configuration and the string table.
+    fn fill(&self, plan: &Plan) -> Result<()> {
+        let maps = &self.skel.maps;
+        for (i, p) in plan.probes.iter().enumerate() {
+            let key = (i as u32).to_ne_bytes();
+            maps.probes
+                .update(&key, pod_bytes(&p.cfg), MapFlags::ANY)
+                .context("writing probe configuration")?;
+            if let Path::Syscall(sc) = p.path {
+                let slot = if sc.exit {
+                    bs_limits::BS_SYS_EXIT_BASE.0 + sc.nr
+                } else {
+                    sc.nr
+                };
+                maps.sys_probes
+                    .update(
+                        &slot.to_ne_bytes(),
+                        &(i as u32 + 1).to_ne_bytes(),
+                        MapFlags::ANY,
+                    )
+                    .context("writing syscall dispatch")?;
+            }
+        }
+        let max = bs_limits::BS_STR_MAX.0 as usize;
+        for (i, s) in plan.strs.strs.iter().enumerate() {
+            let mut buf = vec![0u8; max];
+            buf[..s.len()].copy_from_slice(s.as_bytes());
+            maps.strs
+                .update(&(i as u32).to_ne_bytes(), &buf, MapFlags::ANY)
+                .context("writing filter strings")?;
+        }
+        Ok(())
+    }
+
+    /// Adds a process to the traced set.
+    pub fn track(&self, pid: u32) -> Result<()> {
+        self.skel
+            .maps
+            .tracked
+            .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            .context("adding the target process")
+    }
+
+    /// Attaches every probe; returns how many probes are live.
+    pub fn attach(&mut self, plan: &Plan, follow_forks: bool) -> Result<usize> {
+        let progs = &self.skel.progs;
+        let mut links = Vec::new();
+        if plan
+            .probes
+            .iter()
+            .any(|p| matches!(p.path, Path::Syscall(sc) if !sc.exit))
+        {
+            links.push(
+                progs
+                    .bpfscope_sysin
+                    .attach_raw_tracepoint("sys_enter")
+                    .context("attaching to raw tracepoint sys_enter")?,
+            );
+        }
+        if plan
+            .probes
+            .iter()
+            .any(|p| matches!(p.path, Path::Syscall(sc) if sc.exit))
+        {
+            links.push(
+                progs
+                    .bpfscope_sysout
+                    .attach_raw_tracepoint("sys_exit")
+                    .context("attaching to raw tracepoint sys_exit")?,
+            );
+        }
+        for (i, p) in plan.probes.iter().enumerate() {
+            // Cookie 0 means "no configuration", so indexes are shifted by one.
+            let cookie = i as u64 + 1;
+            match &p.path {
+                Path::Syscall(_) => {}
+                Path::RawTp { name } => links.push(
+                    progs
+                        .bpfscope_rawtp
+                        .attach_raw_tracepoint_with_opts(
+                            name,
+                            RawTracepointOpts {
+                                cookie,
+                                ..Default::default()
+                            },
+                        )
+                        .with_context(|| format!("attaching {} (raw_tp {name})", p.probe.name))?,
+                ),
+                Path::Tracepoint { subsys, event } => links.push(
+                    progs
+                        .bpfscope_tp
+                        .attach_tracepoint_with_opts(
+                            TracepointCategory::Custom(subsys.clone()),
+                            event,
+                            TracepointOpts {
+                                cookie,
+                                ..Default::default()
+                            },
+                        )
+                        .with_context(|| format!("attaching {}", p.probe.name))?,
+                ),
+            }
+        }
+        if follow_forks {
+            links.push(
+                progs
+                    .bpfscope_fork
+                    .attach_raw_tracepoint("sched_process_fork")
+                    .context("attaching the fork follower")?,
+            );
+        }
+        self.links = links;
+        Ok(plan.probes.len())
+    }
+
+    /// Detaches every probe; maps stay readable.
+    pub fn detach(&mut self) {
+        detach_all(std::mem::take(&mut self.links));
+    }
+}
+
+/// Drops links in parallel: each perf-event tracepoint detach waits for an
+/// RCU grace period (tens of ms), and grace periods overlap across threads.
+pub fn detach_all(links: Vec<Link>) {
+    if links.len() < 4 {
+        drop(links);
+        return;
+    }
+    let per = links.len().div_ceil(8);
+    let mut links = links;
+    std::thread::scope(|s| {
+        while !links.is_empty() {
+            let chunk: Vec<Link> = links.drain(..per.min(links.len())).collect();
+            s.spawn(move || drop(chunk));
+        }
+    });
+}

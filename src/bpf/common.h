@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Includes and small helpers every bpfscope BPF object uses. */
+#ifndef BPFSCOPE_COMMON_H
+#define BPFSCOPE_COMMON_H
+
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <linux/ptrace.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "kernel.h"
+
+typedef __u8 u8;
+typedef __u16 u16;
+typedef __u32 u32;
+typedef __u64 u64;
+typedef __s64 s64;
+
+/* Increment a per-CPU counter slot of an array map. */
+static __always_inline void bs_count(void *map, u32 slot)
+{
+	u64 *v = bpf_map_lookup_elem(map, &slot);
+
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+#endif /* BPFSCOPE_COMMON_H */

@@ -1,0 +1,675 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bpfscope's generic tracing programs. Each attach type has one program;
+ * every probe is an attachment of that program whose bpf_cookie (minus one)
+ * indexes its struct bs_probe_cfg in the `probes` map. Syscall probes share
+ * one raw_tp attachment on sys_enter/sys_exit and find their configuration
+ * through the syscall number instead. Filtering, keys and aggregation all
+ * happen here, so only results (or selected events) reach user space.
+ */
+#include "common.h"
+#include "trace.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile u32 target_mode = BS_TARGET_ALL;
+/* bpfscope's own tgid: never trace ourselves (printing events would feed back). */
+const volatile u32 self_tgid = 0;
+/* Force a ring buffer wakeup once this much data is waiting. */
+const volatile u64 wakeup_bytes = 65536;
+/*
+ * The largest filter, key and event part counts among the loaded probes.
+ * Frozen before verification, so the verifier walks only the loop
+ * iterations this session can use and load time stays short.
+ */
+const volatile u32 max_filter_ops = BS_MAX_FILTER_OPS;
+const volatile u32 max_key_parts = BS_MAX_KEY_PARTS;
+const volatile u32 max_emit = BS_MAX_EMIT;
+
+/* Advanced by user space at each --interval; part of every aggregation key. */
+u32 epoch = 0;
+
+/*
+ * Keeps the ABI types in BTF so the skeleton generates them for user space
+ * (enum constants and structs that no map or global names directly).
+ */
+struct bs_abi {
+	enum bs_limits limits;
+	enum bs_src_kind src_kind;
+	enum bs_val_type val_type;
+	enum bs_op op;
+	enum bs_agg agg;
+	enum bs_cfg_flags cfg_flags;
+	enum bs_lost lost;
+	enum bs_target_mode target_mode;
+	struct bs_key_hdr key_hdr;
+	struct bs_agg_val agg_val;
+	struct bs_event_hdr event_hdr;
+	struct bs_str str;
+};
+const volatile struct bs_abi bs_abi_types = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* resized to the number of probes */
+	__type(key, u32);
+	__type(value, struct bs_probe_cfg);
+} probes SEC(".maps");
+
+/* Syscall number -> probe index + 1 (0: not traced); exits at BS_SYS_EXIT_BASE + nr. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * BS_SYS_MAX);
+	__type(key, u32);
+	__type(value, u32);
+} sys_probes SEC(".maps");
+
+/* String constants of filters. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* resized */
+	__type(key, u32);
+	__type(value, struct bs_str);
+} strs SEC(".maps");
+
+/*
+ * Aggregates: struct bs_key_hdr + key data -> struct bs_agg_val per CPU.
+ * The key size is set at load time to what the probes' keys need, so
+ * hashing never covers unused bytes.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 10240); /* --max-keys */
+	__uint(key_size, sizeof(struct bs_key_hdr));
+	__uint(value_size, sizeof(struct bs_agg_val));
+} aggs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BS_LOST_NR);
+	__type(key, u32);
+	__type(value, u64);
+} lost SEC(".maps");
+
+/* tgids being traced when target_mode is BS_TARGET_TRACKED. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, u8);
+} tracked SEC(".maps");
+
+struct bs_scratch {
+	u64 args[BS_NARGS];
+	/* Slack after each buffer lets a masked offset plus a full string stay in bounds. */
+	u8 key[sizeof(struct bs_key_hdr) + BS_KEY_MAX + BS_STR_MAX];
+	u8 ev[sizeof(struct bs_event_hdr) + BS_EVENT_DATA_MAX + BS_STR_MAX];
+	struct bs_str str;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct bs_scratch);
+} scratch SEC(".maps");
+
+/*
+ * The current task's comm, copied with two plain loads through the
+ * BTF-typed task pointer: bpf_get_current_comm() costs several times more
+ * (strscpy plus padding) on the hottest path.
+ */
+static __always_inline void bs_comm(char *dst)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	__builtin_memcpy(dst, t->comm, BS_COMM_LEN);
+}
+
+static __always_inline int bs_target_ok(u32 tgid)
+{
+	if (tgid == self_tgid)
+		return 0;
+	if (target_mode == BS_TARGET_TRACKED && !bpf_map_lookup_elem(&tracked, &tgid))
+		return 0;
+	return 1;
+}
+
+static __always_inline u64 bs_extend(u64 raw, u8 size, u8 is_signed)
+{
+	switch (size) {
+	case 1:
+		return is_signed ? (u64)(s64)(__s8)raw : (u64)(u8)raw;
+	case 2:
+		return is_signed ? (u64)(s64)(__s16)raw : (u64)(u16)raw;
+	case 4:
+		return is_signed ? (u64)(s64)(__s32)raw : (u64)(u32)raw;
+	default:
+		return raw;
+	}
+}
+
+static __always_inline u64 bs_read_num(void *ctx, const struct bs_src *src,
+				       struct bs_scratch *s, u32 idx)
+{
+	u64 raw = 0;
+
+	switch (src->kind) {
+	case BS_SRC_PROBE:
+		return idx;
+	case BS_SRC_PID:
+		return bpf_get_current_task_btf()->tgid;
+	case BS_SRC_TID:
+		return bpf_get_current_task_btf()->pid;
+	case BS_SRC_CPU:
+		return bpf_get_smp_processor_id();
+	case BS_SRC_UID:
+		return (u32)bpf_get_current_uid_gid();
+	case BS_SRC_CGROUP:
+		return bpf_get_current_cgroup_id();
+	case BS_SRC_CTX: {
+		u32 n = src->size;
+
+		if (n > sizeof(raw))
+			n = sizeof(raw);
+		bpf_probe_read_kernel(&raw, n, ctx + src->off);
+		return bs_extend(raw, src->size, src->is_signed);
+	}
+	case BS_SRC_ARG:
+		return bs_extend(s->args[src->off & (BS_NARGS - 1)], src->size, src->is_signed);
+	default:
+		return 0;
+	}
+}
+
+/* Reads a string source into dst (at least BS_STR_MAX bytes), zero-padded. */
+static __always_inline void bs_read_str(void *ctx, const struct bs_src *src,
+					struct bs_scratch *s, char *dst)
+{
+	u64 ptr = 0;
+	u32 n;
+
+	if (src->kind == BS_SRC_COMM) {
+		bs_comm(dst);
+		return;
+	}
+	__builtin_memset(dst, 0, BS_STR_MAX);
+	switch (src->type) {
+	case BS_T_STR_INLINE:
+		if (src->kind != BS_SRC_CTX)
+			return;
+		n = src->size;
+		if (n > BS_STR_MAX - 1)
+			n = BS_STR_MAX - 1;
+		bpf_probe_read_kernel(dst, n, ctx + src->off);
+		return;
+	case BS_T_STR_DATALOC: {
+		u32 loc = 0;
+
+		if (src->kind != BS_SRC_CTX)
+			return;
+		bpf_probe_read_kernel(&loc, sizeof(loc), ctx + src->off);
+		bpf_probe_read_kernel_str(dst, BS_STR_MAX, ctx + (loc & 0xffff));
+		return;
+	}
+	case BS_T_STR_UPTR:
+	case BS_T_STR_KPTR:
+		if (src->kind == BS_SRC_CTX)
+			bpf_probe_read_kernel(&ptr, sizeof(ptr), ctx + src->off);
+		else if (src->kind == BS_SRC_ARG)
+			ptr = s->args[src->off & (BS_NARGS - 1)];
+		if (!ptr)
+			return;
+		if (src->type == BS_T_STR_UPTR)
+			bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr);
+		else
+			bpf_probe_read_kernel_str(dst, BS_STR_MAX, (void *)ptr);
+		return;
+	default:
+		return;
+	}
+}
+
+static __always_inline int bs_str_eq(const char *a, const char *b)
+{
+	for (int i = 0; i < BS_STR_MAX; i++) {
+		if (a[i] != b[i])
+			return 0;
+		if (!a[i])
+			return 1;
+	}
+	return 1;
+}
+
+/* Glob matching state, stepped by bpf_loop so the verifier checks one step. */
+struct bs_glob {
+	char s[BS_STR_MAX];
+	char p[BS_STR_MAX];
+	u32 i, j, star, mark;
+	int has_star;
+	int result; /* -1 running, 0 no match, 1 match */
+};
+
+/*
+ * One step of greedy matching with a single backtrack point (the same
+ * algorithm as the user-space matcher in probe/glob.rs).
+ */
+static int bs_glob_step(u64 it, struct bs_glob *g)
+{
+	u32 i = g->i, j = g->j;
+	char c = i < BS_STR_MAX ? g->s[i & (BS_STR_MAX - 1)] : 0;
+	char p = j < BS_STR_MAX ? g->p[j & (BS_STR_MAX - 1)] : 0;
+
+	if (!c) {
+		/* Subject consumed: a match if only stars remain, one per step. */
+		if (p == '*') {
+			g->j = j + 1;
+			return 0;
+		}
+		g->result = !p;
+		return 1;
+	}
+	if (p == '*') {
+		g->has_star = 1;
+		g->star = j;
+		g->mark = i;
+		g->j = j + 1;
+		return 0;
+	}
+	if (p && (p == '?' || p == c)) {
+		g->i = i + 1;
+		g->j = j + 1;
+		return 0;
+	}
+	if (!g->has_star) {
+		g->result = 0;
+		return 1;
+	}
+	g->j = g->star + 1;
+	g->mark++;
+	g->i = g->mark;
+	return 0;
+}
+
+static __always_inline int bs_glob_match(const char *s, const char *p)
+{
+	struct bs_glob g = { .result = -1 };
+
+	__builtin_memcpy(g.s, s, BS_STR_MAX);
+	__builtin_memcpy(g.p, p, BS_STR_MAX);
+	/* Worst case with backtracking is len(s) * len(p) steps, plus trailing stars. */
+	bpf_loop(BS_STR_MAX * BS_STR_MAX + BS_STR_MAX, bs_glob_step, &g, 0);
+	return g.result == 1;
+}
+
+static __always_inline int bs_filter(void *ctx, const struct bs_probe_cfg *cfg,
+				     struct bs_scratch *s, u32 idx)
+{
+	u64 st = 0;
+
+	for (int i = 0; i < BS_MAX_FILTER_OPS; i++) {
+		const struct bs_filter_op *op;
+		u64 b = 0;
+
+		if (i >= max_filter_ops || i >= cfg->nfilter)
+			break;
+		op = &cfg->filter[i];
+		switch (op->op) {
+		case BS_OP_AND:
+			b = st & (st >> 1) & 1;
+			st = ((st >> 2) << 1) | b;
+			continue;
+		case BS_OP_OR:
+			b = (st | (st >> 1)) & 1;
+			st = ((st >> 2) << 1) | b;
+			continue;
+		case BS_OP_NOT:
+			st ^= 1;
+			continue;
+		case BS_OP_TRUE:
+			b = 1;
+			break;
+		case BS_OP_STR_EQ:
+		case BS_OP_STR_NE:
+		case BS_OP_GLOB:
+		case BS_OP_NGLOB: {
+			u32 si = op->str_idx;
+			struct bs_str *pat = bpf_map_lookup_elem(&strs, &si);
+
+			if (!pat)
+				return 0;
+			bs_read_str(ctx, &op->src, s, s->str.s);
+			if (op->op == BS_OP_STR_EQ || op->op == BS_OP_STR_NE)
+				b = bs_str_eq(s->str.s, pat->s);
+			else
+				b = bs_glob_match(s->str.s, pat->s);
+			if (op->op == BS_OP_STR_NE || op->op == BS_OP_NGLOB)
+				b ^= 1;
+			break;
+		}
+		default: {
+			u64 v = bs_read_num(ctx, &op->src, s, idx);
+			u64 c = op->imm;
+
+			if (op->src.is_signed) {
+				s64 sv = v, sc = c;
+
+				switch (op->op) {
+				case BS_OP_EQ: b = sv == sc; break;
+				case BS_OP_NE: b = sv != sc; break;
+				case BS_OP_LT: b = sv < sc; break;
+				case BS_OP_LE: b = sv <= sc; break;
+				case BS_OP_GT: b = sv > sc; break;
+				case BS_OP_GE: b = sv >= sc; break;
+				}
+			} else {
+				switch (op->op) {
+				case BS_OP_EQ: b = v == c; break;
+				case BS_OP_NE: b = v != c; break;
+				case BS_OP_LT: b = v < c; break;
+				case BS_OP_LE: b = v <= c; break;
+				case BS_OP_GT: b = v > c; break;
+				case BS_OP_GE: b = v >= c; break;
+				}
+			}
+			break;
+		}
+		}
+		st = (st << 1) | (b & 1);
+	}
+	return st & 1;
+}
+
+/* Writes one key or event part at dst. */
+static __always_inline void bs_put(void *ctx, const struct bs_src *src,
+				   struct bs_scratch *s, u32 idx, u8 *dst)
+{
+	if (src->kind == BS_SRC_COMM || src->type != BS_T_NUM)
+		bs_read_str(ctx, src, s, (char *)dst);
+	else
+		*(u64 *)dst = bs_read_num(ctx, src, s, idx);
+}
+
+static __always_inline u32 bs_log2(u64 v)
+{
+	u32 r = 0;
+
+	/* Branch-free floor(log2(v)) for v > 0. */
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) { r += 1; }
+	return r;
+}
+
+/*
+ * Histogram bucket of v. Log2: 0 holds negatives, 1 holds zero, 2 + k holds
+ * [2^k, 2^(k+1)). Linear: 0 is below the range, 1..n in range, n + 1 above.
+ */
+static __always_inline u32 bs_bucket(const struct bs_probe_cfg *cfg, u64 v)
+{
+	if (cfg->agg == BS_AGG_HIST_LOG2) {
+		if (cfg->value.is_signed && (s64)v < 0)
+			return 0;
+		if (v == 0)
+			return 1;
+		return 2 + bs_log2(v);
+	}
+	if (cfg->agg == BS_AGG_HIST_LINEAR) {
+		s64 sv = v, lo = cfg->lin_min;
+		u64 step = cfg->lin_step ? cfg->lin_step : 1;
+		u64 n;
+
+		if (cfg->value.is_signed ? sv < lo : v < (u64)lo)
+			return 0;
+		n = ((u64)(sv - lo)) / step;
+		if (n >= cfg->lin_nbuckets)
+			return cfg->lin_nbuckets + 1;
+		return n + 1;
+	}
+	return 0;
+}
+
+static __always_inline void bs_aggregate(const struct bs_probe_cfg *cfg,
+					 struct bs_scratch *s, u64 v)
+{
+	struct bs_key_hdr *hdr = (struct bs_key_hdr *)s->key;
+	struct bs_agg_val *a;
+	u64 old;
+
+	hdr->bucket = bs_bucket(cfg, v);
+	hdr->epoch = epoch;
+	a = bpf_map_lookup_elem(&aggs, s->key);
+	if (!a) {
+		struct bs_agg_val zero = {};
+
+		bpf_map_update_elem(&aggs, s->key, &zero, BPF_NOEXIST);
+		a = bpf_map_lookup_elem(&aggs, s->key);
+		if (!a) {
+			bs_count(&lost, BS_LOST_KEYS);
+			return;
+		}
+	}
+	/* Atomics: uprobe programs can be preempted by another task on this CPU. */
+	old = __sync_fetch_and_add(&a->count, 1);
+	if (cfg->agg == BS_AGG_COUNT)
+		return;
+	__sync_fetch_and_add(&a->sum, v);
+	if (cfg->agg != BS_AGG_STATS)
+		return;
+	/* A slot with count 0 has no min/max yet (other CPUs' slots start zeroed). */
+	if (cfg->value.is_signed) {
+		if (!old || (s64)v < a->min)
+			a->min = v;
+		if (!old || (s64)v > a->max)
+			a->max = v;
+	} else {
+		if (!old || v < (u64)a->min)
+			a->min = v;
+		if (!old || v > (u64)a->max)
+			a->max = v;
+	}
+}
+
+static __always_inline void bs_emit(void *ctx, const struct bs_probe_cfg *cfg,
+				    struct bs_scratch *s, u32 idx)
+{
+	struct bs_event_hdr *hdr = (struct bs_event_hdr *)s->ev;
+	struct task_struct *t = bpf_get_current_task_btf();
+	u64 size, flags;
+
+	hdr->ts_ns = bpf_ktime_get_ns();
+	hdr->probe = idx;
+	hdr->pid = t->tgid;
+	hdr->tid = t->pid;
+	hdr->cpu = bpf_get_smp_processor_id();
+	bs_comm(hdr->comm);
+	for (int i = 0; i < BS_MAX_EMIT; i++) {
+		const struct bs_src *src;
+
+		if (i >= max_emit || i >= cfg->nemit)
+			break;
+		src = &cfg->emit[i];
+		bs_put(ctx, src, s, idx,
+		       s->ev + sizeof(*hdr) + (src->out_off & (BS_EVENT_DATA_MAX - 1)));
+	}
+	size = sizeof(*hdr) + (cfg->event_size & (BS_EVENT_DATA_MAX - 1));
+	flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
+			BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&events, s->ev, size, flags))
+		bs_count(&lost, BS_LOST_EVENTS);
+}
+
+/* Everything after the probe is identified and its arguments are in place. */
+static __always_inline int bs_handle(void *ctx, const struct bs_probe_cfg *cfg,
+				     struct bs_scratch *s, u32 idx)
+{
+	u64 v = 0;
+
+	if (cfg->nfilter && !bs_filter(ctx, cfg, s, idx))
+		return 0;
+	if (cfg->agg == BS_AGG_EVENT) {
+		bs_emit(ctx, cfg, s, idx);
+		return 0;
+	}
+	for (int i = 0; i < BS_MAX_KEY_PARTS; i++) {
+		const struct bs_src *src;
+
+		if (i >= max_key_parts || i >= cfg->nkeys)
+			break;
+		src = &cfg->keys[i];
+		bs_put(ctx, src, s, idx,
+		       s->key + sizeof(struct bs_key_hdr) + (src->out_off & (BS_KEY_MAX - 1)));
+	}
+	if (cfg->agg != BS_AGG_COUNT)
+		v = bs_read_num(ctx, &cfg->value, s, idx);
+	bs_aggregate(cfg, s, v);
+	return 0;
+}
+
+static __always_inline struct bs_scratch *bs_scratch(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&scratch, &zero);
+}
+
+/* Probe index from the attachment's cookie (index + 1; 0 means none). */
+static __always_inline int bs_cookie_probe(void *ctx, u32 *idx)
+{
+	u64 cookie = bpf_get_attach_cookie(ctx);
+
+	if (!cookie)
+		return 0;
+	*idx = cookie - 1;
+	return 1;
+}
+
+/* Syscall arguments from pt_regs, in the syscall calling convention. */
+static __always_inline void bs_syscall_args(struct pt_regs *regs, struct bs_scratch *s)
+{
+	/* r10..rdi are contiguous in pt_regs: one read instead of six. */
+	u64 r[8];
+
+	bpf_probe_read_kernel(r, sizeof(r), (void *)regs + __builtin_offsetof(struct pt_regs, r10));
+	s->args[0] = r[7]; /* rdi */
+	s->args[1] = r[6]; /* rsi */
+	s->args[2] = r[5]; /* rdx */
+	s->args[3] = r[0]; /* r10 */
+	s->args[4] = r[2]; /* r8 */
+	s->args[5] = r[1]; /* r9 */
+}
+
+static __always_inline int bs_syscall(u64 *ctx, u32 slot, int exit)
+{
+	struct bs_probe_cfg *cfg;
+	struct bs_scratch *s;
+	u32 *p, idx;
+
+	p = bpf_map_lookup_elem(&sys_probes, &slot);
+	if (!p || !*p)
+		return 0;
+	idx = *p - 1;
+	if (!bs_target_ok(bpf_get_current_task_btf()->tgid))
+		return 0;
+	cfg = bpf_map_lookup_elem(&probes, &idx);
+	s = bs_scratch();
+	if (!cfg || !s)
+		return 0;
+	if (cfg->flags & BS_CFG_NEED_ARGS) {
+		struct pt_regs *regs = (struct pt_regs *)ctx[0];
+
+		if (exit)
+			s->args[BS_ARG_RET] = ctx[1];
+		else
+			bs_syscall_args(regs, s);
+		s->args[BS_ARG_NR] = slot % BS_SYS_MAX;
+	}
+	return bs_handle(ctx, cfg, s, idx);
+}
+
+SEC("raw_tp/sys_enter")
+int bpfscope_sysin(u64 *ctx)
+{
+	/* ctx[1] is the syscall number. */
+	u64 nr = ctx[1];
+
+	if (nr >= BS_SYS_MAX)
+		return 0;
+	return bs_syscall(ctx, nr, 0);
+}
+
+SEC("raw_tp/sys_exit")
+int bpfscope_sysout(u64 *ctx)
+{
+	struct pt_regs *regs = (struct pt_regs *)ctx[0];
+	u64 nr = 0;
+
+	bpf_probe_read_kernel(&nr, sizeof(nr), (void *)regs + __builtin_offsetof(struct pt_regs, orig_rax));
+	if (nr >= BS_SYS_MAX)
+		return 0;
+	return bs_syscall(ctx, BS_SYS_EXIT_BASE + nr, 1);
+}
+
+/* Any raw tracepoint, configured by cookie (kernel 6.10+). Keys use builtins only. */
+SEC("raw_tp")
+int bpfscope_rawtp(u64 *ctx)
+{
+	struct bs_probe_cfg *cfg;
+	struct bs_scratch *s;
+	u32 idx;
+
+	if (!bs_cookie_probe(ctx, &idx))
+		return 0;
+	if (!bs_target_ok(bpf_get_current_task_btf()->tgid))
+		return 0;
+	cfg = bpf_map_lookup_elem(&probes, &idx);
+	s = bs_scratch();
+	if (!cfg || !s)
+		return 0;
+	return bs_handle(ctx, cfg, s, idx);
+}
+
+/*
+ * Classic tracepoint: ctx is the event record as the format file describes.
+ * Returning 0 tells the kernel not to submit the event to perf buffers.
+ */
+SEC("tracepoint")
+int bpfscope_tp(void *ctx)
+{
+	struct bs_probe_cfg *cfg;
+	struct bs_scratch *s;
+	u32 idx;
+
+	if (!bs_cookie_probe(ctx, &idx))
+		return 0;
+	if (!bs_target_ok(bpf_get_current_task_btf()->tgid))
+		return 0;
+	cfg = bpf_map_lookup_elem(&probes, &idx);
+	s = bs_scratch();
+	if (!cfg || !s)
+		return 0;
+	return bs_handle(ctx, cfg, s, idx);
+}
+
+/* Follows forks of tracked processes, so `-- CMD` sees all descendants. */
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(bpfscope_fork, struct task_struct *parent, struct task_struct *child)
+{
+	u32 ptgid = BPF_CORE_READ(parent, tgid);
+	u32 ctgid;
+	u8 one = 1;
+
+	if (!bpf_map_lookup_elem(&tracked, &ptgid))
+		return 0;
+	ctgid = BPF_CORE_READ(child, tgid);
+	bpf_map_update_elem(&tracked, &ctgid, &one, BPF_ANY);
+	return 0;
+}

@@ -1,0 +1,162 @@
+//! Command-line definitions (clap). Nothing outside `cli` sees these raw
+//! strings: `Settings::from_cli` validates them once.
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bpfscope",
+    version,
+    about = "Trace, count and profile with eBPF: in-kernel filtering and aggregation, no compiler at run time",
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Count events in the kernel, grouped by keys
+    Count(CountArgs),
+    /// Histogram of a numeric field (log2 buckets, or --linear)
+    Hist(HistArgs),
+    /// Count, sum, min, max and average of a numeric field
+    Stats(StatsArgs),
+    /// Print one line per event
+    Trace(TraceArgs),
+    /// List probes and their fields
+    List(ListArgs),
+    /// Print shell completions
+    Completions {
+        /// Shell to generate completions for
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Probes: tracepoint:SUBSYS:EVENT (or t:SUBSYS:EVENT); globs with * and ? allowed
+    #[arg(required = true, value_name = "PROBE")]
+    pub probes: Vec<String>,
+
+    /// Keep only events matching this expression, evaluated in the kernel,
+    /// e.g. 'comm == "bash" && ret < 0'
+    #[arg(long, value_name = "EXPR")]
+    pub filter: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// Group by these keys: probe, comm, pid, tid, cpu, uid, cgroup or any event field
+    #[arg(long = "by", value_name = "KEYS", value_delimiter = ',')]
+    pub by: Vec<String>,
+
+    /// Most distinct keys kept in the kernel; further keys are counted as lost
+    #[arg(long, value_name = "N", default_value_t = 10240)]
+    pub max_keys: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct TargetArgs {
+    /// Only events of this process (all its threads)
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: Option<i64>,
+
+    /// Stop after this many seconds
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+
+    /// Print and reset the results every SECS seconds
+    #[arg(long, value_name = "SECS")]
+    pub interval: Option<f64>,
+
+    /// Run this command, trace only it and its descendants, stop when it exits
+    #[arg(last = true, value_name = "CMD")]
+    pub cmd: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// One JSON object per line instead of text
+    #[arg(long)]
+    pub json: bool,
+
+    /// Say which kernel paths were chosen and why
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CountArgs {
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct HistArgs {
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Numeric field to build the histogram of
+    #[arg(long, value_name = "FIELD")]
+    pub value: String,
+    /// Linear buckets from MIN to MAX in steps of STEP instead of log2 buckets
+    #[arg(long, value_name = "MIN:MAX:STEP")]
+    pub linear: Option<String>,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Numeric field to summarize
+    #[arg(long, value_name = "FIELD")]
+    pub value: String,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Fields to print (default: all fields of the event)
+    #[arg(long, value_name = "FIELDS", value_delimiter = ',')]
+    pub fields: Vec<String>,
+    /// Ring buffer size in KiB (rounded up to a power of two)
+    #[arg(long, value_name = "KIB", default_value_t = 4096)]
+    pub ringbuf_kib: u32,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Pattern: SUBSYS:EVENT with globs (tracepoint: prefix optional), or an event name
+    pub pattern: Option<String>,
+    /// Names only, without fields
+    #[arg(long)]
+    pub names: bool,
+    /// One JSON object per probe
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,328 @@
+//! CLI stage: arguments parsed once into validated settings. Later stages
+//! never see raw strings.
+
+mod args;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use args::Cli;
+use args::{Command, KeyArgs, OutputArgs, ProbeArgs, TargetArgs};
+
+use crate::error::Error;
+use crate::filter;
+use crate::probe::ProbeSpec;
+use crate::usage;
+
+/// What a tracing command computes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Count,
+    Stats { value: String },
+    Hist { value: String, buckets: Buckets },
+    Trace { fields: Vec<String> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Buckets {
+    Log2,
+    /// `nbuckets` buckets of `step` from `min`; the last ends at or above max.
+    Linear {
+        min: i64,
+        step: u64,
+        nbuckets: u32,
+    },
+}
+
+/// Which processes are traced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    All,
+    Pid(u32),
+    /// Run this program (resolved path) with these arguments.
+    Command {
+        program: PathBuf,
+        args: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct TraceSettings {
+    pub action: Action,
+    pub probes: Vec<ProbeSpec>,
+    pub keys: Vec<String>,
+    pub filter: Option<filter::Expr>,
+    pub target: Target,
+    pub duration: Option<Duration>,
+    pub interval: Option<Duration>,
+    pub json: bool,
+    pub verbose: bool,
+    pub max_keys: u32,
+    pub ringbuf_bytes: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct ListSettings {
+    pub pattern: Option<String>,
+    pub names_only: bool,
+    pub json: bool,
+}
+
+/// Validated settings for one run.
+#[derive(Debug, Clone)]
+pub enum Settings {
+    Trace(Box<TraceSettings>),
+    List(ListSettings),
+    Completions(clap_complete::Shell),
+}
+
+const MAX_LINEAR_BUCKETS: u64 = 1000;
+
+impl Settings {
+    pub fn from_cli(cli: Cli) -> Result<Settings, Error> {
+        Ok(match cli.command {
+            Command::Count(a) => Settings::Trace(Box::new(trace_settings(
+                Action::Count,
+                a.probe,
+                Some(a.keys),
+                a.target,
+                a.output,
+                0,
+            )?)),
+            Command::Stats(a) => Settings::Trace(Box::new(trace_settings(
+                Action::Stats {
+                    value: field_name(&a.value, "--value")?,
+                },
+                a.probe,
+                Some(a.keys),
+                a.target,
+                a.output,
+                0,
+            )?)),
+            Command::Hist(a) => {
+                let buckets = match &a.linear {
+                    None => Buckets::Log2,
+                    Some(s) => parse_linear(s)?,
+                };
+                Settings::Trace(Box::new(trace_settings(
+                    Action::Hist {
+                        value: field_name(&a.value, "--value")?,
+                        buckets,
+                    },
+                    a.probe,
+                    Some(a.keys),
+                    a.target,
+                    a.output,
+                    0,
+                )?))
+            }
+            Command::Trace(a) => {
+                let fields = a
+                    .fields
+                    .iter()
+                    .map(|f| field_name(f, "--fields"))
+                    .collect::<Result<_, _>>()?;
+                if a.ringbuf_kib == 0 || a.ringbuf_kib > 1 << 20 {
+                    return Err(usage!(
+                        "--ringbuf-kib {}: must be between 1 and 1048576",
+                        a.ringbuf_kib
+                    ));
+                }
+                let bytes = (a.ringbuf_kib.next_power_of_two() * 1024).max(4096);
+                Settings::Trace(Box::new(trace_settings(
+                    Action::Trace { fields },
+                    a.probe,
+                    None,
+                    a.target,
+                    a.output,
+                    bytes,
+                )?))
+            }
+            Command::List(a) => Settings::List(ListSettings {
+                pattern: a.pattern,
+                names_only: a.names,
+                json: a.json,
+            }),
+            Command::Completions { shell } => Settings::Completions(shell),
+        })
+    }
+}
+
+fn trace_settings(
+    action: Action,
+    probe: ProbeArgs,
+    keys: Option<KeyArgs>,
+    target: TargetArgs,
+    output: OutputArgs,
+    ringbuf_bytes: u32,
+) -> Result<TraceSettings, Error> {
+    let probes = probe
+        .probes
+        .iter()
+        .map(|p| ProbeSpec::parse(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let filter = probe.filter.as_deref().map(filter::parse).transpose()?;
+    let (keys, max_keys) = match keys {
+        Some(k) => {
+            if k.max_keys == 0 {
+                return Err(usage!("--max-keys must be at least 1"));
+            }
+            let mut names = Vec::new();
+            for key in &k.by {
+                let key = field_name(key, "--by")?;
+                if names.contains(&key) {
+                    return Err(usage!("--by: key '{key}' is given twice"));
+                }
+                names.push(key);
+            }
+            (names, k.max_keys)
+        }
+        None => (Vec::new(), 0),
+    };
+    Ok(TraceSettings {
+        action,
+        probes,
+        keys,
+        filter,
+        target: parse_target(&target)?,
+        duration: seconds(target.duration, "--duration")?,
+        interval: seconds(target.interval, "--interval")?,
+        json: output.json,
+        verbose: output.verbose,
+        max_keys,
+        ringbuf_bytes,
+    })
+}
+
+/// Field names are identifiers; `args.NAME` (bpftrace's spelling) names
+/// the event field even where a builtin has the same name.
+fn field_name(s: &str, opt: &str) -> Result<String, Error> {
+    let s = s.trim();
+    let bare = s.strip_prefix("args.").unwrap_or(s);
+    let ok = !bare.is_empty()
+        && bare.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !bare.starts_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(usage!("{opt}: '{s}' is not a field name"))
+    }
+}
+
+fn seconds(v: Option<f64>, opt: &str) -> Result<Option<Duration>, Error> {
+    match v {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => Err(usage!("{opt} {s}: must be a positive number of seconds")),
+    }
+}
+
+fn parse_linear(s: &str) -> Result<Buckets, Error> {
+    let bad = || {
+        usage!("--linear '{s}': expected MIN:MAX:STEP with MIN < MAX and STEP > 0, e.g. 0:4096:256")
+    };
+    let parts: Vec<&str> = s.split(':').collect();
+    let [min, max, step] = parts.as_slice() else {
+        return Err(bad());
+    };
+    let min: i64 = min.trim().parse().map_err(|_| bad())?;
+    let max: i64 = max.trim().parse().map_err(|_| bad())?;
+    let step: u64 = step.trim().parse().map_err(|_| bad())?;
+    if min >= max || step == 0 {
+        return Err(bad());
+    }
+    let span = (max as i128 - min as i128) as u128;
+    let n = span.div_ceil(step as u128);
+    if n > MAX_LINEAR_BUCKETS as u128 {
+        return Err(usage!(
+            "--linear '{s}': {n} buckets; at most {MAX_LINEAR_BUCKETS} (raise STEP)"
+        ));
+    }
+    Ok(Buckets::Linear {
+        min,
+        step,
+        nbuckets: n as u32,
+    })
+}
+
+fn parse_target(t: &TargetArgs) -> Result<Target, Error> {
+    match (t.pid, t.cmd.as_slice()) {
+        (Some(_), [_, ..]) => Err(usage!("-p and -- CMD exclude each other; use one")),
+        (Some(pid), []) => {
+            let pid = u32::try_from(pid)
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or_else(|| usage!("-p {pid}: not a process id"))?;
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(usage!("-p {pid}: no such process"));
+            }
+            Ok(Target::Pid(pid))
+        }
+        (None, []) => Ok(Target::All),
+        (None, [prog, args @ ..]) => Ok(Target::Command {
+            program: find_program(prog)?,
+            args: args.to_vec(),
+        }),
+    }
+}
+
+/// Resolves a command the way execvp would, so a missing one fails before anything is attached.
+fn find_program(prog: &str) -> Result<PathBuf, Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        p.metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if prog.contains('/') {
+        let p = PathBuf::from(prog);
+        return if runnable(&p) {
+            Ok(p)
+        } else if p.exists() {
+            Err(usage!("command '{prog}' is not executable"))
+        } else {
+            Err(usage!("command '{prog}' does not exist"))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| runnable(p))
+        .ok_or_else(|| usage!("command '{prog}' not found in PATH"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear_buckets() {
+        assert_eq!(
+            parse_linear("0:4096:256").unwrap(),
+            Buckets::Linear {
+                min: 0,
+                step: 256,
+                nbuckets: 16
+            }
+        );
+        assert_eq!(
+            parse_linear("-10:10:3").unwrap(),
+            Buckets::Linear {
+                min: -10,
+                step: 3,
+                nbuckets: 7
+            }
+        );
+        for bad in ["", "1:2", "5:5:1", "9:1:1", "0:10:0", "a:b:c", "0:100000:1"] {
+            assert!(parse_linear(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn field_names() {
+        assert_eq!(field_name("args.count", "--value").unwrap(), "args.count");
+        assert_eq!(field_name(" pid", "--by").unwrap(), "pid");
+        assert!(field_name("a-b", "--by").is_err());
+        assert!(field_name("1x", "--by").is_err());
+    }
+}

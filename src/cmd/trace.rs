@@ -1,0 +1,183 @@
+//! `bpfscope count|hist|stats|trace`: the tracing engine's pipeline.
+
+use std::cell::Cell as StdCell;
+use std::io;
+use std::mem::MaybeUninit;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use libbpf_rs::RingBufferBuilder;
+
+use crate::attach::features::Features;
+use crate::attach::libbpf_log;
+use crate::attach::plan::{self, Plan};
+use crate::attach::session::Session;
+use crate::attach::target::GatedChild;
+use crate::cli::{Action, Target, TraceSettings};
+use crate::collect::{aggregate, events, Lost, StopReason, Stopper};
+use crate::probe;
+use crate::render::{Decoder, Output};
+
+/// How long in-flight program runs get to finish with the old epoch before it is read.
+const EPOCH_GRACE: Duration = Duration::from_millis(10);
+
+pub fn run(s: TraceSettings) -> Result<()> {
+    libbpf_log::init(s.verbose);
+    super::require_privileges()?;
+    let probes = probe::resolve(&s.probes)?;
+    let features = Features::detect();
+    let plan = plan::build(&s, probes, &features)?;
+    if s.verbose {
+        eprintln!(
+            "raw_tp cookies: {}",
+            if features.raw_tp_cookie { "yes" } else { "no" }
+        );
+        for p in &plan.probes {
+            eprintln!("{}: {}", p.probe.name, p.path.describe());
+        }
+    }
+
+    let mut storage = MaybeUninit::uninit();
+    let mut session = Session::load(&mut storage, &plan, &s)?;
+    let stopper = Stopper::new(s.duration)?;
+    let gated = match &s.target {
+        Target::Command { program, args } => Some(GatedChild::spawn(program, args)?),
+        _ => None,
+    };
+    match (&s.target, &gated) {
+        (Target::Pid(pid), _) => session.track(*pid)?,
+        (_, Some(g)) => session.track(g.pid())?,
+        _ => {}
+    }
+    let n = session.attach(&plan, gated.is_some())?;
+    eprintln!("Attached {n} probe{}", if n == 1 { "" } else { "s" });
+    let t0 = super::monotonic_ns();
+    if let Some(g) = gated {
+        stopper.watch_child(g.release()?);
+    }
+
+    let mut out = Output::new(s.json);
+    let dec = Decoder::new(&plan);
+    let result = if matches!(s.action, Action::Trace { .. }) {
+        run_events(&mut session, &plan, &stopper, &mut out, &dec, t0)
+    } else {
+        run_aggregates(&mut session, &plan, &s, &stopper, &mut out, &dec)
+    };
+    match result {
+        Err(e) if is_broken_pipe(&e) => Ok(()),
+        r => r,
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn run_events(
+    session: &mut Session<'_>,
+    plan: &Plan,
+    stopper: &Stopper,
+    out: &mut Output,
+    dec: &Decoder,
+    t0: u64,
+) -> Result<()> {
+    let write_failed: StdCell<Option<io::Error>> = StdCell::new(None);
+    {
+        let mut builder = RingBufferBuilder::new();
+        let out_ref = &mut *out;
+        builder.add(&session.skel.maps.events, |data: &[u8]| {
+            if let Some(ev) = events::decode(data) {
+                if let Err(e) = out_ref.event(plan, &ev, dec, t0) {
+                    write_failed.set(Some(e));
+                    return -1;
+                }
+            }
+            0
+        })?;
+        let rb = builder.build().context("setting up the ring buffer")?;
+        loop {
+            // A callback error surfaces through write_failed; poll's own error is then moot.
+            let polled = rb.poll(Duration::from_millis(10));
+            if let Some(e) = write_failed.take() {
+                return Err(e.into());
+            }
+            polled.context("reading events")?;
+            if let Some(reason) = stopper.poll() {
+                if reason == StopReason::OutputClosed {
+                    return Ok(());
+                }
+                break;
+            }
+        }
+        session.detach();
+        // Events already in the buffer still count.
+        let drained = rb.consume();
+        if let Some(e) = write_failed.take() {
+            return Err(e.into());
+        }
+        drained.context("reading events")?;
+    }
+    let lost = Lost::read(&session.skel.maps.lost)?;
+    out.lost(lost, None)?;
+    out.flush()?;
+    Ok(())
+}
+
+fn run_aggregates(
+    session: &mut Session<'_>,
+    plan: &Plan,
+    s: &TraceSettings,
+    stopper: &Stopper,
+    out: &mut Output,
+    dec: &Decoder,
+) -> Result<()> {
+    let signed = plan.value.as_ref().is_some_and(|v| v.1);
+    let mut interval_no = 0u64;
+    let mut next = s.interval.map(|i| Instant::now() + i);
+    let mut lost_before = Lost::default();
+    loop {
+        let wait = next.map_or(Duration::from_secs(3600), |n| {
+            n.saturating_duration_since(Instant::now())
+        });
+        if stopper.wait(wait).is_some() {
+            break;
+        }
+        let (Some(n), Some(every)) = (next, s.interval) else {
+            continue;
+        };
+        if Instant::now() < n {
+            continue;
+        }
+        interval_no += 1;
+        next = Some(n + every);
+        let epoch = interval_no as u32 - 1;
+        set_epoch(session, epoch + 1);
+        std::thread::sleep(EPOCH_GRACE);
+        let data = aggregate::read(&session.skel.maps.aggs, Some(epoch), signed, true)?;
+        out.aggregates(plan, &s.action, &data, dec, Some(interval_no))?;
+        let lost = Lost::read(&session.skel.maps.lost)?;
+        out.lost(lost.since(lost_before), Some(interval_no))?;
+        lost_before = lost;
+        out.flush()?;
+    }
+    // Detach first so the final numbers are complete and stable.
+    session.detach();
+    let data = aggregate::read(&session.skel.maps.aggs, None, signed, false)?;
+    let interval = s.interval.map(|_| interval_no + 1);
+    out.aggregates(plan, &s.action, &data, dec, interval)?;
+    let lost = Lost::read(&session.skel.maps.lost)?;
+    out.lost(lost.since(lost_before), interval)?;
+    out.flush()?;
+    Ok(())
+}
+
+fn set_epoch(session: &mut Session<'_>, epoch: u32) {
+    if let Some(bss) = session.skel.maps.bss_data.as_deref_mut() {
+        // SAFETY: bss is the mmap'd .bss of the loaded object, valid for the
+        // skeleton's lifetime; a volatile write keeps the store visible to the kernel.
+        unsafe { std::ptr::write_volatile(&mut bss.epoch, epoch) };
+    }
+}

@@ -1,0 +1,176 @@
+//! Reading the per-CPU aggregation map and merging CPUs.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::attach::pod_read;
+use crate::bpf::abi::bs_agg_val;
+
+/// Merged value of one key (and bucket) over all CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AggVal {
+    pub count: u64,
+    pub sum: i64,
+    /// Meaningful when count > 0; raw bits, compared per the value's signedness.
+    pub min: i64,
+    pub max: i64,
+}
+
+impl AggVal {
+    fn merge(&mut self, o: AggVal, signed: bool) {
+        if o.count == 0 {
+            return;
+        }
+        let less = |a: i64, b: i64| {
+            if signed {
+                a < b
+            } else {
+                (a as u64) < (b as u64)
+            }
+        };
+        if self.count == 0 || less(o.min, self.min) {
+            self.min = o.min;
+        }
+        if self.count == 0 || less(self.max, o.max) {
+            self.max = o.max;
+        }
+        self.count += o.count;
+        self.sum = self.sum.wrapping_add(o.sum);
+    }
+
+    fn from_bytes(b: &[u8]) -> AggVal {
+        let v: bs_agg_val = pod_read(b).unwrap_or_default();
+        AggVal {
+            count: v.count,
+            sum: v.sum,
+            min: v.min,
+            max: v.max,
+        }
+    }
+}
+
+/// Aggregates of one key: per-bucket values (a single bucket 0 for counts and stats).
+#[derive(Debug, Clone, Default)]
+pub struct KeyAgg {
+    pub buckets: BTreeMap<u32, AggVal>,
+}
+
+impl KeyAgg {
+    pub fn total(&self, signed: bool) -> AggVal {
+        let mut t = AggVal::default();
+        for v in self.buckets.values() {
+            t.merge(*v, signed);
+        }
+        t
+    }
+}
+
+/// Reads every key of the given epoch (all when None), merged over CPUs and
+/// grouped by key data; with `delete`, removes what it read.
+pub fn read(
+    map: &dyn MapCore,
+    epoch: Option<u32>,
+    signed: bool,
+    delete: bool,
+) -> Result<BTreeMap<Vec<u8>, KeyAgg>> {
+    let mut out: BTreeMap<Vec<u8>, KeyAgg> = BTreeMap::new();
+    let keys: Vec<Vec<u8>> = map.keys().collect();
+    for key in keys {
+        if key.len() < 8 {
+            continue;
+        }
+        let bucket = u32::from_ne_bytes([key[0], key[1], key[2], key[3]]);
+        let key_epoch = u32::from_ne_bytes([key[4], key[5], key[6], key[7]]);
+        if epoch.is_some_and(|e| e != key_epoch) {
+            continue;
+        }
+        let Some(percpu) = map
+            .lookup_percpu(&key, MapFlags::ANY)
+            .context("reading aggregates")?
+        else {
+            continue;
+        };
+        let mut v = AggVal::default();
+        for cpu in &percpu {
+            v.merge(AggVal::from_bytes(cpu), signed);
+        }
+        if delete {
+            // Already gone is fine: the entry was read.
+            let _ = map.delete(&key);
+        }
+        if v.count == 0 {
+            continue;
+        }
+        let agg = out.entry(key[8..].to_vec()).or_default();
+        agg.buckets.entry(bucket).or_default().merge(v, signed);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_ignores_empty_slots() {
+        let mut t = AggVal::default();
+        t.merge(
+            AggVal {
+                count: 0,
+                sum: 0,
+                min: 0,
+                max: 0,
+            },
+            true,
+        );
+        t.merge(
+            AggVal {
+                count: 2,
+                sum: 10,
+                min: 3,
+                max: 7,
+            },
+            true,
+        );
+        t.merge(
+            AggVal {
+                count: 1,
+                sum: -5,
+                min: -5,
+                max: -5,
+            },
+            true,
+        );
+        assert_eq!(
+            t,
+            AggVal {
+                count: 3,
+                sum: 5,
+                min: -5,
+                max: 7
+            }
+        );
+        let mut u = AggVal::default();
+        u.merge(
+            AggVal {
+                count: 1,
+                sum: -1,
+                min: -1,
+                max: -1,
+            },
+            false,
+        );
+        u.merge(
+            AggVal {
+                count: 1,
+                sum: 1,
+                min: 1,
+                max: 1,
+            },
+            false,
+        );
+        assert_eq!((u.min, u.max), (1, -1));
+    }
+}

@@ -1,0 +1,141 @@
+//! Collect stage: reading what the kernel gathered (aggregates, events,
+//! lost-event counters) and deciding when a run stops.
+
+pub mod aggregate;
+pub mod events;
+
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::bpf::abi::bs_lost;
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Signal,
+    ChildExited,
+    Duration,
+    /// The output went away (e.g. a closed pipe).
+    OutputClosed,
+}
+
+/// Lost-event counters, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lost {
+    /// Events dropped because the ring buffer was full.
+    pub events: u64,
+    /// Keys not recorded because the aggregation map was full.
+    pub keys: u64,
+    /// Stacks that could not be captured.
+    pub stacks: u64,
+    /// Ends without a matching start.
+    pub unmatched: u64,
+}
+
+impl Lost {
+    pub fn read(map: &dyn MapCore) -> Result<Lost> {
+        let slot = |i: u32| -> Result<u64> {
+            let v = map
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+                .context("reading lost-event counters")?
+                .unwrap_or_default();
+            Ok(v.iter()
+                .map(|b| {
+                    b.get(..8)
+                        .map_or(0, |w| u64::from_ne_bytes(w.try_into().unwrap_or([0; 8])))
+                })
+                .sum())
+        };
+        Ok(Lost {
+            events: slot(bs_lost::BS_LOST_EVENTS.0)?,
+            keys: slot(bs_lost::BS_LOST_KEYS.0)?,
+            stacks: slot(bs_lost::BS_LOST_STACKS.0)?,
+            unmatched: slot(bs_lost::BS_LOST_UNMATCHED.0)?,
+        })
+    }
+
+    /// What was lost since `earlier`.
+    pub fn since(self, earlier: Lost) -> Lost {
+        Lost {
+            events: self.events.saturating_sub(earlier.events),
+            keys: self.keys.saturating_sub(earlier.keys),
+            stacks: self.stacks.saturating_sub(earlier.stacks),
+            unmatched: self.unmatched.saturating_sub(earlier.unmatched),
+        }
+    }
+}
+
+/// Gathers the reasons a run can stop: signals, the traced command's
+/// exit and the --duration deadline.
+pub struct Stopper {
+    tx: Sender<StopReason>,
+    rx: Receiver<StopReason>,
+    deadline: Option<Instant>,
+}
+
+impl Stopper {
+    pub fn new(duration: Option<Duration>) -> Result<Stopper> {
+        let (tx, rx) = channel();
+        let mut signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ])
+        .context("installing signal handlers")?;
+        let stx = tx.clone();
+        std::thread::spawn(move || {
+            for _ in signals.forever() {
+                if stx.send(StopReason::Signal).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Stopper {
+            tx,
+            rx,
+            deadline: duration.map(|d| Instant::now() + d),
+        })
+    }
+
+    /// Stops the run when the child exits (reaping it).
+    pub fn watch_child(&self, child: crate::attach::target::RunningChild) {
+        let tx = self.tx.clone();
+        std::thread::spawn(move || {
+            let _ = child.wait();
+            let _ = tx.send(StopReason::ChildExited);
+        });
+    }
+
+    /// Waits up to `timeout` for a reason to stop.
+    pub fn wait(&self, timeout: Duration) -> Option<StopReason> {
+        let timeout = match self.deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Some(StopReason::Duration);
+                }
+                timeout.min(left)
+            }
+            None => timeout,
+        };
+        match self.rx.recv_timeout(timeout) {
+            Ok(r) => Some(r),
+            Err(RecvTimeoutError::Timeout) => self
+                .deadline
+                .filter(|d| Instant::now() >= *d)
+                .map(|_| StopReason::Duration),
+            Err(RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    /// Checks without waiting.
+    pub fn poll(&self) -> Option<StopReason> {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(StopReason::Duration);
+        }
+        self.rx.try_recv().ok()
+    }
+}

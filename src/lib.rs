@@ -1,0 +1,17 @@
+//! bpfscope: tracing, profiling and BPF program visibility on eBPF and perf.
+//!
+//! Every command is the same pipeline, and each stage has its module:
+//! `cli` (arguments to settings) -> `probe` (resolve what to attach to) ->
+//! `filter` (expressions compiled for the kernel) -> `attach` (load generic
+//! programs, attach links with cookies) -> `collect` (maps, ring buffers,
+//! lost counts) -> `render` (text, JSON). `cmd` runs them per subcommand.
+
+pub mod attach;
+pub mod bpf;
+pub mod cli;
+pub mod cmd;
+pub mod collect;
+pub mod error;
+pub mod filter;
+pub mod probe;
+pub mod render;

@@ -1,0 +1,45 @@
+//! The bpfscope binary: parse, run, map errors to exit codes.
+
+use clap::error::ErrorKind;
+use clap::Parser;
+
+use bpfscope::cli::{Cli, Settings};
+use bpfscope::error::exit_code;
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = e.print();
+                std::process::exit(e.exit_code());
+            }
+            eprintln!("bpfscope: error: {}", one_line(&e.render().to_string()));
+            std::process::exit(2);
+        }
+    };
+    let result = Settings::from_cli(cli)
+        .map_err(anyhow::Error::from)
+        .and_then(bpfscope::cmd::run);
+    if let Err(e) = result {
+        eprintln!("bpfscope: error: {e:#}");
+        std::process::exit(exit_code(&e));
+    }
+}
+
+/// clap's multi-line message as one line, without the usage and help hints.
+fn one_line(msg: &str) -> String {
+    msg.lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+        .trim_start_matches("error: ")
+        .to_string()
+}

@@ -1,0 +1,420 @@
+//! Render stage: aggregates, events and lost counts as text or JSON lines.
+
+pub mod cgroup;
+pub mod hist;
+
+use std::cell::OnceCell;
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, BufWriter, Stdout, Write};
+
+use serde_json::{json, Map, Value};
+
+use crate::attach::plan::{Plan, Slot, ValueKind};
+use crate::cli::{Action, Buckets};
+use crate::collect::aggregate::{AggVal, KeyAgg};
+use crate::collect::events::{c_str, Event};
+use crate::collect::Lost;
+
+/// One decoded key part or field.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Cell {
+    Int(i64),
+    UInt(u64),
+    Hex(u64),
+    Str(String),
+}
+
+impl Cell {
+    pub fn text(&self) -> String {
+        match self {
+            Cell::Int(v) => v.to_string(),
+            Cell::UInt(v) => v.to_string(),
+            Cell::Hex(v) => format!("{v:#x}"),
+            Cell::Str(s) => s.clone(),
+        }
+    }
+
+    pub fn json(&self) -> Value {
+        match self {
+            Cell::Int(v) => json!(v),
+            Cell::UInt(v) => json!(v),
+            Cell::Hex(v) => json!(format!("{v:#x}")),
+            Cell::Str(s) => json!(s),
+        }
+    }
+}
+
+/// Turns slot bytes into cells, naming probes and cgroups.
+pub struct Decoder {
+    probe_names: Vec<String>,
+    cgroups: OnceCell<HashMap<u64, String>>,
+}
+
+fn word(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    let n = b.len().min(8);
+    w[..n].copy_from_slice(&b[..n]);
+    u64::from_ne_bytes(w)
+}
+
+impl Decoder {
+    pub fn new(plan: &Plan) -> Decoder {
+        Decoder {
+            probe_names: plan.probes.iter().map(|p| p.probe.name.clone()).collect(),
+            cgroups: OnceCell::new(),
+        }
+    }
+
+    pub fn probe_name(&self, idx: u32) -> &str {
+        self.probe_names
+            .get(idx as usize)
+            .map_or("?", String::as_str)
+    }
+
+    pub fn cell(&self, slot: &Slot, data: &[u8]) -> Cell {
+        let b = data.get(slot.off..slot.off + slot.len).unwrap_or(&[]);
+        match slot.kind {
+            ValueKind::Probe => Cell::Str(self.probe_name(word(b) as u32).to_string()),
+            ValueKind::Cgroup => {
+                let id = word(b);
+                let names = self.cgroups.get_or_init(cgroup::id_paths);
+                Cell::Str(
+                    names
+                        .get(&id)
+                        .cloned()
+                        .unwrap_or_else(|| format!("cgroup:{id}")),
+                )
+            }
+            ValueKind::Int { signed: true } => Cell::Int(word(b) as i64),
+            ValueKind::Int { signed: false } => Cell::UInt(word(b)),
+            ValueKind::Hex => Cell::Hex(word(b)),
+            ValueKind::Str => Cell::Str(c_str(b)),
+        }
+    }
+
+    fn key(&self, plan: &Plan, data: &[u8]) -> Vec<Cell> {
+        plan.keys.iter().map(|s| self.cell(s, data)).collect()
+    }
+}
+
+fn key_json(plan: &Plan, cells: &[Cell]) -> Value {
+    let mut m = Map::new();
+    for (slot, c) in plan.keys.iter().zip(cells) {
+        m.insert(slot.name.clone(), c.json());
+    }
+    Value::Object(m)
+}
+
+fn num(v: i64, signed: bool) -> Value {
+    if signed {
+        json!(v)
+    } else {
+        json!(v as u64)
+    }
+}
+
+fn num_text(v: i64, signed: bool) -> String {
+    if signed {
+        v.to_string()
+    } else {
+        (v as u64).to_string()
+    }
+}
+
+fn avg(v: &AggVal, signed: bool) -> f64 {
+    if v.count == 0 {
+        return 0.0;
+    }
+    let sum = if signed {
+        v.sum as f64
+    } else {
+        v.sum as u64 as f64
+    };
+    sum / v.count as f64
+}
+
+/// Where results go: stdout, as text or JSON lines.
+pub struct Output {
+    w: BufWriter<Stdout>,
+    pub json: bool,
+}
+
+impl Output {
+    pub fn new(json: bool) -> Output {
+        Output {
+            w: BufWriter::with_capacity(1 << 16, io::stdout()),
+            json,
+        }
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+
+    fn line(&mut self, v: &Value) -> io::Result<()> {
+        serde_json::to_writer(&mut self.w, v)?;
+        self.w.write_all(b"\n")
+    }
+
+    /// Prints the aggregates of one run or interval.
+    pub fn aggregates(
+        &mut self,
+        plan: &Plan,
+        action: &Action,
+        data: &BTreeMap<Vec<u8>, KeyAgg>,
+        dec: &Decoder,
+        interval: Option<u64>,
+    ) -> io::Result<()> {
+        let signed = plan.value.as_ref().is_some_and(|v| v.1);
+        let mut rows: Vec<(Vec<Cell>, &KeyAgg, AggVal)> = data
+            .iter()
+            .map(|(k, agg)| (dec.key(plan, k), agg, agg.total(signed)))
+            .collect();
+        match action {
+            Action::Hist { .. } => rows.sort_by(|a, b| a.0.cmp(&b.0)),
+            _ => rows.sort_by(|a, b| a.2.count.cmp(&b.2.count).then_with(|| a.0.cmp(&b.0))),
+        }
+        if !self.json {
+            if let Some(i) = interval {
+                writeln!(self.w, "{}", interval_header(i))?;
+            }
+        }
+        match action {
+            Action::Count | Action::Stats { .. } => {
+                self.table(plan, action, &rows, signed, interval)
+            }
+            Action::Hist { value, buckets } => {
+                for (cells, agg, total) in &rows {
+                    self.hist(plan, value, *buckets, cells, agg, total, signed, interval)?;
+                }
+                Ok(())
+            }
+            Action::Trace { .. } => Ok(()),
+        }
+    }
+
+    fn table(
+        &mut self,
+        plan: &Plan,
+        action: &Action,
+        rows: &[(Vec<Cell>, &KeyAgg, AggVal)],
+        signed: bool,
+        interval: Option<u64>,
+    ) -> io::Result<()> {
+        let stats = matches!(action, Action::Stats { .. });
+        if self.json {
+            for (cells, _, v) in rows {
+                let mut o = if stats {
+                    json!({"type": "stats", "key": key_json(plan, cells), "count": v.count,
+                        "sum": num(v.sum, signed), "min": num(v.min, signed),
+                        "max": num(v.max, signed), "avg": avg(v, signed)})
+                } else {
+                    json!({"type": "count", "key": key_json(plan, cells), "count": v.count})
+                };
+                if let (Some(i), Some(m)) = (interval, o.as_object_mut()) {
+                    m.insert("interval".into(), json!(i));
+                }
+                self.line(&o)?;
+            }
+            return Ok(());
+        }
+        let mut header: Vec<String> = plan.keys.iter().map(|k| k.name.to_uppercase()).collect();
+        header.push("COUNT".into());
+        if stats {
+            header.extend(["SUM", "MIN", "MAX", "AVG"].map(String::from));
+        }
+        let body: Vec<Vec<String>> = rows
+            .iter()
+            .map(|(cells, _, v)| {
+                let mut r: Vec<String> = cells.iter().map(Cell::text).collect();
+                r.push(v.count.to_string());
+                if stats {
+                    r.push(num_text(v.sum, signed));
+                    r.push(num_text(v.min, signed));
+                    r.push(num_text(v.max, signed));
+                    r.push(format!("{:.2}", avg(v, signed)));
+                }
+                r
+            })
+            .collect();
+        let nkeys = plan.keys.len();
+        let widths: Vec<usize> = (0..header.len())
+            .map(|c| {
+                body.iter()
+                    .map(|r| r[c].len())
+                    .chain([header[c].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let fmt_row = |r: &[String]| {
+            r.iter()
+                .enumerate()
+                .map(|(c, s)| {
+                    if c < nkeys {
+                        format!("{s:<w$}", w = widths[c])
+                    } else {
+                        format!("{s:>w$}", w = widths[c])
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_string()
+        };
+        writeln!(self.w, "{}", fmt_row(&header))?;
+        for r in &body {
+            writeln!(self.w, "{}", fmt_row(r))?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn hist(
+        &mut self,
+        plan: &Plan,
+        value: &str,
+        buckets: Buckets,
+        cells: &[Cell],
+        agg: &KeyAgg,
+        total: &AggVal,
+        signed: bool,
+        interval: Option<u64>,
+    ) -> io::Result<()> {
+        if self.json {
+            let list: Vec<Value> = agg
+                .buckets
+                .iter()
+                .map(|(&i, v)| {
+                    let b = hist::bounds(buckets, i);
+                    json!({"low": big(b.low), "high": big(b.high), "count": v.count})
+                })
+                .collect();
+            let mut o = json!({"type": "hist", "key": key_json(plan, cells), "value": value,
+                "unit": "count", "buckets": list, "count": total.count, "sum": num(total.sum, signed)});
+            if let (Some(i), Some(m)) = (interval, o.as_object_mut()) {
+                m.insert("interval".into(), json!(i));
+            }
+            return self.line(&o);
+        }
+        let title: Vec<String> = plan
+            .keys
+            .iter()
+            .zip(cells)
+            .map(|(k, c)| format!("{}={}", k.name, c.text()))
+            .collect();
+        if title.is_empty() {
+            writeln!(self.w, "@{value}:")?;
+        } else {
+            writeln!(self.w, "@{value}[{}]:", title.join(", "))?;
+        }
+        let (Some(&lo), Some(&hi)) = (agg.buckets.keys().next(), agg.buckets.keys().last()) else {
+            return Ok(());
+        };
+        let max = agg.buckets.values().map(|v| v.count).max().unwrap_or(0);
+        let labels: Vec<String> = (lo..=hi).map(|i| hist::label(buckets, i)).collect();
+        let lw = labels.iter().map(String::len).max().unwrap_or(0);
+        for (i, label) in (lo..=hi).zip(&labels) {
+            let c = agg.buckets.get(&i).map_or(0, |v| v.count);
+            writeln!(self.w, "{label:<lw$} {c:>10} {}", hist::bar(c, max, 52))?;
+        }
+        writeln!(
+            self.w,
+            "count {}, sum {}, avg {:.2}\n",
+            total.count,
+            num_text(total.sum, signed),
+            avg(total, signed)
+        )
+    }
+
+    /// Prints one event.
+    pub fn event(
+        &mut self,
+        plan: &Plan,
+        ev: &Event<'_>,
+        dec: &Decoder,
+        t0_ns: u64,
+    ) -> io::Result<()> {
+        let slots: &[Slot] = plan
+            .probes
+            .get(ev.probe as usize)
+            .map_or(&[], |p| p.event.as_slice());
+        let probe = dec.probe_name(ev.probe);
+        if self.json {
+            let mut fields = Map::new();
+            for s in slots {
+                fields.insert(s.name.clone(), dec.cell(s, ev.data).json());
+            }
+            return self.line(&json!({"type": "event", "probe": probe, "ts_ns": ev.ts_ns,
+                "pid": ev.pid, "tid": ev.tid, "comm": ev.comm, "cpu": ev.cpu,
+                "fields": Value::Object(fields)}));
+        }
+        let t = ev.ts_ns.saturating_sub(t0_ns) as f64 / 1e9;
+        write!(
+            self.w,
+            "{t:.6} {probe} pid={} tid={} comm={} cpu={}",
+            ev.pid, ev.tid, ev.comm, ev.cpu
+        )?;
+        for s in slots {
+            match dec.cell(s, ev.data) {
+                Cell::Str(v) => write!(self.w, " {}={v:?}", s.name)?,
+                c => write!(self.w, " {}={}", s.name, c.text())?,
+            }
+        }
+        writeln!(self.w)
+    }
+
+    /// Reports what was lost, if anything: in JSON as records, in text on stderr.
+    pub fn lost(&mut self, lost: Lost, interval: Option<u64>) -> io::Result<()> {
+        let parts = [
+            (
+                lost.events,
+                "events",
+                "the ring buffer was full; raise --ringbuf-kib or filter more",
+            ),
+            (lost.keys, "keys", "the key map was full; raise --max-keys"),
+            (lost.stacks, "stacks", "stacks could not be captured"),
+            (lost.unmatched, "unmatched", "ends without a matching start"),
+        ];
+        for (n, what, why) in parts {
+            if n == 0 {
+                continue;
+            }
+            if self.json {
+                let mut o = json!({"type": "lost", "count": n, "what": what});
+                if let (Some(i), Some(m)) = (interval, o.as_object_mut()) {
+                    m.insert("interval".into(), json!(i));
+                }
+                self.line(&o)?;
+            } else {
+                self.w.flush()?;
+                eprintln!("bpfscope: lost {n} {what}: {why}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bucket bounds as JSON integers.
+fn big(v: i128) -> Value {
+    if v < 0 {
+        json!(v as i64)
+    } else {
+        json!(v as u64)
+    }
+}
+
+fn interval_header(i: u64) -> String {
+    let mut t: libc::time_t = 0;
+    // SAFETY: time() and localtime_r only write into the locals passed.
+    let tm = unsafe {
+        libc::time(&mut t);
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        tm
+    };
+    format!(
+        "-- interval {i} at {:02}:{:02}:{:02} --",
+        tm.tm_hour, tm.tm_min, tm.tm_sec
+    )
+}
