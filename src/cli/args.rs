@@ -61,15 +61,20 @@ pub struct KeyArgs {
 #[derive(Debug, Args)]
 pub struct TargetArgs {
     /// Only events of this process (all its threads)
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        allow_negative_numbers = true
+    )]
     pub pid: Option<i64>,
 
     /// Stop after this many seconds
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub duration: Option<f64>,
 
     /// Print and reset the results every SECS seconds
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub interval: Option<f64>,
 
     /// Run this command, trace only it and its descendants, stop when it exits

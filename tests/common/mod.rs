@@ -1,0 +1,246 @@
+//! Shared helpers for the root integration tests: building workload
+//! programs, running bpfscope, waiting for it to attach, parsing JSON lines.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_bpfscope")
+}
+
+/// True when running as root; otherwise prints why the test is skipped.
+pub fn root(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 {
+        eprintln!("SKIP {test}: needs root to load BPF programs");
+        return false;
+    }
+    true
+}
+
+/// Compiles tests/workloads/NAME.c (once per test binary run) and returns the binary.
+pub fn workload(name: &str) -> PathBuf {
+    workload_with(name, &[])
+}
+
+/// Like `workload`, with extra compiler flags; the flags become part of the output name.
+pub fn workload_with(name: &str, flags: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workloads")
+        .join(format!("{name}.c"));
+    let tag: String = flags
+        .iter()
+        .map(|f| f.replace(|c: char| !c.is_ascii_alphanumeric(), ""))
+        .collect::<Vec<_>>()
+        .join("_");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(if tag.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}-{tag}")
+    });
+    let fresh = out
+        .metadata()
+        .and_then(|o| Ok(o.modified()? >= src.metadata()?.modified()?))
+        .unwrap_or(false);
+    if !fresh {
+        // Build under a unique name and rename, so parallel tests never see a half-written file.
+        let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+        let st = Command::new("cc")
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .args(flags)
+            .status()
+            .expect("running cc");
+        assert!(st.success(), "compiling {}", src.display());
+        std::fs::rename(&tmp, &out).expect("renaming workload");
+    }
+    out
+}
+
+/// Runs bpfscope to completion.
+pub fn run(args: &[&str]) -> Output {
+    run_timeout(args, Duration::from_secs(120))
+}
+
+pub fn run_timeout(args: &[&str], timeout: Duration) -> Output {
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting bpfscope");
+    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        so.read_to_end(&mut v).ok();
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        se.read_to_end(&mut v).ok();
+        v
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waiting") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("bpfscope {args:?} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
+
+/// A bpfscope run in the background, attached and ready.
+pub struct Running {
+    pub child: Child,
+    stdout: Option<std::thread::JoinHandle<Vec<u8>>>,
+    stderr_lines: mpsc::Receiver<String>,
+    pub stderr_seen: Vec<String>,
+}
+
+/// Starts bpfscope and waits until it prints "Attached".
+pub fn start(args: &[&str]) -> Running {
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting bpfscope");
+    let mut so = child.stdout.take().unwrap();
+    let se = child.stderr.take().unwrap();
+    let stdout = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        so.read_to_end(&mut v).ok();
+        v
+    });
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(se).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut r = Running {
+        child,
+        stdout: Some(stdout),
+        stderr_lines: rx,
+        stderr_seen: Vec::new(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match r.stderr_lines.recv_timeout(Duration::from_millis(100)) {
+            Ok(l) => {
+                let done = l.starts_with("Attached");
+                r.stderr_seen.push(l);
+                if done {
+                    return r;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                panic!(
+                    "bpfscope {args:?} exited before attaching: {:?}",
+                    r.stderr_seen
+                )
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = r.child.kill();
+            panic!("bpfscope {args:?} did not attach: {:?}", r.stderr_seen);
+        }
+    }
+}
+
+impl Running {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends SIGINT (what Ctrl-C does) and collects the output.
+    pub fn interrupt(mut self) -> (String, String) {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(self.pid(), libc::SIGINT) };
+        self.finish()
+    }
+
+    /// Waits for exit; returns (stdout, stderr).
+    pub fn finish(&mut self) -> (String, String) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.child.try_wait().expect("waiting").is_none() {
+            assert!(Instant::now() < deadline, "bpfscope did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let out = self
+            .stdout
+            .take()
+            .map(|h| h.join().unwrap())
+            .unwrap_or_default();
+        while let Ok(l) = self.stderr_lines.recv_timeout(Duration::from_millis(200)) {
+            self.stderr_seen.push(l);
+        }
+        (
+            String::from_utf8_lossy(&out).into_owned(),
+            self.stderr_seen.join("\n"),
+        )
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Parses JSON lines.
+pub fn json_lines(s: &str) -> Vec<serde_json::Value> {
+    s.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+/// Asserts a successful run and returns stdout.
+pub fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "bpfscope failed: {:?}\nstderr: {}",
+        o.status,
+        stderr(o)
+    );
+    stdout(o)
+}
+
+/// Names of loaded BPF programs (from bpftool), to check nothing of ours is left.
+pub fn loaded_prog_names() -> Vec<String> {
+    let out = Command::new("bpftool")
+        .args(["prog", "show", "--json"])
+        .output()
+        .expect("running bpftool");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}

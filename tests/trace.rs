@@ -1,0 +1,649 @@
+//! Tracing engine against the real kernel (run as root): exact counts,
+//! histograms, filters, targets, JSON, bad input, cleanup.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+const WRITE: &str = "tracepoint:syscalls:sys_enter_write";
+
+/// count objects by the given key field.
+fn counts_by(lines: &[Value], key: &str) -> BTreeMap<String, u64> {
+    lines
+        .iter()
+        .filter(|v| v["type"] == "count")
+        .map(|v| {
+            let k = match &v["key"][key] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k, v["count"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn exact_count_of_sized_writes_by_a_named_process() {
+    if !root("exact_count") {
+        return;
+    }
+    let w = workload("writer");
+    // The command target: only the workload's writes, then stop when it exits.
+    let o = run(&[
+        "count",
+        WRITE,
+        "--by",
+        "comm",
+        "--json",
+        "--filter",
+        "count == 4096",
+        "--",
+        w.to_str().unwrap(),
+        "wr_exact",
+        "1000",
+        "4096",
+        "100",
+    ]);
+    let c = counts_by(&json_lines(&ok(&o)), "comm");
+    assert_eq!(c.get("wr_exact"), Some(&1000), "{c:?}");
+    assert_eq!(c.len(), 1, "only the command's writes: {c:?}");
+    assert!(stderr(&o).contains("Attached 1 probe"));
+}
+
+#[test]
+fn system_wide_count_until_ctrl_c() {
+    if !root("system_wide") {
+        return;
+    }
+    let w = workload("writer");
+    let r = start(&[
+        "count",
+        WRITE,
+        "--by",
+        "comm",
+        "--json",
+        "--filter",
+        r#"comm == "wr_sysw""#,
+    ]);
+    let st = Command::new(&w)
+        .args(["wr_sysw", "777", "10"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (out, _) = r.interrupt();
+    let c = counts_by(&json_lines(&out), "comm");
+    assert_eq!(c, BTreeMap::from([("wr_sysw".to_string(), 777)]));
+}
+
+#[test]
+fn exact_log2_buckets() {
+    if !root("log2") {
+        return;
+    }
+    let w = workload("writer");
+    // 10 x each size: 0 -> [0,1); 1 -> [1,2); 3 -> [2,4); 4096 and 5000 -> [4K,8K); 65536 -> [64K,128K)
+    let o = run(&[
+        "hist",
+        WRITE,
+        "--value",
+        "count",
+        "--json",
+        "--",
+        w.to_str().unwrap(),
+        "wr_log2",
+        "10",
+        "0",
+        "1",
+        "3",
+        "4096",
+        "5000",
+        "65536",
+    ]);
+    let lines = json_lines(&ok(&o));
+    let h: Vec<&Value> = lines.iter().filter(|v| v["type"] == "hist").collect();
+    assert_eq!(h.len(), 1, "{lines:?}");
+    let buckets: Vec<(i64, u64, u64)> = h[0]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["low"].as_i64().unwrap(),
+                b["high"].as_u64().unwrap(),
+                b["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        buckets,
+        vec![
+            (0, 1, 10),
+            (1, 2, 10),
+            (2, 4, 10),
+            (4096, 8192, 20),
+            (65536, 131072, 10)
+        ]
+    );
+    assert_eq!(h[0]["count"], 60);
+    assert_eq!(h[0]["sum"], 10 * (1 + 3 + 4096 + 5000 + 65536));
+    assert_eq!(h[0]["unit"], "count");
+}
+
+#[test]
+fn exact_linear_buckets_and_text_bars() {
+    if !root("linear") {
+        return;
+    }
+    let w = workload("writer");
+    let o = run(&[
+        "hist",
+        WRITE,
+        "--value",
+        "count",
+        "--linear",
+        "0:1000:100",
+        "--",
+        w.to_str().unwrap(),
+        "wr_lin",
+        "5",
+        "0",
+        "99",
+        "100",
+        "950",
+        "1000",
+        "4000",
+    ]);
+    let out = ok(&o);
+    // [0,100): 10, [100,200): 5, [900,1000): 5, [1000, ...): 10
+    let line = |label: &str| -> u64 {
+        let l = out
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label} in\n{out}"));
+        l[label.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(line("[0, 100)"), 10, "{out}");
+    assert_eq!(line("[100, 200)"), 5);
+    assert_eq!(line("[200, 300)"), 0);
+    assert_eq!(line("[900, 1000)"), 5);
+    assert_eq!(line("[1000, ...)"), 10);
+    assert!(out.contains("|@@@@"), "bars: {out}");
+}
+
+#[test]
+fn filters_keep_and_drop() {
+    if !root("filters") {
+        return;
+    }
+    let w = workload("writer");
+    let count = |filter: &str| -> u64 {
+        let o = run(&[
+            "count",
+            WRITE,
+            "--json",
+            "--filter",
+            filter,
+            "--",
+            w.to_str().unwrap(),
+            "wr_filt",
+            "7",
+            "10",
+            "20",
+            "30",
+        ]);
+        json_lines(&ok(&o))
+            .iter()
+            .filter(|v| v["type"] == "count")
+            .map(|v| v["count"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(count("count == 20"), 7);
+    assert_eq!(count("count != 20 && count >= 10 && count <= 30"), 14);
+    assert_eq!(count("count < 15 || count > 25"), 14);
+    assert_eq!(count("!(count == 10 || count == 30)"), 7);
+    assert_eq!(count(r#"comm == "wr_f*" && count > 10"#), 14);
+    assert_eq!(count(r#"comm == "wr_filt?""#), 0);
+    assert_eq!(count(r#"comm != "wr_filt""#), 0);
+    assert_eq!(count("count == 0x14"), 7);
+    assert_eq!(count("fd > 2 && fd < 1000"), 21);
+    assert_eq!(count("count"), 21);
+}
+
+#[test]
+fn command_target_follows_forks() {
+    if !root("follow_forks") {
+        return;
+    }
+    let w = workload("writer");
+    let o = Command::new(bin())
+        .args([
+            "count",
+            WRITE,
+            "--by",
+            "pid",
+            "--json",
+            "--filter",
+            "count == 333",
+            "--",
+        ])
+        .arg(&w)
+        .args(["wr_fork", "50", "333"])
+        .env("FORK", "1")
+        .output()
+        .unwrap();
+    let lines = json_lines(&ok(&o));
+    let c = counts_by(&lines, "pid");
+    // The writes happen in the forked child, a pid the parent never had.
+    assert_eq!(
+        c.values().copied().collect::<Vec<_>>(),
+        vec![50],
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn pid_target() {
+    if !root("pid_target") {
+        return;
+    }
+    let w = workload("writer");
+    let mut wl = Command::new(&w)
+        .args(["wr_pidt", "40", "8"])
+        .env("DELAY_MS", "1500")
+        .spawn()
+        .unwrap();
+    let pid = wl.id().to_string();
+    let mut other = Command::new(&w)
+        .args(["wr_pidt", "40", "8"])
+        .env("DELAY_MS", "1500")
+        .spawn()
+        .unwrap();
+    let r = start(&[
+        "count",
+        WRITE,
+        "-p",
+        &pid,
+        "--json",
+        "--by",
+        "pid",
+        "--duration",
+        "60",
+    ]);
+    wl.wait().unwrap();
+    other.wait().unwrap();
+    let (out, _) = r.interrupt();
+    let c = counts_by(&json_lines(&out), "pid");
+    assert_eq!(c, BTreeMap::from([(pid, 40)]));
+}
+
+#[test]
+fn intervals_add_up_exactly() {
+    if !root("intervals") {
+        return;
+    }
+    let w = workload("writer");
+    let o = Command::new(bin())
+        .args([
+            "count",
+            WRITE,
+            "--json",
+            "--interval",
+            "0.2",
+            "--filter",
+            "count == 11",
+            "--",
+        ])
+        .arg(&w)
+        .args(["wr_intv", "1500", "11"])
+        .env("PAUSE_US", "500")
+        .output()
+        .unwrap();
+    let lines = json_lines(&ok(&o));
+    let per: Vec<(u64, u64)> = lines
+        .iter()
+        .filter(|v| v["type"] == "count")
+        .map(|v| {
+            (
+                v["interval"].as_u64().unwrap(),
+                v["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let total: u64 = per.iter().map(|p| p.1).sum();
+    assert_eq!(total, 1500, "{per:?}");
+    assert!(per.len() >= 2, "spread over intervals: {per:?}");
+}
+
+#[test]
+fn stats_by_cpu_on_a_classic_tracepoint() {
+    if !root("stats") {
+        return;
+    }
+    let o = run(&[
+        "stats",
+        "tracepoint:sched:sched_switch",
+        "--value",
+        "prev_state",
+        "--by",
+        "cpu",
+        "--json",
+        "--duration",
+        "0.5",
+        "-v",
+    ]);
+    let lines = json_lines(&ok(&o));
+    assert!(stderr(&o).contains("tracepoint:sched:sched_switch: tracepoint (perf link)"));
+    let s: Vec<&Value> = lines.iter().filter(|v| v["type"] == "stats").collect();
+    assert!(!s.is_empty());
+    for v in s {
+        let (count, sum) = (v["count"].as_u64().unwrap(), v["sum"].as_i64().unwrap());
+        assert!(count > 0);
+        assert!(v["key"]["cpu"].as_u64().unwrap() < 1024);
+        assert!(v["min"].as_i64().unwrap() <= v["max"].as_i64().unwrap());
+        let avg = v["avg"].as_f64().unwrap();
+        assert!((avg - sum as f64 / count as f64).abs() < 1e-6);
+    }
+}
+
+#[test]
+fn builtin_keys_take_raw_tp_with_cookie() {
+    if !root("raw_tp") {
+        return;
+    }
+    let w = workload("writer");
+    let o = run(&[
+        "count",
+        "tracepoint:sched:sched_process_exec",
+        "--by",
+        "probe,comm",
+        "--json",
+        "-v",
+        "--",
+        "/bin/sh",
+        "-c",
+        &format!("{} wr_exec 1 1; {} wr_exec 1 1", w.display(), w.display()),
+    ]);
+    let out = ok(&o);
+    assert!(stderr(&o).contains("raw_tp with cookie"), "{}", stderr(&o));
+    let lines = json_lines(&out);
+    // Two execs of the writer (comm is still the file name at exec time) and the shell's own.
+    let execs: u64 = lines
+        .iter()
+        .filter(|v| v["key"]["probe"] == "tracepoint:sched:sched_process_exec")
+        .map(|v| v["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(execs, 3, "{lines:?}");
+}
+
+#[test]
+fn trace_prints_events_with_fields() {
+    if !root("trace") {
+        return;
+    }
+    let o = run(&[
+        "trace",
+        "t:syscalls:sys_enter_openat",
+        "--json",
+        "--filter",
+        r#"filename == "/etc/host*""#,
+        "--",
+        "sh",
+        "-c",
+        "cat /etc/hostname /etc/hosts >/dev/null",
+    ]);
+    let lines = json_lines(&ok(&o));
+    let ev: Vec<&Value> = lines.iter().filter(|v| v["type"] == "event").collect();
+    let names: Vec<&str> = ev
+        .iter()
+        .map(|v| v["fields"]["filename"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["/etc/hostname", "/etc/hosts"]);
+    for v in &ev {
+        assert_eq!(v["probe"], "tracepoint:syscalls:sys_enter_openat");
+        assert_eq!(v["comm"], "cat");
+        assert!(v["pid"].as_u64().unwrap() > 0 && v["tid"].as_u64().is_some());
+        assert!(v["ts_ns"].as_u64().unwrap() > 0 && v["cpu"].as_u64().is_some());
+        assert_eq!(v["fields"]["dfd"], -100);
+    }
+    // --fields narrows what is printed.
+    let o = run(&[
+        "trace",
+        "t:syscalls:sys_enter_openat",
+        "--fields",
+        "filename",
+        "--filter",
+        r#"filename == "/etc/hostname""#,
+        "--",
+        "sh",
+        "-c",
+        "cat /etc/hostname >/dev/null",
+    ]);
+    let out = ok(&o);
+    let line = out.lines().find(|l| l.contains("openat")).unwrap();
+    assert!(line.ends_with(r#"filename="/etc/hostname""#), "{line}");
+}
+
+#[test]
+fn json_count_schema() {
+    if !root("json_schema") {
+        return;
+    }
+    let w = workload("writer");
+    let o = run(&[
+        "count",
+        "t:syscalls:sys_enter_write",
+        "t:syscalls:sys_enter_close",
+        "--by",
+        "probe,comm,pid,tid,cpu,uid,cgroup",
+        "--json",
+        "--",
+        w.to_str().unwrap(),
+        "wr_json",
+        "3",
+        "1",
+    ]);
+    for v in json_lines(&ok(&o)) {
+        assert_eq!(v["type"], "count");
+        let k = v["key"].as_object().unwrap();
+        let keys: Vec<&str> = k.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            vec!["cgroup", "comm", "cpu", "pid", "probe", "tid", "uid"]
+        );
+        assert!(k["probe"]
+            .as_str()
+            .unwrap()
+            .starts_with("tracepoint:syscalls:sys_enter_"));
+        assert!(k["cgroup"].as_str().unwrap().starts_with('/'));
+        assert!(k["pid"].is_u64() && k["tid"].is_u64() && k["uid"].is_u64());
+        assert!(v["count"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn list_shows_fields() {
+    if !root("list") {
+        return;
+    }
+    let out = ok(&run(&["list", "syscalls:*openat*"]));
+    assert!(
+        out.contains("tracepoint:syscalls:sys_enter_openat\n"),
+        "{out}"
+    );
+    assert!(out.contains("    const char *filename"), "{out}");
+    assert!(!out.contains("common_pid"));
+}
+
+/// Every bad input: exit 2, one line on stderr naming the problem, no panic.
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    if !root("bad_input") {
+        return;
+    }
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["count", "tracepoint:syscalls:sys_enter_wirte"],
+            "did you mean tracepoint:syscalls:sys_enter_write",
+        ),
+        (
+            &["count", "tracepoint:nope:nothing*"],
+            "no tracepoint matches",
+        ),
+        (&["count", "kprobe"], "expected KIND:"),
+        (&["count", "bogus:a:b"], "unknown probe kind"),
+        (
+            &["count", WRITE, "--by", "nosuchfield"],
+            "its fields: __syscall_nr, fd, buf, count",
+        ),
+        (&["hist", WRITE, "--value", "nope"], "has no field 'nope'"),
+        (&["count", WRITE, "--filter", "count = 3"], "column 7"),
+        (&["count", WRITE, "--filter", "(count == 3"], "column 12"),
+        (
+            &["count", WRITE, "--filter", "comm == 3"],
+            "cannot be compared with a number",
+        ),
+        (
+            &["hist", WRITE, "--value", "count", "--linear", "10:5:1"],
+            "--linear '10:5:1'",
+        ),
+        (
+            &["hist", WRITE, "--value", "count", "--linear", "0:x:1"],
+            "MIN:MAX:STEP",
+        ),
+        (&["count", WRITE, "--duration", "-1"], "--duration"),
+        (&["count", WRITE, "--duration", "abc"], "--duration"),
+        (&["count", WRITE, "-p", "999999999"], "no such process"),
+        (&["count", WRITE, "--", "/no/such/cmd"], "does not exist"),
+        (
+            &["count", WRITE, "--", "no-such-command-xyz"],
+            "not found in PATH",
+        ),
+        (
+            &["count", WRITE, "-p", "1", "--", "true"],
+            "exclude each other",
+        ),
+        (&["count", WRITE, "--max-keys", "0"], "--max-keys"),
+        (&["hist", WRITE], "--value"),
+        (&["frobnicate"], "unrecognized subcommand"),
+    ];
+    for (args, want) in cases {
+        let o = run(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: one line: {err}"
+        );
+        assert!(err.starts_with("bpfscope: error: "), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want {want:?} in {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// BPF program ids held by a process, from its fdinfo.
+fn prog_ids_of(pid: i32) -> Vec<u32> {
+    let mut ids = Vec::new();
+    let dir = format!("/proc/{pid}/fdinfo");
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        if let Ok(s) = std::fs::read_to_string(e.path()) {
+            if let Some(id) = s.lines().find_map(|l| l.strip_prefix("prog_id:")) {
+                ids.push(id.trim().parse().unwrap());
+            }
+        }
+    }
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+fn prog_exists(id: u32) -> bool {
+    Command::new("bpftool")
+        .args(["prog", "show", "id", &id.to_string()])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+#[test]
+fn nothing_left_after_sigkill() {
+    if !root("sigkill") {
+        return;
+    }
+    let r = start(&[
+        "count",
+        "t:syscalls:sys_enter_*",
+        "t:sched:sched_switch",
+        "--by",
+        "probe,comm",
+        "--filter",
+        "cpu < 64",
+    ]);
+    let ids = prog_ids_of(r.pid());
+    assert!(!ids.is_empty(), "the running bpfscope holds programs");
+    assert!(ids.iter().all(|&id| prog_exists(id)));
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(r.pid(), libc::SIGKILL) };
+    let mut r = r;
+    let _ = r.finish();
+    // Freeing happens after the last reference (an RCU period); allow a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while ids.iter().any(|&id| prog_exists(id)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "programs {ids:?} still loaded"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn lost_keys_are_reported() {
+    if !root("lost_keys") {
+        return;
+    }
+    let w = workload("writer");
+    // 6 distinct sizes but room for 2 keys: 4 x 5 writes cannot be kept.
+    let o = run(&[
+        "count",
+        WRITE,
+        "--by",
+        "args.count",
+        "--max-keys",
+        "2",
+        "--json",
+        "--",
+        w.to_str().unwrap(),
+        "wr_lost",
+        "5",
+        "1",
+        "2",
+        "3",
+        "4",
+        "5",
+        "6",
+    ]);
+    let lines = json_lines(&ok(&o));
+    let lost: u64 = lines
+        .iter()
+        .filter(|v| v["type"] == "lost")
+        .map(|v| v["count"].as_u64().unwrap())
+        .sum();
+    let kept: u64 = lines
+        .iter()
+        .filter(|v| v["type"] == "count")
+        .map(|v| v["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(kept + lost, 30, "{lines:?}");
+    assert_eq!(lost, 20);
+}
