@@ -5,6 +5,8 @@
 //! `filter` (expressions compiled for the kernel) -> `attach` (load generic
 //! programs, attach links with cookies) -> `collect` (maps, ring buffers,
 //! lost counts) -> `render` (text, JSON). `cmd` runs them per subcommand.
+//! Profiling adds `profile` (sampling with in-kernel stack aggregation,
+//! recordings) and `symbolize` (build ids and addresses to names, offline).
 
 pub mod attach;
 pub mod bpf;
@@ -14,4 +16,6 @@ pub mod collect;
 pub mod error;
 pub mod filter;
 pub mod probe;
+pub mod profile;
 pub mod render;
+pub mod symbolize;

@@ -14,6 +14,19 @@ pub mod trace {
     include!(concat!(env!("OUT_DIR"), "/trace.skel.rs"));
 }
 
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    missing_docs,
+    dead_code,
+    unused_imports,
+    non_camel_case_types,
+    non_upper_case_globals
+)]
+pub mod profile {
+    include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
+}
+
 /// Types shared with trace.bpf.c (from trace.h, through the skeleton).
 pub use trace::types as abi;
 

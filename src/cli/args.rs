@@ -28,6 +28,14 @@ pub enum Command {
     Trace(TraceArgs),
     /// List probes and their fields
     List(ListArgs),
+    /// Sample stacks (CPU, or off-CPU time) and write a flame graph, pprof, folded stacks or the top functions
+    Profile(super::profile::ProfileArgs),
+    /// Sample stacks into an unsymbolized recording for a later `report`
+    Record(super::profile::RecordArgs),
+    /// Symbolize a recording into a flame graph, pprof, folded stacks or the top functions
+    Report(super::profile::ReportArgs),
+    /// Print function, file and line for addresses or file offsets
+    Symbolize(super::profile::SymbolizeArgs),
     /// Print shell completions
     Completions {
         /// Shell to generate completions for

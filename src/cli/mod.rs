@@ -2,6 +2,7 @@
 //! never see raw strings.
 
 mod args;
+pub mod profile;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -74,6 +75,10 @@ pub enum Settings {
     Trace(Box<TraceSettings>),
     List(ListSettings),
     Completions(clap_complete::Shell),
+    Profile(Box<profile::ProfileSettings>),
+    Record(Box<profile::RecordSettings>),
+    Report(Box<profile::ReportSettings>),
+    Symbolize(Box<profile::SymbolizeSettings>),
 }
 
 const MAX_LINEAR_BUCKETS: u64 = 1000;
@@ -144,6 +149,28 @@ impl Settings {
                 json: a.json,
             }),
             Command::Completions { shell } => Settings::Completions(shell),
+            Command::Profile(a) => Settings::Profile(Box::new(profile::ProfileSettings {
+                output: a
+                    .output
+                    .map(|p| profile::output_format(&p).map(|f| (p, f)))
+                    .transpose()?,
+                sample: profile::sample_settings(a.sample)?,
+                symbols: profile::symbol_settings(a.symbols)?,
+            })),
+            Command::Record(a) => Settings::Record(Box::new(profile::RecordSettings {
+                sample: profile::sample_settings(a.sample)?,
+                output: a.output,
+            })),
+            Command::Report(a) => Settings::Report(Box::new(profile::ReportSettings {
+                output: a
+                    .output
+                    .map(|p| profile::output_format(&p).map(|f| (p, f)))
+                    .transpose()?,
+                input: a.input,
+                symbols: profile::symbol_settings(a.symbols)?,
+                verbose: a.verbose,
+            })),
+            Command::Symbolize(a) => Settings::Symbolize(Box::new(profile::symbolize_settings(a)?)),
         })
     }
 }

@@ -2,6 +2,7 @@
 //! resolve -> attach -> collect -> symbolize -> render.
 
 pub mod list;
+pub mod profile;
 pub mod trace;
 
 use anyhow::Result;
@@ -14,6 +15,10 @@ pub fn run(settings: Settings) -> Result<()> {
     match settings {
         Settings::Trace(s) => trace::run(*s),
         Settings::List(s) => list::run(s),
+        Settings::Profile(s) => profile::profile(*s),
+        Settings::Record(s) => profile::record(*s),
+        Settings::Report(s) => profile::report(*s),
+        Settings::Symbolize(s) => profile::symbolize(*s),
         Settings::Completions(shell) => {
             clap_complete::generate(
                 shell,

@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The cgroup2 mount point, from /proc/self/mountinfo.
-fn cgroup2_root() -> Option<PathBuf> {
+pub fn cgroup2_root() -> Option<PathBuf> {
     let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
     info.lines().find_map(|l| {
         let (pre, post) = l.split_once(" - ")?;

@@ -1,7 +1,10 @@
-//! Render stage: aggregates, events and lost counts as text or JSON lines.
+//! Render stage: aggregates, events and lost counts as text or JSON lines;
+//! profiles as folded stacks, flame graphs, pprof, JSON or a top table.
 
 pub mod cgroup;
 pub mod hist;
+pub mod pprof;
+pub mod profile;
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};

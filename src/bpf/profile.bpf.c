@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bpfscope's profiler. bpfscope_prof runs on a software cpu-clock perf
+ * event on every CPU; bpfscope_offcpu runs at every context switch. Both
+ * take the current task's kernel stack (plain addresses) and user stack (ELF
+ * build id + file offset per frame, BPF_F_STACK_BUILD_ID) into stack maps
+ * and count the pair per process in `counts`, so only unique stacks reach
+ * user space, once, at the end. The first sample of a process is announced
+ * on a ring buffer so user space can snapshot its mappings while it lives
+ * (for frames whose build id the kernel could not read).
+ */
+#include "common.h"
+#include "profile.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define EFAULT 14
+#define PF_KTHREAD 0x00200000
+
+/* Only the fields used here; CO-RE relocates them (see kernel.h). */
+struct task_struct___bp {
+	unsigned int flags;
+} __attribute__((preserve_access_index));
+
+const volatile u32 self_tgid = 0;
+const volatile u32 target_mode = BP_TARGET_ALL;
+const volatile u32 stacks = BP_STACKS_KERNEL | BP_STACKS_USER;
+/* BP_TARGET_CGROUP: the cgroup's id and its depth below the root. */
+const volatile u64 target_cgroup = 0;
+const volatile u32 cgroup_level = 0;
+/* Off-CPU intervals shorter than this are not counted. */
+const volatile u64 min_block_ns = 0;
+
+/* Keeps ABI types in BTF so the skeleton generates them for user space. */
+struct bp_abi {
+	enum bp_limits limits;
+	enum bp_lost lost;
+	enum bp_target_mode target_mode;
+	enum bp_stacks stacks;
+	struct bp_key key;
+	struct bp_val val;
+	struct bp_offcpu_start start;
+	struct bp_new_proc new_proc;
+};
+const volatile struct bp_abi bp_abi_types = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 8192); /* sized at load time */
+	__uint(key_size, sizeof(u32));
+	__uint(value_size, BP_MAX_DEPTH * sizeof(u64));
+} kstacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 8192); /* sized at load time */
+	__uint(map_flags, BPF_F_STACK_BUILD_ID);
+	__uint(key_size, sizeof(u32));
+	__uint(value_size, BP_MAX_DEPTH * sizeof(struct bpf_stack_build_id));
+} ustacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384); /* sized at load time */
+	__type(key, struct bp_key);
+	__type(value, struct bp_val);
+} counts SEC(".maps");
+
+/* Processes already announced to user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, u8);
+} seen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 << 10);
+} procs SEC(".maps");
+
+/* Off-CPU: thread id -> when and where it was switched out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 32768);
+	__type(key, u32);
+	__type(value, struct bp_offcpu_start);
+} starts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BP_LOST_NR);
+	__type(key, u32);
+	__type(value, u64);
+} lost SEC(".maps");
+
+/* tgids profiled in BP_TARGET_TRACKED mode. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, u8);
+} tracked SEC(".maps");
+
+static __always_inline int bp_target_ok(u32 tgid)
+{
+	if (tgid == self_tgid)
+		return 0;
+	if (target_mode == BP_TARGET_TRACKED)
+		return bpf_map_lookup_elem(&tracked, &tgid) != 0;
+	if (target_mode == BP_TARGET_CGROUP)
+		return bpf_get_current_ancestor_cgroup_id(cgroup_level) == target_cgroup;
+	return 1;
+}
+
+/*
+ * The current task's stacks into key. -EFAULT means there is no such stack
+ * (a sample in user mode has no kernel frames, a kernel thread no user
+ * frames); any other error is a stack that could not be stored.
+ */
+static __always_inline void bp_stacks(void *ctx, struct task_struct *t, struct bp_key *key)
+{
+	struct task_struct___bp *tb = (void *)t;
+	long id;
+
+	if (stacks & BP_STACKS_KERNEL) {
+		id = bpf_get_stackid(ctx, &kstacks, 0);
+		if (id >= 0)
+			key->kstack = id;
+		else if (id != -EFAULT)
+			bs_count(&lost, BP_LOST_KSTACK);
+	}
+	if ((stacks & BP_STACKS_USER) && !(BPF_CORE_READ(tb, flags) & PF_KTHREAD)) {
+		/*
+		 * The only build-id lookup of this program run: the kernel
+		 * resolves build ids for one stack per run and falls back to
+		 * raw addresses for later ones.
+		 */
+		id = bpf_get_stackid(ctx, &ustacks, BPF_F_USER_STACK);
+		if (id >= 0)
+			key->ustack = id;
+		else if (id != -EFAULT)
+			bs_count(&lost, BP_LOST_USTACK);
+	}
+}
+
+static __always_inline void bp_announce(u32 tgid)
+{
+	struct bp_new_proc *n;
+	u8 one = 1;
+
+	if (bpf_map_lookup_elem(&seen, &tgid))
+		return;
+	if (bpf_map_update_elem(&seen, &tgid, &one, BPF_NOEXIST))
+		return;
+	n = bpf_ringbuf_reserve(&procs, sizeof(*n), 0);
+	if (!n) {
+		bs_count(&lost, BP_LOST_NOTIFY);
+		return;
+	}
+	n->tgid = tgid;
+	n->pad = 0;
+	bpf_ringbuf_submit(n, 0);
+}
+
+static __always_inline void bp_add(struct bp_key *key, u64 value, struct task_struct *t)
+{
+	struct bp_val *v = bpf_map_lookup_elem(&counts, key);
+
+	if (!v) {
+		struct bp_val nv = {};
+		struct task_struct *leader = t->group_leader;
+
+		__builtin_memcpy(nv.comm, leader->comm, BP_COMM_LEN);
+		bpf_map_update_elem(&counts, key, &nv, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&counts, key);
+		if (!v) {
+			bs_count(&lost, BP_LOST_KEYS);
+			return;
+		}
+		bp_announce(key->tgid);
+	}
+	/* Atomics: the same key is counted from every CPU. */
+	__sync_fetch_and_add(&v->value, value);
+	__sync_fetch_and_add(&v->count, 1);
+}
+
+SEC("perf_event")
+int bpfscope_prof(struct bpf_perf_event_data *ctx)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct bp_key key = { .kstack = -1, .ustack = -1 };
+
+	/* The idle task: not work anyone asked about. */
+	if (t->pid == 0)
+		return 0;
+	key.tgid = t->tgid;
+	if (!bp_target_ok(key.tgid))
+		return 0;
+	bp_stacks(ctx, t, &key);
+	if (key.kstack < 0 && key.ustack < 0)
+		return 0;
+	bp_add(&key, 1, t);
+	return 0;
+}
+
+/*
+ * At a switch, `prev` is still the current task: remember where it stops.
+ * When a remembered thread is switched back in, the time it was away is
+ * added to the stacks it stopped at.
+ */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(bpfscope_offcpu, _Bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	u64 now = bpf_ktime_get_ns();
+	struct bp_offcpu_start *st;
+	u32 tid = prev->pid;
+
+	if (tid && bp_target_ok(prev->tgid)) {
+		struct bp_offcpu_start s = { .ts_ns = now };
+
+		s.key.tgid = prev->tgid;
+		s.key.kstack = -1;
+		s.key.ustack = -1;
+		bp_stacks(ctx, bpf_get_current_task_btf(), &s.key);
+		if (bpf_map_update_elem(&starts, &tid, &s, BPF_ANY))
+			bs_count(&lost, BP_LOST_OFFCPU);
+	}
+	tid = next->pid;
+	if (!tid)
+		return 0;
+	st = bpf_map_lookup_elem(&starts, &tid);
+	if (!st)
+		return 0;
+	if (now - st->ts_ns >= min_block_ns && (st->key.kstack >= 0 || st->key.ustack >= 0)) {
+		struct bp_key key = st->key;
+
+		bp_add(&key, now - st->ts_ns, next);
+	}
+	bpf_map_delete_elem(&starts, &tid);
+	return 0;
+}
+
+/* Follows forks of tracked processes, so `-- CMD` profiles all descendants. */
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(bpfscope_fork, struct task_struct *parent, struct task_struct *child)
+{
+	u32 ptgid = BPF_CORE_READ(parent, tgid);
+	u32 ctgid;
+	u8 one = 1;
+
+	if (!bpf_map_lookup_elem(&tracked, &ptgid))
+		return 0;
+	ctgid = BPF_CORE_READ(child, tgid);
+	bpf_map_update_elem(&tracked, &ctgid, &one, BPF_ANY);
+	return 0;
+}

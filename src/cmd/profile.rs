@@ -1,0 +1,203 @@
+//! `bpfscope profile | record | report | symbolize`: sampling, recordings,
+//! offline symbolization and the profile outputs.
+
+use std::io::{self, BufWriter, Read, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::cli::profile::{
+    parse_addr, Format, ProfileSettings, RecordSettings, ReportSettings, SymSource, SymbolSettings,
+    SymbolizeSettings,
+};
+use crate::profile::format::{self, Recording};
+use crate::render::pprof;
+use crate::symbolize::{self, kernel, Line, Profile, Resolver};
+
+pub fn profile(s: ProfileSettings) -> Result<()> {
+    let sampled = crate::profile::sample(&s.sample)?;
+    let rec = crate::profile::to_recording(&s.sample, sampled);
+    emit(&rec, s.output.as_ref(), &s.symbols, s.sample.verbose)
+}
+
+pub fn record(s: RecordSettings) -> Result<()> {
+    let sampled = crate::profile::sample(&s.sample)?;
+    let rec = crate::profile::to_recording(&s.sample, sampled);
+    format::write(&s.output, &rec)
+        .with_context(|| format!("writing the recording {}", s.output.display()))?;
+    let total: u64 = rec.stacks.iter().map(|s| s.count).sum();
+    eprintln!(
+        "Wrote {} unique stacks ({total} {}) of {} binaries to {}",
+        rec.stacks.len(),
+        if rec.meta.mode == "offcpu" {
+            "off-CPU intervals"
+        } else {
+            "samples"
+        },
+        rec.binaries.len(),
+        s.output.display()
+    );
+    report_lost(&rec);
+    Ok(())
+}
+
+pub fn report(s: ReportSettings) -> Result<()> {
+    let rec = format::read(&s.input).map_err(|e| crate::usage!("{e}"))?;
+    emit(&rec, s.output.as_ref(), &s.symbols, s.verbose)
+}
+
+fn report_lost(rec: &Recording) {
+    if let Some(l) = rec.meta.lost {
+        let lost = l.kernel_stacks + l.user_stacks + l.keys;
+        if lost > 0 {
+            eprintln!(
+                "bpfscope: lost {lost} stacks (kernel {}, user {}, map full {}): raise --max-stacks",
+                l.kernel_stacks, l.user_stacks, l.keys
+            );
+        }
+    }
+}
+
+/// Symbolizes a recording and writes the chosen output.
+fn emit(
+    rec: &Recording,
+    output: Option<&(std::path::PathBuf, Format)>,
+    symbols: &SymbolSettings,
+    verbose: bool,
+) -> Result<()> {
+    let mut resolver = Resolver::new(symbols);
+    let (profile, reports) = symbolize::recording(rec, &mut resolver);
+    if verbose {
+        for r in &reports {
+            match &r.found {
+                Some((p, o)) => eprintln!(
+                    "{}: {}/{} offsets symbolized from {} ({o:?})",
+                    r.build_id,
+                    r.symbolized,
+                    r.frames,
+                    p.display()
+                ),
+                None => eprintln!("{}: no symbol file found", r.build_id),
+            }
+        }
+        for l in resolver.debuginfod_log() {
+            eprintln!("debuginfod: {l}");
+        }
+    }
+    for n in &profile.notes {
+        eprintln!("bpfscope: {n}");
+    }
+    match output {
+        None => {
+            let mut out = BufWriter::new(io::stdout());
+            let r = profile.write_top(&mut out, 25).and_then(|_| out.flush());
+            match r {
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+                r => r.context("writing the top functions"),
+            }
+        }
+        Some((path, fmt)) => {
+            write_output(&profile, path, *fmt)?;
+            eprintln!(
+                "Wrote {} ({} {}, {} unique stacks)",
+                path.display(),
+                profile.total_weight(),
+                profile.unit(),
+                profile.samples.len()
+            );
+            Ok(())
+        }
+    }
+}
+
+fn write_output(p: &Profile, path: &Path, fmt: Format) -> Result<()> {
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
+    match fmt {
+        Format::Folded => p.write_folded(&mut buf)?,
+        Format::Svg => p.write_svg(&mut buf).context("drawing the flame graph")?,
+        Format::Pprof => pprof::write(p, &mut buf)?,
+        Format::Json => {
+            serde_json::to_writer(&mut buf, &p.json())?;
+            buf.push(b'\n');
+        }
+    }
+    format::write_atomic(path, &buf).with_context(|| format!("writing {}", path.display()))
+}
+
+/// One output line of `symbolize`.
+fn sym_line(addr: u64, r: Option<&(Vec<Line>, u64)>) -> String {
+    let Some((lines, off)) = r else {
+        return format!("{addr:#x} ??");
+    };
+    let Some(outer) = lines.first() else {
+        return format!("{addr:#x} ??");
+    };
+    let mut s = format!("{addr:#x} {}+{off:#x}", outer.function);
+    // The innermost known location is where the address really is.
+    if let Some(l) = lines.iter().rev().find(|l| l.file.is_some()) {
+        if let Some(f) = &l.file {
+            s.push_str(&format!(" {f}:{}", l.line));
+        }
+    }
+    s
+}
+
+pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
+    let addrs = if s.addrs.is_empty() {
+        let mut text = String::new();
+        io::stdin()
+            .read_to_string(&mut text)
+            .context("reading addresses from stdin")?;
+        text.split_whitespace()
+            .map(parse_addr)
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        s.addrs.clone()
+    };
+    let mut resolver = Resolver::new(&s.symbols);
+    let results: Vec<Option<(Vec<Line>, u64)>> = match &s.source {
+        SymSource::Elf(p) => resolver.offsets(p, &[], &addrs),
+        SymSource::BuildId(id) => match resolver.find(id, &[]) {
+            Some(f) => resolver.offsets(&f.path, &f.info.segments, &addrs),
+            None => {
+                return Err(crate::usage!(
+                    "no ELF file with build id {} in the debug directories{}",
+                    symbolize::elf::hex(id),
+                    if s.symbols.debuginfod.is_empty() {
+                        " (no debuginfod server given)"
+                    } else {
+                        " or on the debuginfod servers"
+                    }
+                )
+                .into())
+            }
+        },
+        SymSource::Pid(pid) => resolver.process(*pid, &addrs),
+        SymSource::Kernel => kernel::symbolize_live(&addrs)
+            .into_iter()
+            .map(|r| {
+                r.map(|(name, off)| {
+                    (
+                        vec![Line {
+                            function: name,
+                            file: None,
+                            line: 0,
+                        }],
+                        off,
+                    )
+                })
+            })
+            .collect(),
+    };
+    let mut out = BufWriter::with_capacity(1 << 16, io::stdout());
+    let r = (|| -> io::Result<()> {
+        for (a, r) in addrs.iter().zip(&results) {
+            writeln!(out, "{}", sym_line(*a, r.as_ref()))?;
+        }
+        out.flush()
+    })();
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("writing symbols"),
+    }
+}

@@ -1,0 +1,125 @@
+//! Snapshots of profiled processes' executable mappings, taken while they
+//! live. They give the paths that build ids were mapped from (for
+//! symbolizing later) and explain user frames that the kernel could only
+//! give as raw addresses (its build-id lookup fell back to the IP).
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::path::Path;
+
+use crate::symbolize::elf;
+
+#[derive(Debug, Clone)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    /// Index into `Snapshots::files`.
+    file: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct MappedFile {
+    pub path: String,
+    pub build_id: Option<Vec<u8>>,
+}
+
+/// Every process's executable mappings and the files behind them.
+#[derive(Debug, Default)]
+pub struct Snapshots {
+    procs: HashMap<u32, Vec<Mapping>>,
+    pub files: Vec<MappedFile>,
+    /// (device, inode) -> index into files.
+    by_inode: HashMap<(String, u64), usize>,
+}
+
+impl Snapshots {
+    pub fn has(&self, pid: u32) -> bool {
+        self.procs.contains_key(&pid)
+    }
+
+    /// Reads /proc/PID/maps (and the build ids of newly seen files through
+    /// /proc/PID/map_files, which works for deleted files and other mount
+    /// namespaces too). False when the process is gone.
+    pub fn snapshot(&mut self, pid: u32) -> bool {
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return false;
+        };
+        let mut maps = Vec::new();
+        for line in text.lines() {
+            let Some(m) = self.parse_line(pid, line) else {
+                continue;
+            };
+            maps.push(m);
+        }
+        // Later snapshots (after dlopen or exec) add to what was known.
+        let entry = self.procs.entry(pid).or_default();
+        for m in maps {
+            if !entry
+                .iter()
+                .any(|e| e.start == m.start && e.end == m.end && e.file == m.file)
+            {
+                entry.push(m);
+            }
+        }
+        true
+    }
+
+    fn parse_line(&mut self, pid: u32, line: &str) -> Option<Mapping> {
+        let mut it = line.split_whitespace();
+        let range = it.next()?;
+        let perms = it.next()?;
+        let offset = u64::from_str_radix(it.next()?, 16).ok()?;
+        let dev = it.next()?;
+        let inode: u64 = it.next()?.parse().ok()?;
+        let path = it.collect::<Vec<_>>().join(" ");
+        if !perms.contains('x') || inode == 0 || !path.starts_with('/') {
+            return None;
+        }
+        let (s, e) = range.split_once('-')?;
+        let start = u64::from_str_radix(s, 16).ok()?;
+        let end = u64::from_str_radix(e, 16).ok()?;
+        let key = (dev.to_string(), inode);
+        let file = match self.by_inode.get(&key) {
+            Some(&i) => i,
+            None => {
+                let via = format!("/proc/{pid}/map_files/{range}");
+                let build_id = elf::inspect(Path::new(&via))
+                    .or_else(|_| elf::inspect(Path::new(&path)))
+                    .ok()
+                    .and_then(|i| i.build_id);
+                let path = path.trim_end_matches(" (deleted)").to_string();
+                self.files.push(MappedFile { path, build_id });
+                self.by_inode.insert(key, self.files.len() - 1);
+                self.files.len() - 1
+            }
+        };
+        Some(Mapping {
+            start,
+            end,
+            offset,
+            file,
+        })
+    }
+
+    /// The file and file offset behind a raw user address of `pid`.
+    pub fn resolve(&self, pid: u32, ip: u64) -> Option<(&MappedFile, u64)> {
+        let m = self
+            .procs
+            .get(&pid)?
+            .iter()
+            .find(|m| ip >= m.start && ip < m.end)?;
+        Some((self.files.get(m.file)?, ip - m.start + m.offset))
+    }
+
+    /// Paths each build id was mapped from.
+    pub fn paths_by_build_id(&self) -> HashMap<Vec<u8>, BTreeSet<String>> {
+        let mut out: HashMap<Vec<u8>, BTreeSet<String>> = HashMap::new();
+        for f in &self.files {
+            if let Some(id) = &f.build_id {
+                out.entry(id.clone()).or_default().insert(f.path.clone());
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,280 @@
+//! Profile stage: sampling stacks with in-kernel aggregation (on-CPU via
+//! perf events, off-CPU via sched_switch), snapshots of mappings for raw
+//! frames, and the recording format that carries it all to `report`.
+
+pub mod format;
+pub mod maps;
+pub mod session;
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+use std::mem::MaybeUninit;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use libbpf_rs::RingBufferBuilder;
+
+use crate::attach::libbpf_log;
+use crate::attach::target::GatedChild;
+use crate::cli::profile::{Mode, SampleSettings};
+use crate::cli::Target;
+use crate::collect::Stopper;
+use crate::symbolize::{elf, kernel};
+use format::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack};
+use maps::Snapshots;
+use session::{KernelLost, ProfileSession, RawStack, UserFrame};
+
+/// What a sampling run gathered, before it becomes a recording.
+pub struct Sampled {
+    pub stacks: Vec<RawStack>,
+    pub snapshots: Snapshots,
+    pub lost: KernelLost,
+    pub start_unix_ns: u64,
+    pub duration: Duration,
+    pub cpus: u32,
+}
+
+/// Runs one sampling session until the duration, Ctrl-C or the command's exit.
+pub fn sample(s: &SampleSettings) -> Result<Sampled> {
+    libbpf_log::init(s.verbose);
+    crate::cmd::require_privileges()?;
+    let mut storage = MaybeUninit::uninit();
+    let mut session = ProfileSession::load(&mut storage, s)?;
+    let stopper = Stopper::new(Some(s.duration))?;
+    let gated = match &s.target {
+        Target::Command { program, args } => Some(GatedChild::spawn(program, args)?),
+        _ => None,
+    };
+    match (&s.target, &gated) {
+        (Target::Pid(pid), _) => session.track(*pid)?,
+        (_, Some(g)) => session.track(g.pid())?,
+        _ => {}
+    }
+    let n = session.attach(s, gated.is_some())?;
+    let start_unix_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let t0 = Instant::now();
+    match s.mode {
+        Mode::Cpu => eprintln!(
+            "Attached: sampling {n} CPU{} at {} Hz{}",
+            if n == 1 { "" } else { "s" },
+            s.frequency,
+            describe_target(s)
+        ),
+        Mode::OffCpu => eprintln!(
+            "Attached: off-CPU time at sched_switch{}",
+            describe_target(s)
+        ),
+    }
+    if let Some(g) = gated {
+        stopper.watch_child(g.release()?);
+    }
+
+    // New processes are announced on a ring buffer; their mappings are
+    // read right away, while they still exist.
+    let mut snapshots = Snapshots::default();
+    let fresh: RefCell<Vec<u32>> = RefCell::new(Vec::new());
+    {
+        let mut builder = RingBufferBuilder::new();
+        builder.add(&session.skel.maps.procs, |data: &[u8]| {
+            if let Some(b) = data.get(..4) {
+                fresh
+                    .borrow_mut()
+                    .push(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+            }
+            0
+        })?;
+        let rb = builder.build().context("setting up the ring buffer")?;
+        loop {
+            rb.poll(Duration::from_millis(100))
+                .context("reading process notifications")?;
+            let pids: Vec<u32> = fresh.borrow_mut().drain(..).collect();
+            for pid in pids {
+                snapshots.snapshot(pid);
+            }
+            if stopper.poll().is_some() {
+                break;
+            }
+        }
+        session.detach();
+        let _ = rb.consume();
+    }
+    let duration = t0.elapsed();
+    for pid in fresh.into_inner() {
+        snapshots.snapshot(pid);
+    }
+    let stacks = session.read_stacks()?;
+    // Processes whose announcement was missed, and later mappings of live ones.
+    let pids: BTreeSet<u32> = stacks.iter().map(|s| s.tgid).collect();
+    for pid in pids {
+        snapshots.snapshot(pid);
+    }
+    let lost = session.lost()?;
+    Ok(Sampled {
+        stacks,
+        snapshots,
+        lost,
+        start_unix_ns,
+        duration,
+        cpus: session::online_cpus().map(|c| c.len() as u32).unwrap_or(0),
+    })
+}
+
+fn describe_target(s: &SampleSettings) -> String {
+    match (&s.target, &s.cgroup) {
+        (_, Some(c)) => format!(", cgroup {}", c.display()),
+        (Target::All, None) => ", all processes".into(),
+        (Target::Pid(p), None) => format!(", pid {p}"),
+        (Target::Command { program, .. }, None) => {
+            format!(", command {} and its children", program.display())
+        }
+    }
+}
+
+fn target_text(s: &SampleSettings) -> String {
+    match (&s.target, &s.cgroup) {
+        (_, Some(c)) => format!("cgroup {}", c.display()),
+        (Target::All, None) => "all".into(),
+        (Target::Pid(p), None) => format!("pid {p}"),
+        (Target::Command { program, args }, None) => {
+            let mut v = vec![program.display().to_string()];
+            v.extend(args.iter().cloned());
+            format!("command {}", v.join(" "))
+        }
+    }
+}
+
+/// Turns what was sampled into a self-contained recording: user frames as
+/// build id + file offset (raw addresses explained through the mapping
+/// snapshots where possible), kernel frames with the kallsyms entries they
+/// fall into.
+pub fn to_recording(s: &SampleSettings, sampled: Sampled) -> Recording {
+    let paths = sampled.snapshots.paths_by_build_id();
+    let mut bin_index: HashMap<Vec<u8>, u32> = HashMap::new();
+    let mut binaries: Vec<Binary> = Vec::new();
+    let mut intern = |id: &[u8]| -> u32 {
+        if let Some(&i) = bin_index.get(id) {
+            return i;
+        }
+        binaries.push(Binary {
+            build_id: id.to_vec(),
+            paths: Vec::new(),
+            segments: Vec::new(),
+        });
+        let i = binaries.len() as u32;
+        bin_index.insert(id.to_vec(), i);
+        i
+    };
+    let mut lost = LostCounts {
+        kernel_stacks: sampled.lost.kernel_stacks,
+        user_stacks: sampled.lost.user_stacks,
+        keys: sampled.lost.keys,
+        notifications: sampled.lost.notifications,
+        offcpu_starts: sampled.lost.offcpu_starts,
+        unresolved_frames: 0,
+        unresolved_weight: 0,
+    };
+    let mut stacks = Vec::with_capacity(sampled.stacks.len());
+    for r in &sampled.stacks {
+        let mut user_binary = Vec::with_capacity(r.user.len());
+        let mut user_offset = Vec::with_capacity(r.user.len());
+        let mut unresolved = false;
+        for f in &r.user {
+            match *f {
+                UserFrame::BuildId(id, off) => {
+                    let id = trim_build_id(&id);
+                    user_binary.push(intern(id));
+                    user_offset.push(off);
+                }
+                UserFrame::Ip(ip) => match sampled.snapshots.resolve(r.tgid, ip) {
+                    Some((file, off)) if file.build_id.is_some() => {
+                        let id = file.build_id.as_deref().unwrap_or_default();
+                        user_binary.push(intern(id));
+                        user_offset.push(off);
+                    }
+                    _ => {
+                        lost.unresolved_frames += 1;
+                        unresolved = true;
+                        user_binary.push(0);
+                        user_offset.push(ip);
+                    }
+                },
+            }
+        }
+        if unresolved {
+            lost.unresolved_weight += r.value;
+        }
+        stacks.push(Stack {
+            pid: r.tgid,
+            comm: r.comm.clone(),
+            count: r.count,
+            value: r.value,
+            kernel: r.kernel.clone(),
+            user_binary,
+            user_offset,
+        });
+    }
+    for b in &mut binaries {
+        if let Some(p) = paths.get(&b.build_id) {
+            b.paths = p.iter().cloned().collect();
+        }
+        // Segments from the first path that still holds this very file.
+        for p in &b.paths {
+            if let Ok(info) = elf::inspect(std::path::Path::new(p)) {
+                if info.build_id.as_deref() == Some(&b.build_id[..]) {
+                    b.segments = info.segments;
+                    break;
+                }
+            }
+        }
+    }
+    let kernel_addrs: BTreeSet<u64> = stacks
+        .iter()
+        .flat_map(|s| s.kernel.iter().copied())
+        .collect();
+    let kernel_symbols: Vec<KernelSymbol> =
+        kernel::snapshot_symbols(&kernel_addrs.into_iter().collect::<Vec<_>>());
+    let meta = Meta {
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        hostname: read_trim("/proc/sys/kernel/hostname"),
+        kernel_release: read_trim("/proc/sys/kernel/osrelease"),
+        kernel_build_id: kernel::build_id().unwrap_or_default(),
+        mode: match s.mode {
+            Mode::Cpu => "cpu".into(),
+            Mode::OffCpu => "offcpu".into(),
+        },
+        frequency_hz: s.frequency,
+        start_unix_ns: sampled.start_unix_ns,
+        duration_ns: sampled.duration.as_nanos() as u64,
+        target: target_text(s),
+        kernel_stacks: s.kernel,
+        user_stacks: s.user,
+        lost: Some(lost),
+        cpus: sampled.cpus,
+    };
+    Recording {
+        meta,
+        binaries,
+        kernel_symbols,
+        stacks,
+    }
+}
+
+/// Build ids are 20 bytes in the kernel's record; shorter ones (e.g. MD5
+/// style, 16 bytes) are zero-padded there.
+fn trim_build_id(id: &[u8; 20]) -> &[u8] {
+    let n = id.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    if n <= 16 {
+        &id[..16]
+    } else {
+        &id[..]
+    }
+}
+
+fn read_trim(p: &str) -> String {
+    std::fs::read_to_string(p)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}

@@ -1,0 +1,371 @@
+//! Loading the profiler, one software cpu-clock perf event per CPU (or the
+//! sched_switch hook for off-CPU), and reading the kernel's aggregated
+//! stacks back. Links and perf event descriptors are owned here: dropping
+//! the session detaches everything.
+
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use anyhow::{Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PerfEventOpts};
+
+use crate::attach::{libbpf_log, pod_read};
+use crate::bpf::profile::types::{bp_key, bp_lost, bp_stacks, bp_target_mode, bp_val};
+use crate::bpf::profile::{ProfileSkel, ProfileSkelBuilder};
+use crate::cli::profile::{Mode, SampleSettings};
+use crate::cli::Target;
+use crate::error::Error;
+
+/// A user frame as the kernel stored it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UserFrame {
+    /// ELF build id and file offset.
+    BuildId([u8; 20], u64),
+    /// The kernel could not read the build id: a raw address.
+    Ip(u64),
+}
+
+/// One unique (process, kernel stack, user stack) and its weight.
+#[derive(Debug, Clone)]
+pub struct RawStack {
+    pub tgid: u32,
+    pub comm: String,
+    pub count: u64,
+    pub value: u64,
+    /// Leaf first.
+    pub kernel: Vec<u64>,
+    /// Leaf first.
+    pub user: Vec<UserFrame>,
+}
+
+/// Kernel-side drop counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KernelLost {
+    pub kernel_stacks: u64,
+    pub user_stacks: u64,
+    pub keys: u64,
+    pub notifications: u64,
+    pub offcpu_starts: u64,
+}
+
+pub struct ProfileSession<'obj> {
+    // Field order is drop order: links go before the perf events they use.
+    links: Vec<Link>,
+    perf_fds: Vec<OwnedFd>,
+    pub skel: ProfileSkel<'obj>,
+}
+
+/// The CPUs that are online, from /sys.
+pub fn online_cpus() -> Result<Vec<u32>> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .context("reading /sys/devices/system/cpu/online")?;
+    let mut cpus = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (u32, u32) = (
+            a.parse().context("parsing online CPUs")?,
+            b.parse().context("parsing online CPUs")?,
+        );
+        cpus.extend(a..=b);
+    }
+    Ok(cpus)
+}
+
+/// A cgroup v2 directory's id (its inode) and depth below the root.
+fn cgroup_id(path: &std::path::Path) -> Result<(u64, u32), Error> {
+    use std::os::unix::fs::MetadataExt;
+    let root = crate::render::cgroup::cgroup2_root()
+        .ok_or_else(|| Error::Environment("no cgroup2 file system is mounted".into()))?;
+    let full = if path.is_absolute() && path.starts_with(&root) {
+        path.to_path_buf()
+    } else {
+        root.join(path.strip_prefix("/").unwrap_or(path))
+    };
+    let md =
+        std::fs::metadata(&full).map_err(|e| crate::usage!("--cgroup {}: {e}", full.display()))?;
+    if !md.is_dir() {
+        return Err(crate::usage!(
+            "--cgroup {}: not a cgroup directory",
+            full.display()
+        ));
+    }
+    let level = full
+        .strip_prefix(&root)
+        .map(|r| r.components().count() as u32)
+        .unwrap_or(0);
+    Ok((md.ino(), level))
+}
+
+impl<'obj> ProfileSession<'obj> {
+    pub fn load(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        s: &SampleSettings,
+    ) -> Result<ProfileSession<'obj>> {
+        let cgroup = s.cgroup.as_deref().map(cgroup_id).transpose()?;
+        let mut open = ProfileSkelBuilder::default()
+            .open(storage)
+            .context("opening the profiler's BPF object")?;
+        let ro = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("BPF object has no .rodata")?;
+        ro.self_tgid = std::process::id();
+        ro.target_mode = match (&s.target, cgroup) {
+            (_, Some(_)) => bp_target_mode::BP_TARGET_CGROUP.0,
+            (Target::All, None) => bp_target_mode::BP_TARGET_ALL.0,
+            _ => bp_target_mode::BP_TARGET_TRACKED.0,
+        };
+        if let Some((id, level)) = cgroup {
+            ro.target_cgroup = id;
+            ro.cgroup_level = level;
+        }
+        let mut stacks = 0;
+        if s.kernel {
+            stacks |= bp_stacks::BP_STACKS_KERNEL.0;
+        }
+        if s.user {
+            stacks |= bp_stacks::BP_STACKS_USER.0;
+        }
+        ro.stacks = stacks;
+        // Unique stacks are fewer than (process, stack) pairs; each build-id
+        // stack entry takes 4 KiB of kernel memory, so size them apart.
+        let nstacks = (s.max_stacks / 2).max(16);
+        open.maps.counts.set_max_entries(s.max_stacks)?;
+        open.maps.kstacks.set_max_entries(nstacks)?;
+        open.maps.ustacks.set_max_entries(nstacks)?;
+        if !s.kernel {
+            open.maps.kstacks.set_max_entries(1)?;
+        }
+        if !s.user {
+            open.maps.ustacks.set_max_entries(1)?;
+        }
+        let progs = &mut open.progs;
+        progs.bpfscope_prof.set_autoload(s.mode == Mode::Cpu);
+        progs.bpfscope_offcpu.set_autoload(s.mode == Mode::OffCpu);
+        progs
+            .bpfscope_fork
+            .set_autoload(matches!(s.target, Target::Command { .. }));
+        if s.mode != Mode::OffCpu {
+            open.maps.starts.set_max_entries(1)?;
+        }
+        let skel = open.load().map_err(|e| {
+            anyhow::anyhow!("{e}").context(format!(
+                "loading the profiler's BPF programs{}",
+                libbpf_log::last_error_hint()
+            ))
+        })?;
+        Ok(ProfileSession {
+            links: Vec::new(),
+            perf_fds: Vec::new(),
+            skel,
+        })
+    }
+
+    /// Adds a process to the profiled set.
+    pub fn track(&self, pid: u32) -> Result<()> {
+        self.skel
+            .maps
+            .tracked
+            .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            .context("adding the target process")
+    }
+
+    /// Starts sampling; returns how many CPUs (or hooks) are live.
+    pub fn attach(&mut self, s: &SampleSettings, follow_forks: bool) -> Result<usize> {
+        if follow_forks {
+            self.links.push(
+                self.skel
+                    .progs
+                    .bpfscope_fork
+                    .attach_raw_tracepoint("sched_process_fork")
+                    .context("attaching the fork follower")?,
+            );
+        }
+        match s.mode {
+            Mode::OffCpu => {
+                self.links.push(
+                    self.skel
+                        .progs
+                        .bpfscope_offcpu
+                        .attach()
+                        .context("attaching to sched_switch (tp_btf)")?,
+                );
+                Ok(1)
+            }
+            Mode::Cpu => {
+                let cpus = online_cpus()?;
+                for &cpu in &cpus {
+                    let fd = open_cpu_clock(cpu, s.frequency)?;
+                    let link = self
+                        .skel
+                        .progs
+                        .bpfscope_prof
+                        .attach_perf_event_with_opts(fd.as_raw_fd(), PerfEventOpts::default())
+                        .with_context(|| format!("attaching the sampler on CPU {cpu}"))?;
+                    self.perf_fds.push(fd);
+                    self.links.push(link);
+                }
+                Ok(cpus.len())
+            }
+        }
+    }
+
+    /// Stops sampling; maps stay readable.
+    pub fn detach(&mut self) {
+        self.links.clear();
+        self.perf_fds.clear();
+    }
+
+    pub fn lost(&self) -> Result<KernelLost> {
+        let map = &self.skel.maps.lost;
+        let slot = |i: u32| -> Result<u64> {
+            let v = map
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+                .context("reading lost-stack counters")?
+                .unwrap_or_default();
+            Ok(v.iter().filter_map(|b| pod_read::<u64>(b)).sum())
+        };
+        Ok(KernelLost {
+            kernel_stacks: slot(bp_lost::BP_LOST_KSTACK.0)?,
+            user_stacks: slot(bp_lost::BP_LOST_USTACK.0)?,
+            keys: slot(bp_lost::BP_LOST_KEYS.0)?,
+            notifications: slot(bp_lost::BP_LOST_NOTIFY.0)?,
+            offcpu_starts: slot(bp_lost::BP_LOST_OFFCPU.0)?,
+        })
+    }
+
+    /// Reads every aggregated stack, resolving stack ids through the stack maps.
+    pub fn read_stacks(&self) -> Result<Vec<RawStack>> {
+        let maps = &self.skel.maps;
+        let mut kcache: std::collections::HashMap<i32, Vec<u64>> = Default::default();
+        let mut ucache: std::collections::HashMap<i32, Vec<UserFrame>> = Default::default();
+        let mut out = Vec::new();
+        for kb in maps.counts.keys() {
+            let Some(key) = pod_read::<bp_key>(&kb) else {
+                continue;
+            };
+            let Some(vb) = maps
+                .counts
+                .lookup(&kb, MapFlags::ANY)
+                .context("reading stack counts")?
+            else {
+                continue;
+            };
+            let Some(val) = pod_read::<bp_val>(&vb) else {
+                continue;
+            };
+            let kernel = if key.kstack >= 0 {
+                match kcache.get(&key.kstack) {
+                    Some(v) => v.clone(),
+                    None => {
+                        let v = read_kstack(&maps.kstacks, key.kstack)?;
+                        kcache.insert(key.kstack, v.clone());
+                        v
+                    }
+                }
+            } else {
+                Vec::new()
+            };
+            let user = if key.ustack >= 0 {
+                match ucache.get(&key.ustack) {
+                    Some(v) => v.clone(),
+                    None => {
+                        let v = read_ustack(&maps.ustacks, key.ustack)?;
+                        ucache.insert(key.ustack, v.clone());
+                        v
+                    }
+                }
+            } else {
+                Vec::new()
+            };
+            let comm: Vec<u8> = val
+                .comm
+                .iter()
+                .map(|&c| c as u8)
+                .take_while(|&c| c != 0)
+                .collect();
+            out.push(RawStack {
+                tgid: key.tgid,
+                comm: String::from_utf8_lossy(&comm).into_owned(),
+                count: val.count,
+                value: val.value,
+                kernel,
+                user,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn read_kstack(map: &dyn MapCore, id: i32) -> Result<Vec<u64>> {
+    let Some(b) = map
+        .lookup(&(id as u32).to_ne_bytes(), MapFlags::ANY)
+        .context("reading a kernel stack")?
+    else {
+        return Ok(Vec::new());
+    };
+    Ok(b.chunks_exact(8)
+        .filter_map(pod_read::<u64>)
+        .take_while(|&ip| ip != 0)
+        .collect())
+}
+
+fn read_ustack(map: &dyn MapCore, id: i32) -> Result<Vec<UserFrame>> {
+    let Some(b) = map
+        .lookup(&(id as u32).to_ne_bytes(), MapFlags::ANY)
+        .context("reading a user stack")?
+    else {
+        return Ok(Vec::new());
+    };
+    let size = std::mem::size_of::<libbpf_sys::bpf_stack_build_id>();
+    let mut frames = Vec::new();
+    for chunk in b.chunks_exact(size) {
+        let Some(f) = pod_read::<libbpf_sys::bpf_stack_build_id>(chunk) else {
+            break;
+        };
+        // SAFETY: both union members are u64; which one is meant follows from status.
+        let word = unsafe { f.__bindgen_anon_1.offset };
+        match f.status as u32 {
+            libbpf_sys::BPF_STACK_BUILD_ID_VALID => {
+                frames.push(UserFrame::BuildId(f.build_id, word))
+            }
+            libbpf_sys::BPF_STACK_BUILD_ID_IP => frames.push(UserFrame::Ip(word)),
+            _ => break,
+        }
+    }
+    Ok(frames)
+}
+
+/// One software cpu-clock event on `cpu`, sampling at `hz`, for all tasks.
+fn open_cpu_clock(cpu: u32, hz: u64) -> Result<OwnedFd> {
+    let mut attr = libbpf_sys::perf_event_attr {
+        type_: libbpf_sys::PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<libbpf_sys::perf_event_attr>() as u32,
+        config: u64::from(libbpf_sys::PERF_COUNT_SW_CPU_CLOCK),
+        ..Default::default()
+    };
+    attr.__bindgen_anon_1.sample_freq = hz;
+    attr.set_freq(1);
+    // SAFETY: attr is a valid, fully initialized perf_event_attr whose size
+    // field matches; the other arguments are plain integers.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const libbpf_sys::perf_event_attr,
+            -1i32,
+            cpu as i32,
+            -1i32,
+            libbpf_sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(anyhow::Error::new(Error::Environment(format!(
+            "perf_event_open (software cpu-clock) on CPU {cpu}: {e}"
+        ))));
+    }
+    // SAFETY: the syscall returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}

@@ -1,0 +1,328 @@
+//! pprof output: the messages of pprof's profile.proto (written here as
+//! prost derive structs; field numbers follow the public proto), filled
+//! from a symbolized profile and gzipped. `go tool pprof`, Pyroscope and
+//! Parca read it.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use prost::Message;
+
+use crate::symbolize::Profile as Symbolized;
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Profile {
+    #[prost(message, repeated, tag = "1")]
+    pub sample_type: Vec<ValueType>,
+    #[prost(message, repeated, tag = "2")]
+    pub sample: Vec<Sample>,
+    #[prost(message, repeated, tag = "3")]
+    pub mapping: Vec<Mapping>,
+    #[prost(message, repeated, tag = "4")]
+    pub location: Vec<Location>,
+    #[prost(message, repeated, tag = "5")]
+    pub function: Vec<Function>,
+    #[prost(string, repeated, tag = "6")]
+    pub string_table: Vec<String>,
+    #[prost(int64, tag = "7")]
+    pub drop_frames: i64,
+    #[prost(int64, tag = "8")]
+    pub keep_frames: i64,
+    #[prost(int64, tag = "9")]
+    pub time_nanos: i64,
+    #[prost(int64, tag = "10")]
+    pub duration_nanos: i64,
+    #[prost(message, optional, tag = "11")]
+    pub period_type: Option<ValueType>,
+    #[prost(int64, tag = "12")]
+    pub period: i64,
+    #[prost(int64, repeated, tag = "13")]
+    pub comment: Vec<i64>,
+    #[prost(int64, tag = "14")]
+    pub default_sample_type: i64,
+}
+
+#[derive(Clone, Copy, PartialEq, Message)]
+pub struct ValueType {
+    #[prost(int64, tag = "1")]
+    pub r#type: i64,
+    #[prost(int64, tag = "2")]
+    pub unit: i64,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Sample {
+    /// Leaf first.
+    #[prost(uint64, repeated, tag = "1")]
+    pub location_id: Vec<u64>,
+    #[prost(int64, repeated, tag = "2")]
+    pub value: Vec<i64>,
+    #[prost(message, repeated, tag = "3")]
+    pub label: Vec<Label>,
+}
+
+#[derive(Clone, Copy, PartialEq, Message)]
+pub struct Label {
+    #[prost(int64, tag = "1")]
+    pub key: i64,
+    #[prost(int64, tag = "2")]
+    pub str: i64,
+    #[prost(int64, tag = "3")]
+    pub num: i64,
+    #[prost(int64, tag = "4")]
+    pub num_unit: i64,
+}
+
+#[derive(Clone, Copy, PartialEq, Message)]
+pub struct Mapping {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub memory_start: u64,
+    #[prost(uint64, tag = "3")]
+    pub memory_limit: u64,
+    #[prost(uint64, tag = "4")]
+    pub file_offset: u64,
+    #[prost(int64, tag = "5")]
+    pub filename: i64,
+    #[prost(int64, tag = "6")]
+    pub build_id: i64,
+    #[prost(bool, tag = "7")]
+    pub has_functions: bool,
+    #[prost(bool, tag = "8")]
+    pub has_filenames: bool,
+    #[prost(bool, tag = "9")]
+    pub has_line_numbers: bool,
+    #[prost(bool, tag = "10")]
+    pub has_inline_frames: bool,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Location {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub mapping_id: u64,
+    #[prost(uint64, tag = "3")]
+    pub address: u64,
+    /// Innermost inlined function first; the last is the real caller.
+    #[prost(message, repeated, tag = "4")]
+    pub line: Vec<Line>,
+    #[prost(bool, tag = "5")]
+    pub is_folded: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Message)]
+pub struct Line {
+    #[prost(uint64, tag = "1")]
+    pub function_id: u64,
+    #[prost(int64, tag = "2")]
+    pub line: i64,
+    #[prost(int64, tag = "3")]
+    pub column: i64,
+}
+
+#[derive(Clone, Copy, PartialEq, Message)]
+pub struct Function {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(int64, tag = "2")]
+    pub name: i64,
+    #[prost(int64, tag = "3")]
+    pub system_name: i64,
+    #[prost(int64, tag = "4")]
+    pub filename: i64,
+    #[prost(int64, tag = "5")]
+    pub start_line: i64,
+}
+
+/// The string table: index 0 is always "".
+#[derive(Default)]
+struct Strings {
+    table: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn id(&mut self, s: &str) -> i64 {
+        if self.table.is_empty() {
+            self.table.push(String::new());
+            self.index.insert(String::new(), 0);
+        }
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.table.len() as i64;
+        self.table.push(s.to_string());
+        self.index.insert(s.to_string(), i);
+        i
+    }
+}
+
+/// Builds the pprof message. User locations are file offsets in mappings
+/// that start at 0, so `address - memory_start + file_offset` is the file
+/// offset, as pprof's own symbolizer expects.
+pub fn build(p: &Symbolized) -> Profile {
+    let mut st = Strings::default();
+    st.id("");
+    let (sample_type, period_type, period) = if p.off_cpu() {
+        (
+            vec![
+                ValueType {
+                    r#type: st.id("offcpu"),
+                    unit: st.id("count"),
+                },
+                ValueType {
+                    r#type: st.id("offcpu_time"),
+                    unit: st.id("nanoseconds"),
+                },
+            ],
+            ValueType {
+                r#type: st.id("offcpu_time"),
+                unit: st.id("nanoseconds"),
+            },
+            1,
+        )
+    } else {
+        let period = 1_000_000_000 / p.frequency_hz.max(1) as i64;
+        (
+            vec![
+                ValueType {
+                    r#type: st.id("samples"),
+                    unit: st.id("count"),
+                },
+                ValueType {
+                    r#type: st.id("cpu"),
+                    unit: st.id("nanoseconds"),
+                },
+            ],
+            ValueType {
+                r#type: st.id("cpu"),
+                unit: st.id("nanoseconds"),
+            },
+            period,
+        )
+    };
+    let mappings: Vec<Mapping> = p
+        .mappings
+        .iter()
+        .enumerate()
+        .map(|(i, m)| Mapping {
+            id: i as u64 + 1,
+            memory_start: 0,
+            memory_limit: if m.kernel { u64::MAX } else { 1 << 48 },
+            file_offset: 0,
+            filename: st.id(&m.name),
+            build_id: st.id(&m.build_id),
+            has_functions: true,
+            has_filenames: !m.kernel,
+            has_line_numbers: !m.kernel,
+            has_inline_frames: !m.kernel,
+        })
+        .collect();
+    let mut functions: Vec<Function> = Vec::new();
+    let mut fn_index: HashMap<(String, String), u64> = HashMap::new();
+    let mut func = |st: &mut Strings, name: &str, file: &str| -> u64 {
+        if let Some(&id) = fn_index.get(&(name.to_string(), file.to_string())) {
+            return id;
+        }
+        let id = functions.len() as u64 + 1;
+        functions.push(Function {
+            id,
+            name: st.id(name),
+            system_name: st.id(name),
+            filename: st.id(file),
+            start_line: 0,
+        });
+        fn_index.insert((name.to_string(), file.to_string()), id);
+        id
+    };
+    let locations: Vec<Location> = p
+        .locations
+        .iter()
+        .enumerate()
+        .map(|(i, loc)| {
+            let line: Vec<Line> = if loc.lines.is_empty() {
+                let name = loc.fallback_name(&p.mappings);
+                vec![Line {
+                    function_id: func(&mut st, &name, ""),
+                    line: 0,
+                    column: 0,
+                }]
+            } else {
+                loc.lines
+                    .iter()
+                    .rev()
+                    .map(|l| Line {
+                        function_id: func(&mut st, &l.function, l.file.as_deref().unwrap_or("")),
+                        line: i64::from(l.line),
+                        column: 0,
+                    })
+                    .collect()
+            };
+            Location {
+                id: i as u64 + 1,
+                mapping_id: loc.mapping as u64 + 1,
+                address: loc.address,
+                line,
+                is_folded: false,
+            }
+        })
+        .collect();
+    let (k_pid, k_comm) = (st.id("pid"), st.id("comm"));
+    let samples: Vec<Sample> = p
+        .samples
+        .iter()
+        .map(|s| {
+            let values = if p.off_cpu() {
+                vec![s.count as i64, s.value as i64]
+            } else {
+                vec![s.count as i64, s.count as i64 * period]
+            };
+            Sample {
+                location_id: s.locations.iter().map(|&l| l as u64 + 1).collect(),
+                value: values,
+                label: vec![
+                    Label {
+                        key: k_pid,
+                        str: 0,
+                        num: i64::from(s.pid),
+                        num_unit: 0,
+                    },
+                    Label {
+                        key: k_comm,
+                        str: st.id(&s.comm),
+                        num: 0,
+                        num_unit: 0,
+                    },
+                ],
+            }
+        })
+        .collect();
+    let comment = p.notes.iter().map(|n| st.id(n)).collect();
+    Profile {
+        sample_type,
+        sample: samples,
+        mapping: mappings,
+        location: locations,
+        function: functions,
+        string_table: st.table,
+        drop_frames: 0,
+        keep_frames: 0,
+        time_nanos: p.start_unix_ns as i64,
+        duration_nanos: p.duration_ns as i64,
+        period_type: Some(period_type),
+        period,
+        comment,
+        default_sample_type: 1,
+    }
+}
+
+/// Gzipped protobuf, as pprof files are.
+pub fn write(p: &Symbolized, w: &mut dyn Write) -> io::Result<()> {
+    let bytes = build(p).encode_to_vec();
+    let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
+    gz.write_all(&bytes)?;
+    gz.finish()?;
+    Ok(())
+}

@@ -1,0 +1,211 @@
+//! Rendering symbolized profiles: folded stacks, SVG flame graphs
+//! (inferno), JSON and the top-functions table.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{self, Write};
+
+use serde_json::{json, Value};
+
+use crate::symbolize::{Location, Profile, Sample};
+
+impl Profile {
+    pub fn off_cpu(&self) -> bool {
+        self.mode == "offcpu"
+    }
+
+    /// What a sample's weight counts, for people.
+    pub fn unit(&self) -> &'static str {
+        if self.off_cpu() {
+            "us off-CPU"
+        } else {
+            "samples"
+        }
+    }
+
+    /// A sample's weight in the unit above (off-CPU nanoseconds as microseconds).
+    pub fn weight(&self, s: &Sample) -> u64 {
+        if self.off_cpu() {
+            s.value / 1000
+        } else {
+            s.value
+        }
+    }
+
+    /// Frame names of one location, outer function first.
+    fn names(&self, loc: &Location) -> Vec<String> {
+        let kernel = self.mappings.get(loc.mapping).is_some_and(|m| m.kernel);
+        if loc.lines.is_empty() {
+            let n = loc.fallback_name(&self.mappings);
+            return vec![if kernel { format!("{n}_[k]") } else { n }];
+        }
+        loc.lines
+            .iter()
+            .map(|l| {
+                if kernel {
+                    format!("{}_[k]", l.function)
+                } else {
+                    l.function.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// One line per unique stack: frames root first separated by `;`
+    /// (the process name is the root), a space, the weight. Sorted.
+    pub fn folded(&self) -> Vec<String> {
+        let mut agg: BTreeMap<String, u64> = BTreeMap::new();
+        for s in &self.samples {
+            let w = self.weight(s);
+            if w == 0 {
+                continue;
+            }
+            let mut frames = vec![sanitize(&s.comm)];
+            for &l in s.locations.iter().rev() {
+                if let Some(loc) = self.locations.get(l) {
+                    frames.extend(self.names(loc).iter().map(|n| sanitize(n)));
+                }
+            }
+            *agg.entry(frames.join(";")).or_default() += w;
+        }
+        agg.into_iter().map(|(k, v)| format!("{k} {v}")).collect()
+    }
+
+    pub fn write_folded(&self, w: &mut dyn Write) -> io::Result<()> {
+        for l in self.folded() {
+            writeln!(w, "{l}")?;
+        }
+        Ok(())
+    }
+
+    pub fn write_svg(&self, w: &mut dyn Write) -> io::Result<()> {
+        use inferno::flamegraph::{self, color, Options};
+        let lines = self.folded();
+        let mut opts = Options::default();
+        opts.title = if self.off_cpu() {
+            "bpfscope off-CPU time".into()
+        } else {
+            format!("bpfscope CPU profile ({} Hz)", self.frequency_hz)
+        };
+        opts.count_name = if self.off_cpu() { "us" } else { "samples" }.into();
+        if self.off_cpu() {
+            opts.colors = color::Palette::Basic(color::BasicPalette::Io);
+        }
+        if lines.is_empty() {
+            // inferno refuses empty input; an empty graph still says what happened.
+            return flamegraph::from_lines(&mut opts, ["no samples 0"].into_iter(), w)
+                .map_err(io::Error::other);
+        }
+        flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
+            .map_err(io::Error::other)
+    }
+
+    /// Self and total weight per function, heaviest self first.
+    pub fn top(&self) -> Vec<(String, u64, u64)> {
+        let mut selfw: HashMap<String, u64> = HashMap::new();
+        let mut total: HashMap<String, u64> = HashMap::new();
+        for s in &self.samples {
+            let w = self.weight(s);
+            let mut seen: HashSet<String> = HashSet::new();
+            for (i, &l) in s.locations.iter().enumerate() {
+                let Some(loc) = self.locations.get(l) else {
+                    continue;
+                };
+                let names = self.names(loc);
+                if i == 0 {
+                    if let Some(leaf) = names.last() {
+                        *selfw.entry(leaf.clone()).or_default() += w;
+                    }
+                }
+                for n in names {
+                    if seen.insert(n.clone()) {
+                        *total.entry(n).or_default() += w;
+                    }
+                }
+            }
+        }
+        let mut rows: Vec<(String, u64, u64)> = total
+            .into_iter()
+            .map(|(n, t)| (n.clone(), selfw.get(&n).copied().unwrap_or(0), t))
+            .collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+        rows
+    }
+
+    pub fn total_weight(&self) -> u64 {
+        self.samples.iter().map(|s| self.weight(s)).sum()
+    }
+
+    pub fn write_top(&self, w: &mut dyn Write, limit: usize) -> io::Result<()> {
+        let total = self.total_weight();
+        let pct = |v: u64| {
+            if total == 0 {
+                0.0
+            } else {
+                100.0 * v as f64 / total as f64
+            }
+        };
+        writeln!(w, "Top functions by self {} ({total} total):", self.unit())?;
+        writeln!(
+            w,
+            "{:>10} {:>6} {:>10} {:>6}  FUNCTION",
+            "SELF", "%", "TOTAL", "%"
+        )?;
+        for (name, s, t) in self.top().into_iter().take(limit) {
+            writeln!(
+                w,
+                "{s:>10} {:>5.1}% {t:>10} {:>5.1}%  {name}",
+                pct(s),
+                pct(t)
+            )?;
+        }
+        Ok(())
+    }
+
+    pub fn json(&self) -> Value {
+        let stacks: Vec<Value> = self
+            .samples
+            .iter()
+            .map(|s| {
+                let frames: Vec<Value> = s
+                    .locations
+                    .iter()
+                    .filter_map(|&l| self.locations.get(l))
+                    .map(|loc| {
+                        let m = self.mappings.get(loc.mapping);
+                        json!({
+                            "address": format!("{:#x}", loc.address),
+                            "module": m.map(|m| m.name.clone()),
+                            "build_id": m.map(|m| m.build_id.clone()),
+                            "kernel": m.is_some_and(|m| m.kernel),
+                            "functions": loc.lines.iter().map(|l| json!({
+                                "name": l.function, "file": l.file, "line": l.line
+                            })).collect::<Vec<_>>(),
+                        })
+                    })
+                    .collect();
+                json!({"pid": s.pid, "comm": s.comm, "count": s.count,
+                       "value": s.value, "frames": frames})
+            })
+            .collect();
+        let top: Vec<Value> = self
+            .top()
+            .into_iter()
+            .take(100)
+            .map(|(n, s, t)| json!({"function": n, "self": s, "total": t}))
+            .collect();
+        json!({
+            "mode": self.mode,
+            "frequency_hz": self.frequency_hz,
+            "duration_ns": self.duration_ns,
+            "value_unit": if self.off_cpu() { "nanoseconds" } else { "samples" },
+            "stacks": stacks,
+            "top": top,
+            "notes": self.notes,
+        })
+    }
+}
+
+/// Folded lines use `;` between frames and a space before the count.
+fn sanitize(s: &str) -> String {
+    s.replace(';', ":").replace('\n', " ")
+}

@@ -1,0 +1,96 @@
+//! Kernel symbols: the running kernel's build id, kallsyms lookups at
+//! record time (kept in the recording), and lookups in a recorded table.
+
+use blazesym::symbolize::source::{Kernel, Source};
+use blazesym::symbolize::{Input, Symbolizer};
+use blazesym::MaybeDefault;
+
+use crate::profile::format::KernelSymbol;
+
+/// GNU build id of the running kernel, from the ELF notes in /sys/kernel/notes.
+pub fn build_id() -> Option<Vec<u8>> {
+    let b = std::fs::read("/sys/kernel/notes").ok()?;
+    let mut pos = 0usize;
+    let word = |p: usize| -> Option<usize> {
+        Some(u32::from_ne_bytes(b.get(p..p + 4)?.try_into().ok()?) as usize)
+    };
+    let pad = |n: usize| n.div_ceil(4) * 4;
+    while pos + 12 <= b.len() {
+        let (namesz, descsz, kind) = (word(pos)?, word(pos + 4)?, word(pos + 8)?);
+        let name = b.get(pos + 12..pos + 12 + namesz)?;
+        let desc_at = pos + 12 + pad(namesz);
+        if kind == 3 && name.starts_with(b"GNU") {
+            return b.get(desc_at..desc_at + descsz).map(<[u8]>::to_vec);
+        }
+        pos = desc_at + pad(descsz);
+    }
+    None
+}
+
+/// The kallsyms source only: vmlinux discovery is slow and rarely there.
+fn kallsyms_source() -> Source<'static> {
+    Source::Kernel(Kernel {
+        vmlinux: MaybeDefault::None,
+        debug_syms: false,
+        ..Default::default()
+    })
+}
+
+/// The kallsyms entries (start, name, module) that `addrs` fall into.
+pub fn snapshot_symbols(addrs: &[u64]) -> Vec<KernelSymbol> {
+    if addrs.is_empty() {
+        return Vec::new();
+    }
+    let symbolizer = Symbolizer::builder()
+        .enable_code_info(false)
+        .enable_inlined_fns(false)
+        .build();
+    let Ok(syms) = symbolizer.symbolize(&kallsyms_source(), Input::AbsAddr(addrs)) else {
+        return Vec::new();
+    };
+    let mut out: Vec<KernelSymbol> = syms
+        .into_iter()
+        .filter_map(|s| s.into_sym())
+        .map(|s| KernelSymbol {
+            addr: s.addr,
+            name: s.name.into_owned(),
+            module: s
+                .module
+                .map(|m| m.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        })
+        .collect();
+    out.sort_by_key(|s| s.addr);
+    out.dedup_by_key(|s| s.addr);
+    out
+}
+
+/// Lookups in a recorded table: the entry with the greatest start not above the address.
+pub struct KernelTable<'a> {
+    syms: Vec<&'a KernelSymbol>,
+}
+
+impl<'a> KernelTable<'a> {
+    pub fn new(syms: &'a [KernelSymbol]) -> KernelTable<'a> {
+        let mut syms: Vec<&KernelSymbol> = syms.iter().collect();
+        syms.sort_by_key(|s| s.addr);
+        KernelTable { syms }
+    }
+
+    pub fn lookup(&self, addr: u64) -> Option<&'a KernelSymbol> {
+        let i = self.syms.partition_point(|s| s.addr <= addr);
+        i.checked_sub(1).and_then(|i| self.syms.get(i).copied())
+    }
+}
+
+/// Live kallsyms lookups for `symbolize --kernel`: (name, offset) per address.
+pub fn symbolize_live(addrs: &[u64]) -> Vec<Option<(String, u64)>> {
+    let symbolizer = Symbolizer::new();
+    match symbolizer.symbolize(&kallsyms_source(), Input::AbsAddr(addrs)) {
+        Ok(v) => v
+            .into_iter()
+            .map(|s| s.into_sym().map(|s| (s.name.into_owned(), s.offset as u64)))
+            .collect(),
+        Err(_) => vec![None; addrs.len()],
+    }
+}

@@ -1,0 +1,444 @@
+//! Symbolize stage: build ids and file offsets (or kernel addresses) to
+//! function, file and line, through blazesym. Binaries are found by build
+//! id in debug directories, at the paths the profiled processes mapped them
+//! from, and on debuginfod servers, so symbolization can happen after the
+//! processes are gone and on another machine.
+
+pub mod debuginfod;
+pub mod elf;
+pub mod kernel;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use blazesym::symbolize::source::{Elf, Source};
+use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
+
+use crate::cli::profile::SymbolSettings;
+use crate::profile::format::{Recording, Segment};
+use debuginfod::Debuginfod;
+
+/// One function at an address: the outer function first, then each
+/// function inlined into the one before it. The file and line are where
+/// the address is within that function (for the callers: the call site).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Line {
+    pub function: String,
+    pub file: Option<String>,
+    pub line: u32,
+}
+
+/// Where a symbol file for a build id came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    DebugDir,
+    Mapped,
+    Debuginfod,
+    Given,
+}
+
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub path: PathBuf,
+    pub origin: Origin,
+    pub info: elf::ElfInfo,
+}
+
+/// Finds symbol files and symbolizes file offsets in them.
+pub struct Resolver {
+    symbolizer: Symbolizer,
+    debug_dirs: Vec<PathBuf>,
+    debuginfod: Option<Debuginfod>,
+}
+
+/// Where distributions put separate debug files.
+const SYSTEM_DEBUG_DIRS: &[&str] = &["/usr/lib/debug", "/lib/debug"];
+
+impl Resolver {
+    pub fn new(s: &SymbolSettings) -> Resolver {
+        let mut debug_dirs = s.debug_dirs.clone();
+        debug_dirs.extend(SYSTEM_DEBUG_DIRS.iter().map(PathBuf::from));
+        let symbolizer = Symbolizer::builder()
+            .enable_code_info(true)
+            .enable_inlined_fns(true)
+            .enable_demangling(true)
+            .set_debug_dirs(Some(&debug_dirs))
+            .build();
+        Resolver {
+            symbolizer,
+            debug_dirs,
+            debuginfod: (!s.debuginfod.is_empty()).then(|| Debuginfod::new(s.debuginfod.clone())),
+        }
+    }
+
+    /// debuginfod failures, for -v.
+    pub fn debuginfod_log(&self) -> &[String] {
+        self.debuginfod.as_ref().map_or(&[], |d| &d.log[..])
+    }
+
+    /// The best symbol file for a build id: a debug file from a debug
+    /// directory, else the mapped file if it has symbols, else one from
+    /// debuginfod, else the mapped file with whatever dynamic symbols it has.
+    pub fn find(&mut self, build_id: &[u8], paths: &[String]) -> Option<Found> {
+        let hex = elf::hex(build_id);
+        if hex.len() > 2 {
+            for d in &self.debug_dirs {
+                let p = d
+                    .join(".build-id")
+                    .join(&hex[..2])
+                    .join(format!("{}.debug", &hex[2..]));
+                if let Ok(info) = elf::inspect(&p) {
+                    if info.build_id.as_deref().is_none_or(|b| b == build_id) {
+                        return Some(Found {
+                            path: p,
+                            origin: Origin::DebugDir,
+                            info,
+                        });
+                    }
+                }
+            }
+        }
+        let mut stripped = None;
+        for p in paths {
+            let Ok(info) = elf::inspect(Path::new(p)) else {
+                continue;
+            };
+            if info.build_id.as_deref() != Some(build_id) {
+                continue;
+            }
+            let found = Found {
+                path: PathBuf::from(p),
+                origin: Origin::Mapped,
+                info,
+            };
+            if found.info.has_symbols {
+                return Some(found);
+            }
+            stripped.get_or_insert(found);
+        }
+        if let Some(d) = self.debuginfod.as_mut() {
+            if let Some(p) = d.debuginfo(build_id) {
+                if let Ok(info) = elf::inspect(&p) {
+                    return Some(Found {
+                        path: p,
+                        origin: Origin::Debuginfod,
+                        info,
+                    });
+                }
+            }
+        }
+        stripped
+    }
+
+    /// Symbolizes file offsets of `path`; `segments` (or the file's own)
+    /// turn them into the virtual addresses the symbols are keyed by.
+    /// Per offset: the lines (outer function first) and the offset into
+    /// the outer function.
+    pub fn offsets(
+        &self,
+        path: &Path,
+        segments: &[Segment],
+        offsets: &[u64],
+    ) -> Vec<Option<(Vec<Line>, u64)>> {
+        let own;
+        let segments = if segments.is_empty() {
+            own = elf::inspect(path).map(|i| i.segments).unwrap_or_default();
+            &own[..]
+        } else {
+            segments
+        };
+        let mut out = vec![None; offsets.len()];
+        let mut idx = Vec::with_capacity(offsets.len());
+        let mut vaddrs = Vec::with_capacity(offsets.len());
+        for (i, &o) in offsets.iter().enumerate() {
+            if let Some(v) = elf::file_to_virt(segments, o) {
+                idx.push(i);
+                vaddrs.push(v);
+            }
+        }
+        if vaddrs.is_empty() {
+            return out;
+        }
+        let src = Source::Elf(Elf::new(path));
+        if let Ok(syms) = self.symbolizer.symbolize(&src, Input::VirtOffset(&vaddrs)) {
+            for (i, s) in idx.into_iter().zip(syms) {
+                if let Symbolized::Sym(sym) = s {
+                    out[i] = Some((lines(&sym), sym.offset as u64));
+                }
+            }
+        }
+        out
+    }
+
+    /// Symbolizes absolute addresses in a live process.
+    pub fn process(&self, pid: u32, addrs: &[u64]) -> Vec<Option<(Vec<Line>, u64)>> {
+        let src = Source::Process(blazesym::symbolize::source::Process::new(pid.into()));
+        match self.symbolizer.symbolize(&src, Input::AbsAddr(addrs)) {
+            Ok(v) => v
+                .into_iter()
+                .map(|s| s.into_sym().map(|sym| (lines(&sym), sym.offset as u64)))
+                .collect(),
+            Err(_) => vec![None; addrs.len()],
+        }
+    }
+}
+
+fn code_loc(ci: Option<&blazesym::symbolize::CodeInfo<'_>>) -> (Option<String>, u32) {
+    match ci {
+        Some(ci) => (
+            Some(ci.to_path().display().to_string()),
+            ci.line.unwrap_or(0),
+        ),
+        None => (None, 0),
+    }
+}
+
+fn lines(sym: &Sym<'_>) -> Vec<Line> {
+    let (file, line) = code_loc(sym.code_info.as_deref());
+    let mut v = vec![Line {
+        function: sym.name.to_string(),
+        file,
+        line,
+    }];
+    for f in sym.inlined.iter() {
+        let (file, line) = code_loc(f.code_info.as_ref());
+        v.push(Line {
+            function: f.name.to_string(),
+            file,
+            line,
+        });
+    }
+    v
+}
+
+/// A symbolized profile: what every output format is rendered from.
+#[derive(Debug, Clone, Default)]
+pub struct Profile {
+    /// "cpu" or "offcpu".
+    pub mode: String,
+    pub frequency_hz: u64,
+    pub start_unix_ns: u64,
+    pub duration_ns: u64,
+    pub mappings: Vec<Mapping>,
+    pub locations: Vec<Location>,
+    pub samples: Vec<Sample>,
+    /// Things the reader should know (losses, binaries without symbols).
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    /// File path, or [kernel.kallsyms], or [unknown].
+    pub name: String,
+    pub build_id: String,
+    pub kernel: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Location {
+    pub mapping: usize,
+    /// File offset (user), absolute address (kernel) or raw address (unknown).
+    pub address: u64,
+    /// Outer function first; empty when no symbol was found.
+    pub lines: Vec<Line>,
+}
+
+impl Location {
+    /// A frame name for when no symbol was found.
+    pub fn fallback_name(&self, mappings: &[Mapping]) -> String {
+        match mappings.get(self.mapping) {
+            Some(m) if !m.kernel && m.name != "[unknown]" => {
+                let base = Path::new(&m.name)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| m.name.clone());
+                format!("[{base}]")
+            }
+            _ => "[unknown]".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub pid: u32,
+    pub comm: String,
+    pub count: u64,
+    pub value: u64,
+    /// Indexes into `Profile::locations`, leaf first.
+    pub locations: Vec<usize>,
+    pub kernel_frames: usize,
+}
+
+/// Per-build-id outcome, for -v.
+#[derive(Debug, Clone)]
+pub struct BinaryReport {
+    pub build_id: String,
+    pub found: Option<(PathBuf, Origin)>,
+    pub frames: usize,
+    pub symbolized: usize,
+}
+
+/// Symbolizes a recording.
+pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<BinaryReport>) {
+    let mut p = Profile {
+        mode: rec.meta.mode.clone(),
+        frequency_hz: rec.meta.frequency_hz,
+        start_unix_ns: rec.meta.start_unix_ns,
+        duration_ns: rec.meta.duration_ns,
+        ..Default::default()
+    };
+    p.mappings.push(Mapping {
+        name: "[kernel.kallsyms]".into(),
+        build_id: elf::hex(&rec.meta.kernel_build_id),
+        kernel: true,
+    });
+    for b in &rec.binaries {
+        p.mappings.push(Mapping {
+            name: b
+                .paths
+                .first()
+                .cloned()
+                .unwrap_or_else(|| format!("[build id {}]", elf::hex(&b.build_id))),
+            build_id: elf::hex(&b.build_id),
+            kernel: false,
+        });
+    }
+    let unknown = p.mappings.len();
+    p.mappings.push(Mapping {
+        name: "[unknown]".into(),
+        build_id: String::new(),
+        kernel: false,
+    });
+
+    // Unique offsets per binary, symbolized in one batch each.
+    let mut per_bin: Vec<Vec<u64>> = vec![Vec::new(); rec.binaries.len()];
+    for s in &rec.stacks {
+        for (&b, &o) in s.user_binary.iter().zip(&s.user_offset) {
+            if b > 0 {
+                per_bin[b as usize - 1].push(o);
+            }
+        }
+    }
+    let mut loc_index: HashMap<(usize, u64), usize> = HashMap::new();
+    let mut reports = Vec::new();
+    for (i, offs) in per_bin.iter_mut().enumerate() {
+        offs.sort_unstable();
+        offs.dedup();
+        let b = &rec.binaries[i];
+        let found = resolver.find(&b.build_id, &b.paths);
+        let results = match &found {
+            Some(f) => resolver.offsets(&f.path, &b.segments, offs),
+            None => vec![None; offs.len()],
+        };
+        let symbolized = results.iter().filter(|r| r.is_some()).count();
+        reports.push(BinaryReport {
+            build_id: elf::hex(&b.build_id),
+            found: found.as_ref().map(|f| (f.path.clone(), f.origin)),
+            frames: offs.len(),
+            symbolized,
+        });
+        if found.is_none() {
+            p.notes.push(format!(
+                "no symbols for {} (build id {}): add --debug-dir or --debuginfod",
+                b.paths.first().map_or("a binary", String::as_str),
+                elf::hex(&b.build_id)
+            ));
+        }
+        for (&o, r) in offs.iter().zip(results) {
+            loc_index.insert((i + 1, o), p.locations.len());
+            p.locations.push(Location {
+                mapping: i + 1,
+                address: o,
+                lines: r.map(|(l, _)| l).unwrap_or_default(),
+            });
+        }
+    }
+    let ktable = kernel::KernelTable::new(&rec.kernel_symbols);
+    for s in &rec.stacks {
+        let mut locs = Vec::with_capacity(s.kernel.len() + s.user_binary.len());
+        for &a in &s.kernel {
+            let id = *loc_index.entry((0, a)).or_insert_with(|| {
+                let lines = ktable
+                    .lookup(a)
+                    .map(|k| {
+                        vec![Line {
+                            function: if k.module.is_empty() {
+                                k.name.clone()
+                            } else {
+                                format!("{} [{}]", k.name, k.module)
+                            },
+                            file: None,
+                            line: 0,
+                        }]
+                    })
+                    .unwrap_or_default();
+                p.locations.push(Location {
+                    mapping: 0,
+                    address: a,
+                    lines,
+                });
+                p.locations.len() - 1
+            });
+            locs.push(id);
+        }
+        for (&b, &o) in s.user_binary.iter().zip(&s.user_offset) {
+            let m = if b == 0 { unknown } else { b as usize };
+            let id = *loc_index.entry((m, o)).or_insert_with(|| {
+                p.locations.push(Location {
+                    mapping: m,
+                    address: o,
+                    lines: Vec::new(),
+                });
+                p.locations.len() - 1
+            });
+            locs.push(id);
+        }
+        p.samples.push(Sample {
+            pid: s.pid,
+            comm: s.comm.clone(),
+            count: s.count,
+            value: s.value,
+            locations: locs,
+            kernel_frames: s.kernel.len(),
+        });
+    }
+    if let Some(l) = rec.meta.lost {
+        let unit = if p.mode == "offcpu" { "ns" } else { "samples" };
+        let items = [
+            (
+                l.kernel_stacks,
+                "kernel stacks could not be stored (raise --max-stacks)",
+            ),
+            (
+                l.user_stacks,
+                "user stacks could not be stored (raise --max-stacks)",
+            ),
+            (
+                l.keys,
+                "samples found the stack count map full (raise --max-stacks)",
+            ),
+            (l.notifications, "new-process notifications were dropped"),
+            (
+                l.offcpu_starts,
+                "off-CPU switch-outs could not be remembered",
+            ),
+            (
+                l.unresolved_frames,
+                "user frames had no build id and no known mapping (shown as [unknown])",
+            ),
+        ];
+        for (n, what) in items {
+            if n > 0 {
+                p.notes.push(format!("lost: {n} {what}"));
+            }
+        }
+        if l.unresolved_weight > 0 {
+            p.notes.push(format!(
+                "{} {unit} carry [unknown] user frames",
+                l.unresolved_weight
+            ));
+        }
+    }
+    (p, reports)
+}
