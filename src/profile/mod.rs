@@ -29,6 +29,9 @@ pub struct Sampled {
     pub stacks: Vec<RawStack>,
     pub snapshots: Snapshots,
     pub lost: KernelLost,
+    /// kallsyms entries of the kernel frames, taken while bpfscope's own
+    /// programs were still loaded (their kallsyms entries go with them).
+    pub kernel_symbols: Vec<KernelSymbol>,
     pub start_unix_ns: u64,
     pub duration: Duration,
     pub cpus: u32,
@@ -105,7 +108,15 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
     for pid in fresh.into_inner() {
         snapshots.snapshot(pid);
     }
-    let stacks = session.read_stacks()?;
+    let mut stacks = session.read_stacks()?;
+    let kernel_addrs: BTreeSet<u64> = stacks
+        .iter()
+        .flat_map(|s| s.kernel.iter().copied())
+        .collect();
+    let kernel_symbols = kernel::snapshot_symbols(&kernel_addrs.into_iter().collect::<Vec<_>>());
+    if s.mode == Mode::OffCpu {
+        strip_own_frames(&mut stacks, &kernel_symbols);
+    }
     // Processes whose announcement was missed, and later mappings of live ones.
     let pids: BTreeSet<u32> = stacks.iter().map(|s| s.tgid).collect();
     for pid in pids {
@@ -116,10 +127,28 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
         stacks,
         snapshots,
         lost,
+        kernel_symbols,
         start_unix_ns,
         duration,
         cpus: session::online_cpus().map(|c| c.len() as u32).unwrap_or(0),
     })
+}
+
+/// Off-CPU kernel stacks are taken inside the sched_switch hook, so they
+/// start with the hook's own frames (the BPF program and the tracepoint
+/// glue that ran it): drop those, leaving __schedule and its callers.
+fn strip_own_frames(stacks: &mut [RawStack], syms: &[KernelSymbol]) {
+    let table = kernel::KernelTable::new(syms);
+    for s in stacks {
+        let glue = s.kernel.iter().take(4).rposition(|&a| {
+            table.lookup(a).is_some_and(|k| {
+                k.name.starts_with("bpf_trace_run") || k.name.starts_with("bpf_prog_")
+            })
+        });
+        if let Some(i) = glue {
+            s.kernel.drain(..=i);
+        }
+    }
 }
 
 fn describe_target(s: &SampleSettings) -> String {
@@ -230,12 +259,7 @@ pub fn to_recording(s: &SampleSettings, sampled: Sampled) -> Recording {
             }
         }
     }
-    let kernel_addrs: BTreeSet<u64> = stacks
-        .iter()
-        .flat_map(|s| s.kernel.iter().copied())
-        .collect();
-    let kernel_symbols: Vec<KernelSymbol> =
-        kernel::snapshot_symbols(&kernel_addrs.into_iter().collect::<Vec<_>>());
+    let kernel_symbols = sampled.kernel_symbols;
     let meta = Meta {
         tool_version: env!("CARGO_PKG_VERSION").into(),
         hostname: read_trim("/proc/sys/kernel/hostname"),

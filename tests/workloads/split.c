@@ -1,0 +1,86 @@
+/*
+ * split NAME SECONDS [sleep]: renames itself NAME, then for SECONDS burns
+ * CPU in a known 3:1 split: alpha_caller -> alpha_work runs three times
+ * as many identical loop iterations as beta_caller -> beta_work.
+ * With "sleep", it instead blocks in wait_here (10 ms naps) for SECONDS.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+static volatile unsigned long sink;
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * A stack slot makes gcc give spin a frame even though it is a leaf, so
+ * frame-pointer unwinding from a sample in it still finds its caller.
+ */
+__attribute__((noinline)) static void spin(unsigned long n)
+{
+	volatile unsigned long slot[2] = { 0, 0 };
+
+	for (unsigned long i = 0; i < n; i++) {
+		slot[i & 1] += i;
+		sink += i ^ (sink >> 3);
+	}
+}
+
+__attribute__((noinline)) void alpha_work(unsigned long n)
+{
+	spin(3 * n);
+	asm volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void beta_work(unsigned long n)
+{
+	spin(n);
+	asm volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void alpha_caller(unsigned long n)
+{
+	alpha_work(n);
+	asm volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void beta_caller(unsigned long n)
+{
+	beta_work(n);
+	asm volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void wait_here(double secs)
+{
+	double end = now() + secs;
+	struct timespec nap = { 0, 10 * 1000 * 1000 };
+
+	while (now() < end)
+		nanosleep(&nap, NULL);
+	asm volatile("" ::: "memory");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3)
+		return 2;
+	prctl(PR_SET_NAME, argv[1], 0, 0, 0);
+	double secs = atof(argv[2]);
+	if (argc > 3 && !strcmp(argv[3], "sleep")) {
+		wait_here(secs);
+		return 0;
+	}
+	double end = now() + secs;
+	while (now() < end) {
+		alpha_caller(200000);
+		beta_caller(200000);
+	}
+	return 0;
+}
