@@ -91,8 +91,12 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
         })?;
         let rb = builder.build().context("setting up the ring buffer")?;
         loop {
-            rb.poll(Duration::from_millis(100))
-                .context("reading process notifications")?;
+            if let Err(e) = rb.poll(Duration::from_millis(100)) {
+                // A signal (Ctrl-C) interrupts the wait; the stopper has it.
+                if e.kind() != libbpf_rs::ErrorKind::Interrupted {
+                    return Err(anyhow::Error::new(e).context("reading process notifications"));
+                }
+            }
             let pids: Vec<u32> = fresh.borrow_mut().drain(..).collect();
             for pid in pids {
                 snapshots.snapshot(pid);

@@ -92,7 +92,7 @@ impl Profile {
         }
         if lines.is_empty() {
             // inferno refuses empty input; an empty graph still says what happened.
-            return flamegraph::from_lines(&mut opts, ["no samples 0"].into_iter(), w)
+            return flamegraph::from_lines(&mut opts, ["no samples 0"], w)
                 .map_err(io::Error::other);
         }
         flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)

@@ -35,7 +35,7 @@ pub fn inspect(path: &Path) -> Result<ElfInfo, ElfError> {
     let cache = ReadCache::new(f);
     let obj = object::File::parse(&cache).map_err(|e| ElfError::Parse(name(), e))?;
     let build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
-    let segments = obj
+    let mut segments: Vec<(Segment, u64)> = obj
         .segments()
         .map(|s| {
             let (file_offset, file_size) = s.file_range();
@@ -43,14 +43,22 @@ pub fn inspect(path: &Path) -> Result<ElfInfo, ElfError> {
                 SegmentFlags::Elf { p_flags, .. } => p_flags.contains(object::elf::PF_X),
                 _ => false,
             };
-            Segment {
+            let seg = Segment {
                 file_offset,
                 vaddr: s.address(),
                 file_size,
                 executable,
-            }
+            };
+            (seg, s.size())
         })
         .collect();
+    if segments
+        .iter()
+        .any(|(s, mem)| s.executable && s.file_size == 0 && *mem > 0)
+    {
+        reconstruct_offsets(&mut segments);
+    }
+    let segments = segments.into_iter().map(|(s, _)| s).collect();
     let has_debug_info = obj.section_by_name(".debug_info").is_some();
     let has_symbols = has_debug_info || obj.section_by_name(".symtab").is_some();
     Ok(ElfInfo {
@@ -61,16 +69,40 @@ pub fn inspect(path: &Path) -> Result<ElfInfo, ElfError> {
     })
 }
 
-/// The virtual address of a file offset: through the segment that holds
-/// it, else through the executable segment's bias (debug files keep the
-/// program headers but may report no file data).
+/// A separate debug file (objcopy --only-keep-debug, distribution -dbg
+/// packages) keeps the program headers' addresses but not their file
+/// offsets. Linkers lay segments out in order, each at the first file
+/// offset past the previous one that is congruent to its address modulo
+/// the page size (what mmap needs), and the segments before the writable
+/// one hold no bss; that gives back the original offsets of the segments
+/// code lives in.
+fn reconstruct_offsets(segs: &mut [(Segment, u64)]) {
+    const PAGE: u64 = 0x1000;
+    let mut next = 0u64;
+    for (i, (s, mem)) in segs.iter_mut().enumerate() {
+        let want = s.vaddr % PAGE;
+        let off = if i == 0 {
+            want
+        } else {
+            let base = next - next % PAGE + want;
+            if base >= next {
+                base
+            } else {
+                base + PAGE
+            }
+        };
+        s.file_offset = off;
+        s.file_size = *mem;
+        next = off + *mem;
+    }
+}
+
+/// The virtual address of a file offset, through the segment that holds it.
 pub fn file_to_virt(segments: &[Segment], off: u64) -> Option<u64> {
-    let bias = |s: &Segment| s.vaddr.wrapping_sub(s.file_offset);
     segments
         .iter()
         .find(|s| off >= s.file_offset && off - s.file_offset < s.file_size)
-        .or_else(|| segments.iter().find(|s| s.executable))
-        .map(|s| off.wrapping_add(bias(s)))
+        .map(|s| off.wrapping_add(s.vaddr.wrapping_sub(s.file_offset)))
 }
 
 /// Build id as lowercase hex.
@@ -100,8 +132,27 @@ mod tests {
         ];
         assert_eq!(file_to_virt(&segs, 0x1234), Some(0x401234));
         assert_eq!(file_to_virt(&segs, 0x10), Some(0x10));
-        assert_eq!(file_to_virt(&segs, 0x9000), Some(0x409000));
+        assert_eq!(file_to_virt(&segs, 0x9000), None);
         assert_eq!(file_to_virt(&[], 1), None);
+    }
+
+    #[test]
+    fn debug_file_offsets_rebuilt() {
+        // libc's segments as its -dbg debug file shows them (offsets and sizes lost).
+        let seg = |vaddr, x| Segment {
+            file_offset: 0,
+            vaddr,
+            file_size: 0,
+            executable: x,
+        };
+        let mut segs = vec![
+            (seg(0, false), 0x25388),
+            (seg(0x26000, true), 0x1550fc),
+            (seg(0x17c000, false), 0x52c31),
+        ];
+        reconstruct_offsets(&mut segs);
+        let offs: Vec<u64> = segs.iter().map(|(s, _)| s.file_offset).collect();
+        assert_eq!(offs, vec![0, 0x26000, 0x17c000]);
     }
 
     #[test]

@@ -69,7 +69,21 @@ pub fn run(args: &[&str]) -> Output {
 }
 
 pub fn run_timeout(args: &[&str], timeout: Duration) -> Output {
-    let mut child = Command::new(bin())
+    run_env(args, &[], timeout)
+}
+
+/// Runs bpfscope to completion with extra environment variables (an empty
+/// value removes the variable).
+pub fn run_env(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Output {
+    let mut cmd = Command::new(bin());
+    for (k, v) in env {
+        if v.is_empty() {
+            cmd.env_remove(k);
+        } else {
+            cmd.env(k, v);
+        }
+    }
+    let mut child = cmd
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -1,0 +1,771 @@
+//! Profiler against the real kernel (run as root): CPU shares and caller
+//! chains, processes that exit mid-profile, stripped binaries with debug
+//! files by build id, a real debuginfod server, pprof decoded back,
+//! off-CPU time, targets, recordings and their corruption.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The 3:1 workload. gcc gives its hot leaf a frame (see the source), so
+/// frame-pointer stacks keep every caller.
+fn split() -> PathBuf {
+    workload("split")
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("profile-{name}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Folded lines as (frames root first, weight).
+fn folded(path: &Path) -> Vec<(Vec<String>, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').expect("folded line has a count");
+            (
+                stack.split(';').map(String::from).collect(),
+                n.parse().expect("count"),
+            )
+        })
+        .collect()
+}
+
+/// Weight of the stacks rooted at `comm` that contain `frames` consecutively.
+fn weight_with(lines: &[(Vec<String>, u64)], comm: &str, frames: &[&str]) -> u64 {
+    lines
+        .iter()
+        .filter(|(f, _)| f[0] == comm && f.windows(frames.len()).any(|w| w == frames))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+fn root_weight(lines: &[(Vec<String>, u64)], comm: &str) -> u64 {
+    lines
+        .iter()
+        .filter(|(f, _)| f[0] == comm)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+fn build_id(path: &Path) -> String {
+    let out = Command::new("readelf")
+        .arg("-n")
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(String::from))
+        .expect("binary has a build id")
+}
+
+/// A stripped copy of `bin` and its debug file in a build-id directory.
+fn stripped_with_debug_dir(bin: &Path, dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let stripped = dir.join("split-stripped");
+    let debug = dir.join("split.debug");
+    let st = Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(bin)
+        .arg(&debug)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let st = Command::new("objcopy")
+        .arg("--strip-all")
+        .arg(bin)
+        .arg(&stripped)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let id = build_id(&stripped);
+    assert_eq!(id, build_id(bin), "stripping keeps the build id");
+    let dbg = dir.join("debug");
+    let sub = dbg.join(".build-id").join(&id[..2]);
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::copy(&debug, sub.join(format!("{}.debug", &id[2..]))).unwrap();
+    (stripped, debug, dbg)
+}
+
+/// The exit status, one line on stderr, no panic.
+fn assert_usage_error(o: &std::process::Output, what: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+    assert!(err.starts_with("bpfscope: error: "), "{what}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+    assert!(!err.contains("panicked"), "{what}: {err}");
+}
+
+#[test]
+fn cpu_split_three_to_one_with_caller_chains() {
+    if !root("cpu_split") {
+        return;
+    }
+    let dir = scratch("split");
+    let out = dir.join("split.folded");
+    let w = split();
+    let o = run(&[
+        "profile",
+        "-F",
+        "499",
+        "--duration",
+        "60",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        w.to_str().unwrap(),
+        "sp_split",
+        "3",
+    ]);
+    ok(&o);
+    assert!(stderr(&o).contains("Attached"), "{}", stderr(&o));
+    let lines = folded(&out);
+    let alpha = weight_with(
+        &lines,
+        "sp_split",
+        &["main", "alpha_caller", "alpha_work", "spin"],
+    );
+    let beta = weight_with(
+        &lines,
+        "sp_split",
+        &["main", "beta_caller", "beta_work", "spin"],
+    );
+    let total = root_weight(&lines, "sp_split");
+    // 3 s at 499 Hz is ~1500 samples when the CPU is ours.
+    assert!(total > 600, "too few samples: {total}\n{lines:?}");
+    assert!(
+        (alpha + beta) as f64 > 0.9 * total as f64,
+        "stacks lost callers: alpha {alpha} beta {beta} total {total}\n{lines:?}"
+    );
+    let share = alpha as f64 / (alpha + beta) as f64;
+    assert!(
+        (0.68..=0.82).contains(&share),
+        "alpha share {share:.3} (alpha {alpha}, beta {beta}), expected 0.75"
+    );
+    // Callers are never crossed: alpha_work only ever under alpha_caller.
+    for (f, _) in &lines {
+        if let Some(i) = f.iter().position(|x| x == "alpha_work") {
+            assert_eq!(f[i - 1], "alpha_caller", "{f:?}");
+        }
+        if let Some(i) = f.iter().position(|x| x == "beta_work") {
+            assert_eq!(f[i - 1], "beta_caller", "{f:?}");
+        }
+    }
+    assert!(
+        !loaded_prog_names()
+            .iter()
+            .any(|n| n.starts_with("bpfscope_prof")),
+        "sampler left loaded"
+    );
+}
+
+#[test]
+fn process_that_exits_mid_profile_is_symbolized() {
+    if !root("short_lived") {
+        return;
+    }
+    let dir = scratch("short");
+    let out = dir.join("short.folded");
+    let w = split();
+    let mut r = start(&[
+        "profile",
+        "-F",
+        "499",
+        "--duration",
+        "4",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let st = Command::new(&w).args(["sp_short", "1"]).status().unwrap();
+    assert!(st.success());
+    // The process is gone long before the profile ends.
+    let (_, err) = r.finish();
+    assert!(r.child.wait().unwrap().success(), "{err}");
+    let lines = folded(&out);
+    let total = root_weight(&lines, "sp_short");
+    assert!(total > 50, "too few samples of the short process: {total}");
+    let named = weight_with(&lines, "sp_short", &["alpha_caller", "alpha_work", "spin"])
+        + weight_with(&lines, "sp_short", &["beta_caller", "beta_work", "spin"]);
+    assert!(
+        named as f64 >= 0.9 * total as f64,
+        "only {named} of {total} samples symbolized: {lines:?}"
+    );
+}
+
+#[test]
+fn stripped_binary_with_debug_file_in_build_id_dir() {
+    if !root("stripped") {
+        return;
+    }
+    let dir = scratch("stripped");
+    let (stripped, _, dbg) = stripped_with_debug_dir(&split(), &dir);
+    let rec = dir.join("run.bscope");
+    let o = run(&[
+        "record",
+        "-F",
+        "499",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        stripped.to_str().unwrap(),
+        "sp_strip",
+        "1",
+    ]);
+    ok(&o);
+    let plain = dir.join("plain.folded");
+    ok(&run(&[
+        "report",
+        rec.to_str().unwrap(),
+        "-o",
+        plain.to_str().unwrap(),
+    ]));
+    let lines = folded(&plain);
+    assert_eq!(
+        weight_with(&lines, "sp_strip", &["alpha_work"]),
+        0,
+        "a stripped binary has no such symbol without its debug file"
+    );
+    let with = dir.join("debug.folded");
+    ok(&run(&[
+        "report",
+        rec.to_str().unwrap(),
+        "-o",
+        with.to_str().unwrap(),
+        "--debug-dir",
+        dbg.to_str().unwrap(),
+    ]));
+    let lines = folded(&with);
+    let total = root_weight(&lines, "sp_strip");
+    let alpha = weight_with(
+        &lines,
+        "sp_strip",
+        &["main", "alpha_caller", "alpha_work", "spin"],
+    );
+    let beta = weight_with(
+        &lines,
+        "sp_strip",
+        &["main", "beta_caller", "beta_work", "spin"],
+    );
+    assert!(total > 100, "{lines:?}");
+    assert!(
+        (alpha + beta) as f64 >= 0.9 * total as f64,
+        "{alpha}+{beta} of {total}: {lines:?}"
+    );
+
+    // symbolize by build id through the debug directory agrees with the unstripped ELF.
+    let id = build_id(&stripped);
+    let offsets = ["0x1000", "0x1180", "0x11c0", "0x1200", "0x1240"];
+    let mut args = vec!["symbolize", "--build-id", &id, "--debug-dir"];
+    args.push(dbg.to_str().unwrap());
+    args.extend(offsets);
+    let by_id = ok(&run(&args));
+    let elf = split();
+    let mut args = vec!["symbolize", "--elf", elf.to_str().unwrap()];
+    args.extend(offsets);
+    let by_elf = ok(&run(&args));
+    assert_eq!(by_id, by_elf);
+    assert_eq!(by_id.lines().count(), offsets.len());
+    assert!(by_id.contains("split.c:"), "{by_id}");
+}
+
+/// A debuginfod server on loopback, killed (by pid) when dropped.
+struct Debuginfod {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Debuginfod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Raw HTTP status of a GET on loopback (no client library in the tests).
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).ok()?;
+    String::from_utf8_lossy(&buf[..n])
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn start_debuginfod(dir: &Path, id: &str) -> Option<Debuginfod> {
+    if Command::new("debuginfod")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_err()
+    {
+        eprintln!(
+            "SKIP debuginfod test: the debuginfod server is not installed (scripts/install-deps)"
+        );
+        return None;
+    }
+    let port = free_port();
+    let child = Command::new("debuginfod")
+        .arg("-F")
+        .arg(dir.join("srv"))
+        .arg("-d")
+        .arg(dir.join("index.sqlite"))
+        .args(["-p", &port.to_string(), "-t0", "-g0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let server = Debuginfod {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    // Scanning the directory takes a moment; bounded wait.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let path = format!("/buildid/{id}/debuginfo");
+    while Instant::now() < deadline {
+        if http_status(port, &path) == Some(200) {
+            return Some(server);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("debuginfod on port {port} never served {path}");
+}
+
+#[test]
+fn debuginfod_serves_the_debug_file_for_a_report() {
+    if !root("debuginfod") {
+        return;
+    }
+    let dir = scratch("debuginfod");
+    let (stripped, debug, _) = stripped_with_debug_dir(&split(), &dir);
+    let id = build_id(&stripped);
+    std::fs::create_dir_all(dir.join("srv")).unwrap();
+    std::fs::copy(&debug, dir.join("srv/split.debug")).unwrap();
+    let Some(server) = start_debuginfod(&dir, &id) else {
+        return;
+    };
+    let rec = dir.join("run.bscope");
+    ok(&run(&[
+        "record",
+        "-F",
+        "499",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        stripped.to_str().unwrap(),
+        "sp_dinfod",
+        "1",
+    ]));
+    let cache = dir.join("cache");
+    let cache_s = cache.to_str().unwrap();
+    let env = [("XDG_CACHE_HOME", cache_s), ("DEBUGINFOD_URLS", "")];
+    let out = dir.join("out.folded");
+    let o = run_env(
+        &[
+            "report",
+            rec.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--debuginfod",
+            &server.url,
+        ],
+        &env,
+        Duration::from_secs(120),
+    );
+    ok(&o);
+    let lines = folded(&out);
+    let total = root_weight(&lines, "sp_dinfod");
+    let named = weight_with(&lines, "sp_dinfod", &["alpha_caller", "alpha_work"])
+        + weight_with(&lines, "sp_dinfod", &["beta_caller", "beta_work"]);
+    assert!(
+        total > 100 && named as f64 >= 0.9 * total as f64,
+        "{named} of {total}: {lines:?}"
+    );
+    let cached = cache.join(format!("bpfscope/debuginfod/{id}/debuginfo"));
+    assert!(cached.is_file(), "not cached at {}", cached.display());
+
+    // The DEBUGINFOD_URLS convention works too, and a second report uses the cache.
+    drop(server);
+    let out2 = dir.join("out2.folded");
+    let o = run_env(
+        &[
+            "report",
+            rec.to_str().unwrap(),
+            "-o",
+            out2.to_str().unwrap(),
+        ],
+        &[
+            ("XDG_CACHE_HOME", cache_s),
+            ("DEBUGINFOD_URLS", "http://127.0.0.1:9"),
+        ],
+        Duration::from_secs(120),
+    );
+    ok(&o);
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&out2).unwrap());
+}
+
+#[test]
+fn pprof_output_decodes_back() {
+    use bpfscope::render::pprof;
+    use prost::Message;
+
+    if !root("pprof") {
+        return;
+    }
+    let dir = scratch("pprof");
+    let out = dir.join("cpu.pb.gz");
+    let w = split();
+    ok(&run(&[
+        "profile",
+        "-F",
+        "499",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        w.to_str().unwrap(),
+        "sp_pprof",
+        "1",
+    ]));
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&out).unwrap())
+        .read_to_end(&mut raw)
+        .unwrap();
+    let p = pprof::Profile::decode(&raw[..]).unwrap();
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    assert_eq!(p.string_table[0], "");
+    let types: Vec<(&str, &str)> = p
+        .sample_type
+        .iter()
+        .map(|t| (s(t.r#type), s(t.unit)))
+        .collect();
+    assert_eq!(types, vec![("samples", "count"), ("cpu", "nanoseconds")]);
+    assert_eq!(p.period, 1_000_000_000 / 499);
+    // The workload's mapping carries its build id.
+    let id = build_id(&w);
+    let m = p
+        .mapping
+        .iter()
+        .find(|m| s(m.build_id) == id)
+        .expect("mapping with the workload's build id");
+    assert!(s(m.filename).ends_with("split"), "{}", s(m.filename));
+    // alpha_work has a function entry with its source file, and located lines.
+    let f = p
+        .function
+        .iter()
+        .find(|f| s(f.name) == "alpha_work")
+        .expect("alpha_work function");
+    assert!(s(f.filename).ends_with("split.c"));
+    let loc = p
+        .location
+        .iter()
+        .find(|l| l.line.iter().any(|ln| ln.function_id == f.id))
+        .expect("a location in alpha_work");
+    assert_eq!(loc.mapping_id, m.id);
+    assert!(loc.line.iter().all(|ln| ln.line > 0));
+    // Every reference resolves; values are consistent.
+    let loc_ids: std::collections::HashSet<u64> = p.location.iter().map(|l| l.id).collect();
+    let mut samples = 0;
+    for smp in &p.sample {
+        assert!(smp.location_id.iter().all(|i| loc_ids.contains(i)));
+        assert_eq!(smp.value.len(), 2);
+        assert_eq!(smp.value[1], smp.value[0] * p.period);
+        samples += smp.value[0];
+        assert!(smp.label.iter().any(|l| s(l.key) == "pid" && l.num > 0));
+    }
+    assert!(samples > 100, "{samples}");
+}
+
+#[test]
+fn off_cpu_time_is_weighted_by_time_blocked() {
+    if !root("offcpu") {
+        return;
+    }
+    let dir = scratch("offcpu");
+    let out = dir.join("off.folded");
+    let w = split();
+    ok(&run(&[
+        "profile",
+        "--off-cpu",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        w.to_str().unwrap(),
+        "sp_off",
+        "1",
+        "sleep",
+    ]));
+    let lines = folded(&out);
+    // Microseconds blocked in nanosleep, reached from main, over one second.
+    let us = weight_with(&lines, "sp_off", &["main"]);
+    let sleeping: u64 = lines
+        .iter()
+        .filter(|(f, _)| f[0] == "sp_off" && f.iter().any(|x| x.contains("nanosleep")))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        (800_000..=1_300_000).contains(&sleeping),
+        "blocked {sleeping} us in nanosleep: {lines:?}"
+    );
+    assert!(us >= sleeping, "{us} {sleeping}");
+    assert!(
+        lines
+            .iter()
+            .any(|(f, _)| f.iter().any(|x| x == "schedule_[k]")),
+        "kernel frames down to schedule: {lines:?}"
+    );
+}
+
+#[test]
+fn pid_and_cgroup_targets() {
+    if !root("targets") {
+        return;
+    }
+    let dir = scratch("targets");
+    let w = split();
+    // -p: only that process, even with another busy one beside it.
+    let mut target = Command::new(&w).args(["sp_pid", "4"]).spawn().unwrap();
+    let mut other = Command::new(&w).args(["sp_other", "4"]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let out = dir.join("pid.folded");
+    ok(&run(&[
+        "profile",
+        "-p",
+        &target.id().to_string(),
+        "-F",
+        "499",
+        "--duration",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]));
+    let lines = folded(&out);
+    assert!(root_weight(&lines, "sp_pid") > 50, "{lines:?}");
+    assert!(lines.iter().all(|(f, _)| f[0] == "sp_pid"), "{lines:?}");
+
+    // --cgroup: only tasks in that cgroup (v2).
+    let Some(root2) = cgroup2_mount() else {
+        eprintln!("SKIP cgroup part: no cgroup2 mount");
+        let _ = (target.wait(), other.wait());
+        return;
+    };
+    let cg = root2.join(format!("bpfscope-test-{}", std::process::id()));
+    std::fs::create_dir_all(&cg).unwrap();
+    std::fs::write(cg.join("cgroup.procs"), other.id().to_string()).unwrap();
+    let out = dir.join("cg.folded");
+    let o = run(&[
+        "profile",
+        "--cgroup",
+        cg.to_str().unwrap(),
+        "-F",
+        "499",
+        "--duration",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let _ = (target.wait(), other.wait());
+    let _ = std::fs::remove_dir(&cg);
+    ok(&o);
+    let lines = folded(&out);
+    assert!(root_weight(&lines, "sp_other") > 50, "{lines:?}");
+    assert!(lines.iter().all(|(f, _)| f[0] == "sp_other"), "{lines:?}");
+}
+
+fn cgroup2_mount() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        (post.split_whitespace().next()? == "cgroup2")
+            .then(|| pre.split_whitespace().nth(4).map(PathBuf::from))?
+    })
+}
+
+#[test]
+fn recordings_are_atomic_and_corruption_is_rejected() {
+    if !root("recordings") {
+        return;
+    }
+    let dir = scratch("recordings");
+    let rec = dir.join("run.bscope");
+    // While recording, the final name does not exist; Ctrl-C finishes it.
+    let r = start(&["record", "--duration", "60", "-o", rec.to_str().unwrap()]);
+    let w = split();
+    let st = Command::new(&w).args(["sp_rec", "1"]).status().unwrap();
+    assert!(st.success());
+    assert!(
+        !rec.exists(),
+        "the recording appeared before it was complete"
+    );
+    let (_, err) = r.interrupt();
+    assert!(rec.is_file(), "{err}");
+    let good = std::fs::read(&rec).unwrap();
+
+    // JSON and the top table from the same recording.
+    let json = dir.join("r.json");
+    ok(&run(&[
+        "report",
+        rec.to_str().unwrap(),
+        "-o",
+        json.to_str().unwrap(),
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["mode"], "cpu");
+    assert!(v["stacks"].as_array().is_some_and(|a| !a.is_empty()));
+    let top = ok(&run(&["report", rec.to_str().unwrap()]));
+    assert!(top.contains("Top functions"), "{top}");
+    assert!(top.contains("spin"), "{top}");
+    let svg = dir.join("r.svg");
+    ok(&run(&[
+        "report",
+        rec.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+    ]));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+
+    let bad = dir.join("bad.bscope");
+    let mut cases: Vec<(String, Vec<u8>)> = vec![
+        ("empty".into(), vec![]),
+        ("foreign ELF".into(), std::fs::read("/bin/true").unwrap()),
+        ("text".into(), b"hello world\n".to_vec()),
+    ];
+    for n in [4, 12, 20, good.len() / 2, good.len() - 1] {
+        cases.push((format!("truncated to {n}"), good[..n].to_vec()));
+    }
+    for at in [30, good.len() / 2, good.len() - 30] {
+        let mut b = good.clone();
+        b[at] ^= 0x5a;
+        cases.push((format!("byte {at} flipped"), b));
+    }
+    let mut v2 = good.clone();
+    v2[8] = 7;
+    cases.push(("future major version".into(), v2));
+    for (what, bytes) in cases {
+        std::fs::write(&bad, &bytes).unwrap();
+        let o = run(&["report", bad.to_str().unwrap()]);
+        assert_usage_error(&o, &what);
+    }
+    let o = run(&["report", dir.join("missing.bscope").to_str().unwrap()]);
+    assert_usage_error(&o, "missing file");
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    for (args, what) in [
+        (vec!["profile", "-F", "0"], "zero frequency"),
+        (vec!["profile", "-o", "out.txt"], "unknown format"),
+        (vec!["profile", "--duration", "-1"], "negative duration"),
+        (vec!["profile", "-p", "0"], "bad pid"),
+        (
+            vec!["profile", "--user-only", "--kernel-only"],
+            "conflicting frames",
+        ),
+        (vec!["profile", "--", "/nonexistent/cmd"], "missing command"),
+        (vec!["symbolize", "--elf", "/bin/true", "zz"], "bad address"),
+        (vec!["symbolize", "0x10"], "no source"),
+        (
+            vec!["symbolize", "--build-id", "xyz", "0x10"],
+            "bad build id",
+        ),
+        (
+            vec!["report", "x.bscope", "--debuginfod", "ftp://x"],
+            "bad debuginfod URL",
+        ),
+    ] {
+        let o = run(&args);
+        assert_usage_error(&o, what);
+    }
+}
+
+#[test]
+fn symbolize_prints_one_line_per_address_in_order() {
+    let w = split();
+    // nm's addresses are virtual; the executable segment maps them to file offsets.
+    let nm = Command::new("nm").arg(&w).output().unwrap();
+    let syms: BTreeMap<String, u64> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let a = u64::from_str_radix(it.next()?, 16).ok()?;
+            let _t = it.next()?;
+            Some((it.next()?.to_string(), a))
+        })
+        .collect();
+    let bias = exec_bias(&w);
+    let a = syms["alpha_work"] - bias;
+    let b = syms["beta_caller"] - bias + 4;
+    let input = format!("{a:#x}\n0x1\n{b:x}\n");
+    let mut child = Command::new(bin())
+        .args(["symbolize", "--elf", w.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].starts_with(&format!("{a:#x} alpha_work+0x0 ")),
+        "{text}"
+    );
+    assert!(lines[0].contains("split.c:"), "{text}");
+    assert_eq!(lines[1], "0x1 ??");
+    assert!(
+        lines[2].starts_with(&format!("{b:#x} beta_caller+0x4 ")),
+        "{text}"
+    );
+}
+
+/// p_vaddr - p_offset of the executable LOAD segment.
+fn exec_bias(bin: &Path) -> u64 {
+    let out = Command::new("readelf")
+        .arg("-lW")
+        .arg(bin)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let l = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("LOAD") && l.contains("R E"))
+        .expect("executable segment");
+    let f: Vec<&str> = l.split_whitespace().collect();
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    hex(f[2]) - hex(f[1])
+}
