@@ -124,7 +124,7 @@ static __always_inline void bp_stacks(void *ctx, struct task_struct *t, struct b
 	long id;
 
 	if (stacks & BP_STACKS_KERNEL) {
-		id = bpf_get_stackid(ctx, &kstacks, 0);
+		id = bpf_get_stackid(ctx, &kstacks, BPF_F_FAST_STACK_CMP);
 		if (id >= 0)
 			key->kstack = id;
 		else if (id != -EFAULT)
@@ -134,9 +134,12 @@ static __always_inline void bp_stacks(void *ctx, struct task_struct *t, struct b
 		/*
 		 * The only build-id lookup of this program run: the kernel
 		 * resolves build ids for one stack per run and falls back to
-		 * raw addresses for later ones.
+		 * raw addresses for later ones. BPF_F_FAST_STACK_CMP returns
+		 * the id of a stack already stored under the same hash of raw
+		 * addresses before any build id is read, which makes repeated
+		 * stacks (most samples) cheap.
 		 */
-		id = bpf_get_stackid(ctx, &ustacks, BPF_F_USER_STACK);
+		id = bpf_get_stackid(ctx, &ustacks, BPF_F_USER_STACK | BPF_F_FAST_STACK_CMP);
 		if (id >= 0)
 			key->ustack = id;
 		else if (id != -EFAULT)

@@ -131,6 +131,12 @@ impl Stopper {
         }
     }
 
+    /// Time left until the --duration deadline, if there is one.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
     /// Checks without waiting.
     pub fn poll(&self) -> Option<StopReason> {
         if self.deadline.is_some_and(|d| Instant::now() >= d) {

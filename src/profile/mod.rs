@@ -24,6 +24,9 @@ use format::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack};
 use maps::Snapshots;
 use session::{KernelLost, ProfileSession, RawStack, UserFrame};
 
+/// Longest wait between checks for Ctrl-C while sampling.
+const IDLE_POLL: Duration = Duration::from_millis(400);
+
 /// What a sampling run gathered, before it becomes a recording.
 pub struct Sampled {
     pub stacks: Vec<RawStack>,
@@ -91,7 +94,11 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
         })?;
         let rb = builder.build().context("setting up the ring buffer")?;
         loop {
-            if let Err(e) = rb.poll(Duration::from_millis(100)) {
+            // Notifications wake the poll at once; the timeout only bounds
+            // how late a signal or the deadline is noticed. Each idle
+            // wakeup costs CPU, so they are rare.
+            let wait = stopper.remaining().map_or(IDLE_POLL, |r| r.min(IDLE_POLL));
+            if let Err(e) = rb.poll(wait) {
                 // A signal (Ctrl-C) interrupts the wait; the stopper has it.
                 if e.kind() != libbpf_rs::ErrorKind::Interrupted {
                     return Err(anyhow::Error::new(e).context("reading process notifications"));

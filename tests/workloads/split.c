@@ -3,7 +3,9 @@
  * CPU in a known 3:1 split: alpha_caller -> alpha_work runs three times
  * as many identical loop iterations as beta_caller -> beta_work.
  * With "sleep", it instead blocks in wait_here (10 ms naps) for SECONDS.
+ * With "count", it prints how many rounds it completed (for benchmarks).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -78,9 +80,13 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	double end = now() + secs;
+	unsigned long rounds = 0;
 	while (now() < end) {
 		alpha_caller(200000);
 		beta_caller(200000);
+		rounds++;
 	}
+	if (argc > 3 && !strcmp(argv[3], "count"))
+		printf("%lu\n", rounds);
 	return 0;
 }
