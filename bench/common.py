@@ -1,0 +1,71 @@
+"""Helpers shared by the bench scripts: building, timing, starting tracers."""
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "target", "release", "bpfscope")
+OUT = os.path.join(ROOT, "target", "bench")
+
+
+def build():
+    """Builds bpfscope in release mode (quietly when up to date)."""
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+    os.makedirs(OUT, exist_ok=True)
+
+
+def cc(name, *flags):
+    """Compiles bench/workloads/NAME.c into target/bench/NAME."""
+    src = os.path.join(ROOT, "bench", "workloads", name + ".c")
+    out = os.path.join(OUT, name)
+    subprocess.run(["cc", "-O2", "-g", "-o", out, src, *flags], check=True)
+    return out
+
+
+def need(tool, package):
+    if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+        sys.exit(f"bench: {tool} not found; install {package} (scripts/install-deps does)")
+
+
+def wall(cmd, runs, env=None):
+    """Median wall time in seconds of running cmd to completion."""
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+class Background:
+    """A tracer running in the background until stopped with SIGINT."""
+
+    def __init__(self, cmd, ready, timeout=60, stream="stderr"):
+        """Starts cmd and waits for `ready` on its stderr (or stdout)."""
+        pipe = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if stream == "stdout":
+            pipe = dict(stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.p = subprocess.Popen(cmd, text=True, **pipe)
+        deadline = time.time() + timeout
+        for line in getattr(self.p, stream):
+            if ready in line:
+                break
+            if time.time() > deadline:
+                self.stop()
+                sys.exit(f"bench: {cmd[0]} did not get ready")
+        # bpftrace prints its banner just before attaching completes; give both a moment.
+        time.sleep(0.5)
+
+    def stop(self):
+        self.p.send_signal(signal.SIGINT)
+        try:
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+def ratio(a, b):
+    return a / b if b else float("inf")
