@@ -1,34 +1,92 @@
-"""Helpers shared by the bench scripts: paths, building, the workload."""
-
+"""Helpers shared by the bench scripts: building, timing, starting tracers."""
 import os
+import signal
+import statistics
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release", "bpfscope")
-TMP = os.environ.get("BENCH_TMP", "/tmp/bpfscope-bench")
+OUT = os.path.join(ROOT, "target", "bench")
 
 
 def build():
+    """Builds bpfscope in release mode (quietly when up to date)."""
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
-    os.makedirs(TMP, exist_ok=True)
+    os.makedirs(OUT, exist_ok=True)
+
+
+def cc(name, *flags):
+    """Compiles bench/workloads/NAME.c into target/bench/NAME."""
+    src = os.path.join(ROOT, "bench", "workloads", name + ".c")
+    out = os.path.join(OUT, name)
+    subprocess.run(["cc", "-O2", "-g", "-o", out, src, *flags], check=True)
+    return out
+
+
+def need(tool, package):
+    if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+        sys.exit(f"bench: {tool} not found; install {package} (scripts/install-deps does)")
+
+
+def wall(cmd, runs, env=None):
+    """Median wall time in seconds of running cmd to completion."""
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+class Background:
+    """A tracer running in the background until stopped with SIGINT."""
+
+    def __init__(self, cmd, ready, timeout=60, stream="stderr"):
+        """Starts cmd and waits for `ready` on its stderr (or stdout)."""
+        pipe = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if stream == "stdout":
+            pipe = dict(stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.p = subprocess.Popen(cmd, text=True, **pipe)
+        deadline = time.time() + timeout
+        for line in getattr(self.p, stream):
+            if ready in line:
+                break
+            if time.time() > deadline:
+                self.stop()
+                sys.exit(f"bench: {cmd[0]} did not get ready")
+        # bpftrace prints its banner just before attaching completes; give both a moment.
+        time.sleep(0.5)
+
+    def stop(self):
+        self.p.send_signal(signal.SIGINT)
+        try:
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+def ratio(a, b):
+    return a / b if b else float("inf")
+
+
+# Profiling benches (profile_overhead.py, symbolize_libc.py, report_large.py).
+
+TMP = OUT
 
 
 def workload():
     """The 3:1 split workload from the tests, built with frame pointers."""
-    out = os.path.join(TMP, "split")
+    out = os.path.join(OUT, "split")
     src = os.path.join(ROOT, "tests", "workloads", "split.c")
-    subprocess.run(
-        ["cc", "-O1", "-g", "-fno-omit-frame-pointer", "-o", out, src], check=True
-    )
+    subprocess.run(["cc", "-O1", "-g", "-fno-omit-frame-pointer", "-o", out, src], check=True)
     return out
 
 
 def need_root():
     if os.geteuid() != 0:
-        print("bench: run as root (BPF and perf need it)", file=sys.stderr)
-        sys.exit(2)
+        sys.exit("bench: run as root (BPF and perf need it)")
 
 
 def cpu_seconds(pid):
@@ -45,17 +103,9 @@ def cpu_seconds(pid):
 
 
 def status_kib(pid, key):
+    """A field of /proc/PID/status in KiB (VmRSS, VmHWM)."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith(key + ":"):
                 return int(line.split()[1])
     return 0
-
-
-def wait_for(pred, timeout=30.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False

@@ -3,6 +3,7 @@
 #ifndef BPFSCOPE_COMMON_H
 #define BPFSCOPE_COMMON_H
 
+#include <stdbool.h>
 #include <linux/types.h>
 #include <linux/bpf.h>
 #include <linux/ptrace.h>

@@ -9,6 +9,7 @@
  */
 #include "common.h"
 #include "trace.h"
+#include <bpf/usdt.bpf.h>
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -25,6 +26,8 @@ const volatile u64 wakeup_bytes = 65536;
 const volatile u32 max_filter_ops = BS_MAX_FILTER_OPS;
 const volatile u32 max_key_parts = BS_MAX_KEY_PARTS;
 const volatile u32 max_emit = BS_MAX_EMIT;
+/* Bytes of a latency start record: timestamp + key data. */
+const volatile u32 start_size = 8;
 
 /* Advanced by user space at each --interval; part of every aggregation key. */
 u32 epoch = 0;
@@ -46,6 +49,7 @@ struct bs_abi {
 	struct bs_agg_val agg_val;
 	struct bs_event_hdr event_hdr;
 	struct bs_str str;
+	struct bs_match_key match_key;
 };
 const volatile struct bs_abi bs_abi_types = {};
 
@@ -104,12 +108,34 @@ struct {
 	__type(value, u8);
 } tracked SEC(".maps");
 
+/*
+ * Latency starts waiting for their end: match key -> timestamp followed by
+ * the start side's key data (value size set at load time).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* resized when latency is measured */
+	__uint(key_size, sizeof(struct bs_match_key));
+	__uint(value_size, 8);
+} starts SEC(".maps");
+
+/* Glob matching state, stepped by bpf_loop so the verifier checks one step. */
+struct bs_glob {
+	char s[BS_STR_MAX];
+	char p[BS_STR_MAX];
+	u32 i, j, star, mark;
+	int has_star;
+	int result; /* -1 running, 0 no match, 1 match */
+};
+
 struct bs_scratch {
+	struct bs_match_key mk;
 	u64 args[BS_NARGS];
 	/* Slack after each buffer lets a masked offset plus a full string stay in bounds. */
 	u8 key[sizeof(struct bs_key_hdr) + BS_KEY_MAX + BS_STR_MAX];
 	u8 ev[sizeof(struct bs_event_hdr) + BS_EVENT_DATA_MAX + BS_STR_MAX];
 	struct bs_str str;
+	struct bs_glob glob;
 };
 
 struct {
@@ -246,21 +272,23 @@ static __always_inline int bs_str_eq(const char *a, const char *b)
 	return 1;
 }
 
-/* Glob matching state, stepped by bpf_loop so the verifier checks one step. */
-struct bs_glob {
-	char s[BS_STR_MAX];
-	char p[BS_STR_MAX];
-	u32 i, j, star, mark;
-	int has_star;
-	int result; /* -1 running, 0 no match, 1 match */
+/*
+ * The state lives in the per-CPU scratch map, reached through this stack
+ * context: kernels before 6.7 verify a bpf_loop callback as if it ran once
+ * and would treat a result kept on the stack as its initial constant,
+ * pruning the match branch as dead code.
+ */
+struct bs_glob_ctx {
+	struct bs_glob *g;
 };
 
 /*
  * One step of greedy matching with a single backtrack point (the same
  * algorithm as the user-space matcher in probe/glob.rs).
  */
-static int bs_glob_step(u64 it, struct bs_glob *g)
+static int bs_glob_step(u64 it, struct bs_glob_ctx *ctx)
 {
+	struct bs_glob *g = ctx->g;
 	u32 i = g->i, j = g->j;
 	char c = i < BS_STR_MAX ? g->s[i & (BS_STR_MAX - 1)] : 0;
 	char p = j < BS_STR_MAX ? g->p[j & (BS_STR_MAX - 1)] : 0;
@@ -296,15 +324,18 @@ static int bs_glob_step(u64 it, struct bs_glob *g)
 	return 0;
 }
 
-static __always_inline int bs_glob_match(const char *s, const char *p)
+static __always_inline int bs_glob_match(struct bs_glob *g, const char *s, const char *p)
 {
-	struct bs_glob g = { .result = -1 };
+	struct bs_glob_ctx ctx = { .g = g };
 
-	__builtin_memcpy(g.s, s, BS_STR_MAX);
-	__builtin_memcpy(g.p, p, BS_STR_MAX);
+	__builtin_memcpy(g->s, s, BS_STR_MAX);
+	__builtin_memcpy(g->p, p, BS_STR_MAX);
+	g->i = g->j = g->star = g->mark = 0;
+	g->has_star = 0;
+	g->result = -1;
 	/* Worst case with backtracking is len(s) * len(p) steps, plus trailing stars. */
-	bpf_loop(BS_STR_MAX * BS_STR_MAX + BS_STR_MAX, bs_glob_step, &g, 0);
-	return g.result == 1;
+	bpf_loop(BS_STR_MAX * BS_STR_MAX + BS_STR_MAX, bs_glob_step, &ctx, 0);
+	return g->result == 1;
 }
 
 static __always_inline int bs_filter(void *ctx, const struct bs_probe_cfg *cfg,
@@ -347,7 +378,7 @@ static __always_inline int bs_filter(void *ctx, const struct bs_probe_cfg *cfg,
 			if (op->op == BS_OP_STR_EQ || op->op == BS_OP_STR_NE)
 				b = bs_str_eq(s->str.s, pat->s);
 			else
-				b = bs_glob_match(s->str.s, pat->s);
+				b = bs_glob_match(&s->glob, s->str.s, pat->s);
 			if (op->op == BS_OP_STR_NE || op->op == BS_OP_NGLOB)
 				b ^= 1;
 			break;
@@ -507,6 +538,30 @@ static __always_inline void bs_emit(void *ctx, const struct bs_probe_cfg *cfg,
 		bs_count(&lost, BS_LOST_EVENTS);
 }
 
+static __always_inline void bs_keys(void *ctx, const struct bs_probe_cfg *cfg,
+				    struct bs_scratch *s, u32 idx)
+{
+	for (int i = 0; i < BS_MAX_KEY_PARTS; i++) {
+		const struct bs_src *src;
+
+		if (i >= max_key_parts || i >= cfg->nkeys)
+			break;
+		src = &cfg->keys[i];
+		bs_put(ctx, src, s, idx,
+		       s->key + sizeof(struct bs_key_hdr) + (src->out_off & (BS_KEY_MAX - 1)));
+	}
+}
+
+/* The match key of a latency start or end. */
+static __always_inline void bs_match(void *ctx, const struct bs_probe_cfg *cfg,
+				     struct bs_scratch *s, u32 idx)
+{
+	s->mk.pair = cfg->pair;
+	s->mk.pad = 0;
+	for (int i = 0; i < BS_MAX_MATCH; i++)
+		s->mk.vals[i] = i < cfg->nmatch ? bs_read_num(ctx, &cfg->match[i], s, idx) : 0;
+}
+
 /* Everything after the probe is identified and its arguments are in place. */
 static __always_inline int bs_handle(void *ctx, const struct bs_probe_cfg *cfg,
 				     struct bs_scratch *s, u32 idx)
@@ -519,16 +574,30 @@ static __always_inline int bs_handle(void *ctx, const struct bs_probe_cfg *cfg,
 		bs_emit(ctx, cfg, s, idx);
 		return 0;
 	}
-	for (int i = 0; i < BS_MAX_KEY_PARTS; i++) {
-		const struct bs_src *src;
+	if (cfg->flags & BS_CFG_LAT_END) {
+		u64 *start;
 
-		if (i >= max_key_parts || i >= cfg->nkeys)
-			break;
-		src = &cfg->keys[i];
-		bs_put(ctx, src, s, idx,
-		       s->key + sizeof(struct bs_key_hdr) + (src->out_off & (BS_KEY_MAX - 1)));
+		bs_match(ctx, cfg, s, idx);
+		start = bpf_map_lookup_elem(&starts, &s->mk);
+		if (!start) {
+			bs_count(&lost, BS_LOST_UNMATCHED);
+			return 0;
+		}
+		/* The start side's key data comes first; end-side parts then fill their slots. */
+		bpf_probe_read_kernel(s->key, start_size, start);
+		v = bpf_ktime_get_ns() - *(u64 *)s->key;
+		bpf_map_delete_elem(&starts, &s->mk);
 	}
-	if (cfg->agg != BS_AGG_COUNT)
+	bs_keys(ctx, cfg, s, idx);
+	if (cfg->flags & BS_CFG_LAT_START) {
+		/* The 8-byte key header holds the timestamp in a start record. */
+		*(u64 *)s->key = bpf_ktime_get_ns();
+		bs_match(ctx, cfg, s, idx);
+		if (bpf_map_update_elem(&starts, &s->mk, s->key, BPF_ANY))
+			bs_count(&lost, BS_LOST_KEYS);
+		return 0;
+	}
+	if (cfg->agg != BS_AGG_COUNT && !(cfg->flags & BS_CFG_LAT_END))
 		v = bs_read_num(ctx, &cfg->value, s, idx);
 	bs_aggregate(cfg, s, v);
 	return 0;
@@ -657,6 +726,76 @@ int bpfscope_tp(void *ctx)
 	if (!cfg || !s)
 		return 0;
 	return bs_handle(ctx, cfg, s, idx);
+}
+
+static __always_inline int bs_user_probe(struct pt_regs *ctx, u32 idx, int usdt)
+{
+	struct bs_probe_cfg *cfg;
+	struct bs_scratch *s;
+
+	if (!bs_target_ok(bpf_get_current_task_btf()->tgid))
+		return 0;
+	cfg = bpf_map_lookup_elem(&probes, &idx);
+	s = bs_scratch();
+	if (!cfg || !s)
+		return 0;
+	if (cfg->flags & BS_CFG_NEED_ARGS) {
+		if (usdt) {
+			int n = bpf_usdt_arg_cnt(ctx);
+
+			for (int i = 0; i < BS_MAX_ARGS; i++) {
+				long v = 0;
+
+				if (i >= n)
+					break;
+				bpf_usdt_arg(ctx, i, &v);
+				s->args[i] = v;
+			}
+		} else {
+			/* The x86-64 calling convention. */
+			s->args[0] = PT_REGS_PARM1(ctx);
+			s->args[1] = PT_REGS_PARM2(ctx);
+			s->args[2] = PT_REGS_PARM3(ctx);
+			s->args[3] = PT_REGS_PARM4(ctx);
+			s->args[4] = PT_REGS_PARM5(ctx);
+			s->args[5] = PT_REGS_PARM6(ctx);
+			s->args[BS_ARG_RET] = PT_REGS_RC(ctx);
+		}
+	}
+	return bs_handle(ctx, cfg, s, idx);
+}
+
+/* One uprobe or uretprobe per function (kernels without uprobe_multi). */
+SEC("uprobe")
+int bpfscope_uprobe(struct pt_regs *ctx)
+{
+	u32 idx;
+
+	if (!bs_cookie_probe(ctx, &idx))
+		return 0;
+	return bs_user_probe(ctx, idx, 0);
+}
+
+/* Many functions of one binary in one link; each function's cookie names it. */
+SEC("uprobe.multi")
+int bpfscope_umulti(struct pt_regs *ctx)
+{
+	u32 idx;
+
+	if (!bs_cookie_probe(ctx, &idx))
+		return 0;
+	return bs_user_probe(ctx, idx, 0);
+}
+
+/* USDT probes through libbpf's USDT support (arguments, semaphores). */
+SEC("usdt")
+int bpfscope_usdt(struct pt_regs *ctx)
+{
+	long cookie = bpf_usdt_cookie(ctx);
+
+	if (!cookie)
+		return 0;
+	return bs_user_probe(ctx, cookie - 1, 1);
 }
 
 /* Follows forks of tracked processes, so `-- CMD` sees all descendants. */

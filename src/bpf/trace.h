@@ -18,13 +18,16 @@ enum bs_limits {
 	BS_STR_MAX = 64,
 	BS_COMM_LEN = 16,
 	BS_EVENT_DATA_MAX = 1024,
-	BS_NARGS = 8,
+	BS_NARGS = 16,
 	/* Syscall numbers the dispatch table covers; exits live at BS_SYS_EXIT_BASE + nr. */
 	BS_SYS_MAX = 512,
 	BS_SYS_EXIT_BASE = 512,
-	/* Argument slots: 0..5 are call arguments, then the return value, then the syscall number. */
-	BS_ARG_RET = 6,
-	BS_ARG_NR = 7,
+	/* Argument slots: 0..11 are call or USDT arguments, then the return value, the syscall number. */
+	BS_MAX_ARGS = 12,
+	BS_ARG_RET = 12,
+	BS_ARG_NR = 13,
+	/* Fields that pair a latency start with its end. */
+	BS_MAX_MATCH = 4,
 };
 
 /* Where a value comes from. */
@@ -96,7 +99,9 @@ enum bs_agg {
 };
 
 enum bs_cfg_flags {
-	BS_CFG_NEED_ARGS = 1, /* fill argument slots before evaluating */
+	BS_CFG_NEED_ARGS = 1,  /* fill argument slots before evaluating */
+	BS_CFG_LAT_START = 2,  /* latency start: remember time and key by match key */
+	BS_CFG_LAT_END = 4,    /* latency end: value is the time since the matching start */
 };
 
 struct bs_probe_cfg {
@@ -108,6 +113,10 @@ struct bs_probe_cfg {
 	__u16 event_size; /* bytes of event data after the header */
 	__u16 pad;
 	__u32 lin_nbuckets; /* in-range buckets of a linear histogram */
+	__u32 pair;      /* latency: start and end of a pair share this id */
+	__u8 nmatch;     /* latency: match fields */
+	__u8 pad2[3];
+	struct bs_src match[BS_MAX_MATCH];
 	struct bs_src value;
 	__s64 lin_min;
 	__u64 lin_step;
@@ -120,6 +129,13 @@ struct bs_probe_cfg {
 struct bs_key_hdr {
 	__u32 bucket;
 	__u32 epoch;
+};
+
+/* Pairs a latency end with its start: the pair id and the match field values. */
+struct bs_match_key {
+	__u32 pair;
+	__u32 pad;
+	__u64 vals[BS_MAX_MATCH];
 };
 
 struct bs_agg_val {

@@ -1,0 +1,190 @@
+//! What a user-space binary offers to probe: function symbols with file
+//! offsets, USDT notes (.note.stapsdt) with their argument specs, build id.
+
+use std::path::{Path, PathBuf};
+
+use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
+use object::{Endianness, Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+
+use crate::error::Error;
+use crate::usage;
+
+/// A function symbol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Func {
+    pub name: String,
+    /// Offset of the entry in the file (what uprobes attach at).
+    pub file_offset: u64,
+    pub size: u64,
+}
+
+/// One USDT argument as its note describes it (`-4@%edi`: signed, 4 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsdtArg {
+    pub size: u8,
+    pub signed: bool,
+}
+
+/// One USDT probe site.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsdtNote {
+    pub provider: String,
+    pub name: String,
+    pub file_offset: u64,
+    /// File offset of the semaphore, for probes guarded by one.
+    pub semaphore: Option<u64>,
+    pub args: Vec<UsdtArg>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ElfInfo {
+    pub path: PathBuf,
+    pub funcs: Vec<Func>,
+    pub usdt: Vec<UsdtNote>,
+}
+
+/// Maps a virtual address to a file offset through the loadable segments.
+fn file_offset(segments: &[(u64, u64, u64)], vaddr: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|(addr, size, _)| vaddr >= *addr && vaddr < addr + size)
+        .map(|(addr, _, off)| vaddr - addr + off)
+}
+
+pub fn read(path: &Path) -> Result<ElfInfo, Error> {
+    let data = std::fs::read(path)
+        .map_err(|e| usage!("cannot read {}: {e}", path.display()))?;
+    let file = object::File::parse(&*data)
+        .map_err(|e| usage!("{} is not an ELF file bpfscope can read: {e}", path.display()))?;
+    let segments: Vec<(u64, u64, u64)> = file
+        .segments()
+        .map(|s| (s.address(), s.file_range().1, s.file_range().0))
+        .collect();
+
+    let mut funcs: Vec<Func> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
+        .filter_map(|s| {
+            Some(Func {
+                name: s.name().ok()?.to_string(),
+                file_offset: file_offset(&segments, s.address())?,
+                size: s.size(),
+            })
+        })
+        .filter(|f| !f.name.is_empty())
+        .collect();
+    // One entry per name (symtab and dynsym repeat each other).
+    funcs.sort_by(|a, b| a.name.cmp(&b.name).then(a.file_offset.cmp(&b.file_offset)));
+    funcs.dedup_by(|a, b| a.name == b.name);
+
+    let usdt = usdt_notes(&data, &file, &segments).unwrap_or_default();
+    Ok(ElfInfo {
+        path: path.to_path_buf(),
+        funcs,
+        usdt,
+    })
+}
+
+fn usdt_notes(
+    data: &[u8],
+    file: &object::File<'_>,
+    segments: &[(u64, u64, u64)],
+) -> Option<Vec<UsdtNote>> {
+    let elf = ElfFile64::<Endianness>::parse(data).ok()?;
+    let endian = elf.endian();
+    // Prelinked binaries move .stapsdt.base; notes record the link-time base.
+    let base_addr = file.section_by_name(".stapsdt.base").map(|s| s.address());
+    let mut out = Vec::new();
+    for section in elf.elf_header().sections(endian, data).ok()?.iter() {
+        let Ok(Some(mut notes)) = section.notes(endian, data) else {
+            continue;
+        };
+        while let Ok(Some(note)) = notes.next() {
+            if note.name() != b"stapsdt" || note.n_type(endian) != 3 {
+                continue;
+            }
+            if let Some(n) = parse_stapsdt(note.desc(), base_addr, segments) {
+                out.push(n);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The stapsdt v3 note: pc, base, semaphore (u64 each), then provider, name
+/// and argument strings, NUL-terminated.
+fn parse_stapsdt(
+    desc: &[u8],
+    base_addr: Option<u64>,
+    segments: &[(u64, u64, u64)],
+) -> Option<UsdtNote> {
+    let word = |i: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(desc.get(i * 8..i * 8 + 8)?.try_into().ok()?))
+    };
+    let (mut pc, base, mut sema) = (word(0)?, word(1)?, word(2)?);
+    if let Some(actual) = base_addr {
+        let delta = actual.wrapping_sub(base);
+        pc = pc.wrapping_add(delta);
+        if sema != 0 {
+            sema = sema.wrapping_add(delta);
+        }
+    }
+    let mut strs = desc.get(24..)?.split(|&b| b == 0);
+    let provider = String::from_utf8_lossy(strs.next()?).into_owned();
+    let name = String::from_utf8_lossy(strs.next()?).into_owned();
+    let args = strs
+        .next()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .unwrap_or_default();
+    Some(UsdtNote {
+        provider,
+        name,
+        file_offset: file_offset(segments, pc)?,
+        semaphore: (sema != 0).then(|| file_offset(segments, sema)).flatten(),
+        args: args.split_whitespace().filter_map(parse_usdt_arg).collect(),
+    })
+}
+
+/// `[-]SIZE@LOCATION`; a negative size means signed.
+fn parse_usdt_arg(spec: &str) -> Option<UsdtArg> {
+    let (size, _) = spec.split_once('@')?;
+    let n: i32 = size.parse().ok()?;
+    Some(UsdtArg {
+        size: n.unsigned_abs().min(8) as u8,
+        signed: n < 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usdt_arg_specs() {
+        assert_eq!(
+            parse_usdt_arg("-4@%edi"),
+            Some(UsdtArg {
+                size: 4,
+                signed: true
+            })
+        );
+        assert_eq!(
+            parse_usdt_arg("8@-8(%rbp)"),
+            Some(UsdtArg {
+                size: 8,
+                signed: false
+            })
+        );
+        assert_eq!(parse_usdt_arg("garbage"), None);
+    }
+
+    #[test]
+    fn reads_libc_functions() {
+        let Ok(info) = read(Path::new("/lib/x86_64-linux-gnu/libc.so.6")) else {
+            return;
+        };
+        let strlen = info.funcs.iter().find(|f| f.name == "strlen");
+        assert!(strlen.is_some_and(|f| f.file_offset > 0));
+    }
+}
