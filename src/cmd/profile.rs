@@ -87,15 +87,9 @@ fn emit(
     for n in &profile.notes {
         eprintln!("bpfscope: {n}");
     }
-    match output {
-        None => {
-            let mut out = BufWriter::new(io::stdout());
-            let r = profile.write_top(&mut out, 25).and_then(|_| out.flush());
-            match r {
-                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-                r => r.context("writing the top functions"),
-            }
-        }
+    // With an output file, a short top list still says at a glance where time went.
+    let top = match output {
+        None => 25,
         Some((path, fmt)) => {
             write_output(&profile, path, *fmt)?;
             eprintln!(
@@ -105,8 +99,13 @@ fn emit(
                 profile.unit(),
                 profile.samples.len()
             );
-            Ok(())
+            10
         }
+    };
+    let mut out = BufWriter::new(io::stdout());
+    match profile.write_top(&mut out, top).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("writing the top functions"),
     }
 }
 
