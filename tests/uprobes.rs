@@ -254,7 +254,8 @@ fn function_latency_buckets_are_exact() {
         .map(|b| (b["low"].as_i64().unwrap(), b["count"].as_u64().unwrap()))
         .collect();
     assert_eq!(b, vec![(0, 12), (20_000_000, 4)], "{h}");
-    // Log2 buckets: the 20 ms sleeps in [16M, 32M) ns.
+    // Log2 buckets: a 20 ms sleep never takes less, so all three sit at or
+    // above [16M, 32M) ns (above only when the machine is overloaded).
     let o = run(&[
         "latency",
         &format!("uprobe:{}:nap", w.display()),
@@ -267,8 +268,8 @@ fn function_latency_buckets_are_exact() {
     ]);
     let lines = json_lines(&ok(&o));
     let h = lines.iter().find(|v| v["type"] == "hist").unwrap();
-    assert_eq!(h["buckets"][0]["low"], 1 << 24);
-    assert_eq!(h["buckets"][0]["count"], 3);
+    assert_eq!(h["count"], 3);
+    assert_eq!(h["buckets"][0]["low"], 1 << 24, "{h}");
 }
 
 #[test]
