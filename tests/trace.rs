@@ -504,7 +504,7 @@ fn bad_input_is_one_line_and_exit_2() {
         ),
         (
             &["count", "tracepoint:nope:nothing*"],
-            "no tracepoint matches",
+            "no probe matches 'tracepoint:nope:nothing*'",
         ),
         (&["count", "kprobe"], "expected KIND:"),
         (&["count", "bogus:a:b"], "unknown probe kind"),

@@ -3,7 +3,10 @@
 use std::cell::OnceCell;
 use std::collections::HashSet;
 
-use libbpf_rs::btf::{types::Typedef, Btf};
+use libbpf_rs::btf::{
+    types::{Struct, Typedef},
+    Btf,
+};
 
 /// Kernel capabilities that decide which path a probe takes.
 #[derive(Debug, Default)]
@@ -12,6 +15,8 @@ pub struct Features {
     pub raw_tp_cookie: bool,
     /// Raw tracepoint names from vmlinux BTF (`btf_trace_NAME` typedefs), read on first use.
     raw_tps: OnceCell<HashSet<String>>,
+    /// Struct names of vmlinux BTF, read on first use.
+    structs: OnceCell<HashSet<String>>,
 }
 
 impl Features {
@@ -22,7 +27,23 @@ impl Features {
                 libbpf_sys::BPF_FUNC_get_attach_cookie,
             ),
             raw_tps: OnceCell::new(),
+            structs: OnceCell::new(),
         }
+    }
+
+    /// uprobe_multi links (Linux 6.6+), found by the kernel's link type in BTF.
+    pub fn uprobe_multi(&self) -> bool {
+        self.structs
+            .get_or_init(|| {
+                let Ok(btf) = Btf::from_vmlinux() else {
+                    return HashSet::new();
+                };
+                btf.type_by_kind::<Struct<'_>>()
+                    .filter_map(|t| Some(t.name()?.to_str()?.to_string()))
+                    .filter(|n| n.starts_with("bpf_") && n.ends_with("_link"))
+                    .collect()
+            })
+            .contains("bpf_uprobe_multi_link")
     }
 
     /// True when a raw tracepoint of this name exists in vmlinux.

@@ -2,6 +2,8 @@
 //! kernel path each probe takes, where each named value is read from, how
 //! keys and events are laid out.
 
+use std::path::PathBuf;
+
 use crate::attach::features::Features;
 use crate::bpf::abi::{
     bs_agg, bs_cfg_flags, bs_limits, bs_probe_cfg, bs_src, bs_src_kind, bs_val_type,
@@ -24,6 +26,18 @@ pub enum Path {
     RawTp { name: String },
     /// Classic tracepoint through a perf link with a cookie.
     Tracepoint { subsys: String, event: String },
+    /// uprobe/uretprobe at a file offset; probes of one binary share a uprobe_multi link.
+    Uprobe {
+        binary: PathBuf,
+        offset: u64,
+        ret: bool,
+    },
+    /// USDT probe through libbpf's USDT support.
+    Usdt {
+        binary: PathBuf,
+        provider: String,
+        name: String,
+    },
 }
 
 impl Path {
@@ -33,8 +47,29 @@ impl Path {
             Path::Syscall(_) => "raw_tp sys_enter (shared, by syscall number)",
             Path::RawTp { .. } => "raw_tp with cookie",
             Path::Tracepoint { .. } => "tracepoint (perf link) with cookie",
+            Path::Uprobe { ret: false, .. } => "uprobe with cookie",
+            Path::Uprobe { ret: true, .. } => "uretprobe with cookie",
+            Path::Usdt { .. } => "usdt with cookie",
         }
     }
+
+    /// Whether fields are read from argument slots rather than a record.
+    fn uses_args(&self) -> bool {
+        matches!(
+            self,
+            Path::Syscall(_) | Path::Uprobe { .. } | Path::Usdt { .. }
+        )
+    }
+}
+
+/// A probe's part in a latency measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Plain,
+    /// Remembers the time (and the start side's key parts) under its match key.
+    Start(u32),
+    /// Aggregates the time since the matching start.
+    End(u32),
 }
 
 /// How a value is shown.
@@ -65,6 +100,7 @@ pub struct Slot {
 pub struct PlannedProbe {
     pub probe: Probe,
     pub path: Path,
+    pub role: Role,
     pub cfg: bs_probe_cfg,
     /// Event data layout (trace only).
     pub event: Vec<Slot>,
@@ -79,6 +115,8 @@ pub struct Plan {
     pub strs: StrTable,
     /// Name and signedness of --value, if any.
     pub value: Option<(String, bool)>,
+    /// Latency is measured (starts and ends are paired).
+    pub latency: bool,
     /// Largest filter, key and event part counts, to specialize the programs at load.
     pub max_filter: usize,
     pub max_keys: usize,
@@ -162,14 +200,12 @@ fn field_src(probe: &Probe, path: &Path, field: &str) -> Result<(bs_src, ValueKi
         )
     })?;
     let (kind, off) = match path {
-        Path::Syscall(_) => match f.arg_slot {
+        p if p.uses_args() => match f.arg_slot {
             Some(slot) => (bs_src_kind::BS_SRC_ARG, slot as u16),
             None => return Err(usage!("{}: field '{field}' is not available", probe.name)),
         },
-        Path::RawTp { .. } => {
-            return Err(usage!("{}: field '{field}' is not available", probe.name))
-        }
         Path::Tracepoint { .. } => (bs_src_kind::BS_SRC_CTX, f.offset),
+        _ => return Err(usage!("{}: field '{field}' is not available", probe.name)),
     };
     let (ty, size, vk, len) = match f.kind {
         FieldKind::Int => (
@@ -229,11 +265,37 @@ fn filter_names(e: &Expr, out: &mut Vec<String>) {
 
 /// Chooses the cheapest path that gives the same answer for this probe.
 fn choose_path(probe: &Probe, fields: &[&str], features: &Features) -> Path {
-    let ProbeKind::Tracepoint {
-        subsys,
-        event,
-        syscall,
-    } = &probe.kind;
+    let (subsys, event, syscall) = match &probe.kind {
+        ProbeKind::Tracepoint {
+            subsys,
+            event,
+            syscall,
+        } => (subsys, event, syscall),
+        ProbeKind::Uprobe {
+            binary,
+            offset,
+            ret,
+            ..
+        } => {
+            return Path::Uprobe {
+                binary: binary.clone(),
+                offset: *offset,
+                ret: *ret,
+            }
+        }
+        ProbeKind::Usdt {
+            binary,
+            provider,
+            name,
+            ..
+        } => {
+            return Path::Usdt {
+                binary: binary.clone(),
+                provider: provider.clone(),
+                name: name.clone(),
+            }
+        }
+    };
     let classic = Path::Tracepoint {
         subsys: subsys.clone(),
         event: event.clone(),
@@ -259,43 +321,161 @@ fn choose_path(probe: &Probe, fields: &[&str], features: &Features) -> Path {
     classic
 }
 
-/// Builds the plan.
-pub fn build(s: &TraceSettings, probes: Vec<Probe>, features: &Features) -> Result<Plan, Error> {
-    let mut names: Vec<String> = s.keys.clone();
+/// Which probes of a latency pair evaluate a key part or the filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    All,
+    Start,
+    End,
+}
+
+impl Side {
+    fn includes(self, role: Role) -> bool {
+        matches!(
+            (self, role),
+            (Side::All, _)
+                | (_, Role::Plain)
+                | (Side::Start, Role::Start(_))
+                | (Side::End, Role::End(_))
+        )
+    }
+}
+
+fn resolvable(probe: &Probe, name: &str) -> bool {
+    match field_part(name) {
+        Some(f) => probe.field(f).is_some(),
+        None => builtin(name).is_some(),
+    }
+}
+
+/// Latency: a name is read where the operation starts if every start probe
+/// has it (the context that began it), otherwise at every end probe.
+fn side_for(names: &[String], probes: &[(Probe, Role)], what: &str) -> Result<Side, Error> {
+    let all = |want: fn(&Role) -> bool| {
+        probes
+            .iter()
+            .filter(|(_, r)| want(r))
+            .all(|(p, _)| names.iter().all(|n| resolvable(p, n)))
+    };
+    if !probes.iter().any(|(_, r)| *r != Role::Plain) {
+        return Ok(Side::All);
+    }
+    if all(|r| matches!(r, Role::Start(_))) {
+        Ok(Side::Start)
+    } else if all(|r| matches!(r, Role::End(_))) {
+        Ok(Side::End)
+    } else {
+        Err(usage!(
+            "{what}: {} must all be fields of the start probes or all of the end probes",
+            names.join(", ")
+        ))
+    }
+}
+
+/// Builds the plan for probes in their roles.
+pub fn build(
+    s: &TraceSettings,
+    probes: Vec<(Probe, Role)>,
+    features: &Features,
+) -> Result<Plan, Error> {
+    let latency = probes.iter().any(|(_, r)| *r != Role::Plain);
     let value_name = match &s.action {
         Action::Stats { value } | Action::Hist { value, .. } => Some(value.clone()),
         _ => None,
     };
-    names.extend(value_name.clone());
-    if let Some(f) = &s.filter {
-        filter_names(f, &mut names);
-    }
     let trace_fields: Option<&Vec<String>> = match &s.action {
         Action::Trace { fields } => Some(fields),
         _ => None,
     };
-    if let Some(fields) = trace_fields {
-        names.extend(fields.iter().cloned());
+    let mut filter_list = Vec::new();
+    if let Some(f) = &s.filter {
+        filter_names(f, &mut filter_list);
+    }
+    let filter_side = side_for(&filter_list, &probes, "--filter")?;
+    let key_sides: Vec<Side> = s
+        .keys
+        .iter()
+        .map(|k| side_for(std::slice::from_ref(k), &probes, "--by"))
+        .collect::<Result<_, _>>()?;
+    let matching: Vec<String> = if !latency {
+        Vec::new()
+    } else if s.matching.is_empty() {
+        vec!["tid".to_string()]
+    } else {
+        s.matching.clone()
+    };
+    if matching.len() > bs_limits::BS_MAX_MATCH.0 as usize {
+        return Err(usage!(
+            "--match: at most {} fields",
+            bs_limits::BS_MAX_MATCH.0
+        ));
+    }
+
+    // What each probe reads, hence its path.
+    let paths: Vec<Path> = probes
+        .iter()
+        .map(|(probe, role)| {
+            let mut names: Vec<&String> = s
+                .keys
+                .iter()
+                .zip(&key_sides)
+                .filter(|(_, side)| side.includes(*role))
+                .map(|(k, _)| k)
+                .collect();
+            if filter_side.includes(*role) {
+                names.extend(filter_list.iter());
+            }
+            names.extend(matching.iter());
+            if !latency {
+                names.extend(value_name.iter());
+            }
+            let mut fields: Vec<&str> = names.iter().filter_map(|n| field_part(n)).collect();
+            if let Some(list) = trace_fields {
+                if list.is_empty() {
+                    fields.extend(
+                        probe
+                            .fields
+                            .iter()
+                            .filter(|f| f.kind != FieldKind::Unsupported)
+                            .map(|f| f.name.as_str()),
+                    );
+                } else {
+                    fields.extend(list.iter().filter_map(|n| field_part(n)));
+                }
+            }
+            choose_path(probe, &fields, features)
+        })
+        .collect();
+
+    // Key layout: each part's shape from the first probe that reads it.
+    let mut layout: Vec<Slot> = Vec::new();
+    let mut off = 0usize;
+    for (name, side) in s.keys.iter().zip(&key_sides) {
+        let (i, (probe, _)) = probes
+            .iter()
+            .enumerate()
+            .find(|(_, (_, r))| side.includes(*r))
+            .ok_or_else(|| usage!("--by {name}: no probe provides it"))?;
+        let (_, kind, len) = name_src(probe, &paths[i], name)?;
+        layout.push(Slot {
+            name: name.clone(),
+            kind,
+            off,
+            len,
+        });
+        off += len;
+    }
+    if off > bs_limits::BS_KEY_MAX.0 as usize {
+        return Err(usage!(
+            "--by: keys take {off} bytes, more than the {} bpfscope keeps; use fewer string keys",
+            bs_limits::BS_KEY_MAX.0
+        ));
     }
 
     let mut strs = StrTable::default();
     let mut planned = Vec::with_capacity(probes.len());
-    let mut key_layout: Option<Vec<Slot>> = None;
     let mut value_signed = false;
-    for probe in probes {
-        // Fields this probe must read: named ones, or all readable ones for a plain trace.
-        let mut fields: Vec<&str> = names.iter().filter_map(|n| field_part(n)).collect();
-        let all_fields: Vec<String> = match trace_fields {
-            Some(f) if f.is_empty() => probe
-                .fields
-                .iter()
-                .filter(|f| f.kind != FieldKind::Unsupported)
-                .map(|f| f.name.clone())
-                .collect(),
-            _ => Vec::new(),
-        };
-        fields.extend(all_fields.iter().map(String::as_str));
-        let path = choose_path(&probe, &fields, features);
+    for ((probe, role), path) in probes.into_iter().zip(paths) {
         let mut cfg = bs_probe_cfg::default();
         let mut need_args = false;
         let mut note = |src: &bs_src| {
@@ -304,56 +484,44 @@ pub fn build(s: &TraceSettings, probes: Vec<Probe>, features: &Features) -> Resu
             }
         };
 
-        // Keys: the same layout for every probe.
-        let mut layout = Vec::new();
-        let mut off = 0usize;
-        for (i, name) in s.keys.iter().enumerate() {
-            let (mut src, kind, len) = name_src(&probe, &path, name)?;
-            src.out_off = off as u16;
-            note(&src);
-            cfg.keys[i] = src;
-            layout.push(Slot {
-                name: name.clone(),
-                kind,
-                off,
-                len,
-            });
-            off += len;
-        }
-        if off > bs_limits::BS_KEY_MAX.0 as usize {
-            return Err(usage!(
-                "--by: keys take {off} bytes, more than the {} bpfscope keeps; use fewer string keys",
-                bs_limits::BS_KEY_MAX.0
-            ));
-        }
-        cfg.nkeys = s.keys.len() as u8;
-        match &key_layout {
-            None => key_layout = Some(layout),
-            Some(prev) if *prev == layout => {}
-            Some(prev) => {
-                let differ = prev
-                    .iter()
-                    .zip(&layout)
-                    .find(|(a, b)| a != b)
-                    .map_or("?", |(a, _)| a.name.as_str());
+        // Keys this probe writes, at their shared offsets.
+        let mut n = 0;
+        for (slot, side) in layout.iter().zip(&key_sides) {
+            if !side.includes(role) {
+                continue;
+            }
+            let (mut src, kind, len) = name_src(&probe, &path, &slot.name)?;
+            if kind != slot.kind || len != slot.len {
                 return Err(usage!(
-                    "--by {differ}: the key has a different type in {} than in the other probes; trace them separately",
+                    "--by {}: the key has a different type in {} than in the other probes; trace them separately",
+                    slot.name,
                     probe.name
                 ));
             }
+            src.out_off = slot.off as u16;
+            note(&src);
+            cfg.keys[n] = src;
+            n += 1;
         }
+        cfg.nkeys = n as u8;
 
-        // Value and aggregation.
+        // Aggregation.
         cfg.agg = match &s.action {
             Action::Count => bs_agg::BS_AGG_COUNT,
             Action::Stats { .. } => bs_agg::BS_AGG_STATS,
             Action::Hist {
                 buckets: Buckets::Log2,
                 ..
+            }
+            | Action::Latency {
+                buckets: Buckets::Log2,
             } => bs_agg::BS_AGG_HIST_LOG2,
             Action::Hist {
                 buckets: Buckets::Linear { .. },
                 ..
+            }
+            | Action::Latency {
+                buckets: Buckets::Linear { .. },
             } => bs_agg::BS_AGG_HIST_LINEAR,
             Action::Trace { .. } => bs_agg::BS_AGG_EVENT,
         }
@@ -366,6 +534,14 @@ pub fn build(s: &TraceSettings, probes: Vec<Probe>, features: &Features) -> Resu
                     nbuckets,
                 },
             ..
+        }
+        | Action::Latency {
+            buckets:
+                Buckets::Linear {
+                    min,
+                    step,
+                    nbuckets,
+                },
         } = s.action
         {
             cfg.lin_min = min;
@@ -385,8 +561,31 @@ pub fn build(s: &TraceSettings, probes: Vec<Probe>, features: &Features) -> Resu
             cfg.value = src;
         }
 
+        // Latency pairing.
+        match role {
+            Role::Plain => {}
+            Role::Start(pair) | Role::End(pair) => {
+                cfg.pair = pair;
+                cfg.flags |= if matches!(role, Role::Start(_)) {
+                    bs_cfg_flags::BS_CFG_LAT_START.0
+                } else {
+                    bs_cfg_flags::BS_CFG_LAT_END.0
+                };
+                for (i, m) in matching.iter().enumerate() {
+                    let (src, kind, _) =
+                        name_src(&probe, &path, m).map_err(|e| usage!("--match: {e}"))?;
+                    if !matches!(kind, ValueKind::Int { .. } | ValueKind::Hex) {
+                        return Err(usage!("--match {m}: only numeric fields can pair events"));
+                    }
+                    note(&src);
+                    cfg.r#match[i] = src;
+                }
+                cfg.nmatch = matching.len() as u8;
+            }
+        }
+
         // Filter.
-        if let Some(expr) = &s.filter {
+        if let (Some(expr), true) = (&s.filter, filter_side.includes(role)) {
             let mut resolve = |name: &str, column: usize| -> Result<Operand, Error> {
                 let (src, kind, _) = name_src(&probe, &path, name)
                     .map_err(|e| usage!("filter: {e} (column {column})"))?;
@@ -407,7 +606,12 @@ pub fn build(s: &TraceSettings, probes: Vec<Probe>, features: &Features) -> Resu
         let mut event = Vec::new();
         if let Some(named) = trace_fields {
             let list: Vec<String> = if named.is_empty() {
-                all_fields.clone()
+                probe
+                    .fields
+                    .iter()
+                    .filter(|f| f.kind != FieldKind::Unsupported)
+                    .map(|f| f.name.clone())
+                    .collect()
             } else {
                 named.clone()
             };
@@ -455,18 +659,21 @@ pub fn build(s: &TraceSettings, probes: Vec<Probe>, features: &Features) -> Resu
         planned.push(PlannedProbe {
             probe,
             path,
+            role,
             cfg,
             event,
         });
     }
-    let keys = key_layout.unwrap_or_default();
-    let key_size = keys.last().map_or(0, |k| k.off + k.len);
     let max_filter = planned
         .iter()
         .map(|p| p.cfg.nfilter as usize)
         .max()
         .unwrap_or(0);
-    let max_keys = s.keys.len();
+    let max_keys = planned
+        .iter()
+        .map(|p| p.cfg.nkeys as usize)
+        .max()
+        .unwrap_or(0);
     let max_emit = planned
         .iter()
         .map(|p| p.cfg.nemit as usize)
@@ -474,10 +681,11 @@ pub fn build(s: &TraceSettings, probes: Vec<Probe>, features: &Features) -> Resu
         .unwrap_or(0);
     Ok(Plan {
         probes: planned,
-        keys,
-        key_size,
+        key_size: off,
+        keys: layout,
         strs,
         value: value_name.map(|v| (v, value_signed)),
+        latency,
         max_filter,
         max_keys,
         max_emit,

@@ -9,7 +9,10 @@ use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{
     Link, MapCore, MapFlags, OpenObject, RawTracepointOpts, TracepointCategory, TracepointOpts,
+    UprobeMultiOpts, UprobeOpts, UsdtOpts,
 };
+
+use crate::attach::features::Features;
 
 use crate::attach::plan::{Path, Plan};
 use crate::attach::{libbpf_log, pod_bytes};
@@ -18,11 +21,14 @@ use crate::bpf::trace::{TraceSkel, TraceSkelBuilder};
 use crate::cli::{Action, Target, TraceSettings};
 
 const PAGE: u32 = 4096;
+/// Latency starts waiting for their end (LRU: the oldest unmatched age out).
+const STARTS_MAX: u32 = 65536;
 
 /// Loaded programs and maps of one tracing run, and its links.
 pub struct Session<'obj> {
     pub skel: TraceSkel<'obj>,
     links: Vec<Link>,
+    uprobe_multi: bool,
 }
 
 impl<'obj> Session<'obj> {
@@ -31,6 +37,7 @@ impl<'obj> Session<'obj> {
         storage: &'obj mut MaybeUninit<OpenObject>,
         plan: &Plan,
         s: &TraceSettings,
+        features: &Features,
     ) -> Result<Session<'obj>> {
         let mut open = TraceSkelBuilder::default()
             .open(storage)
@@ -48,14 +55,20 @@ impl<'obj> Session<'obj> {
         ro.max_filter_ops = plan.max_filter as u32;
         ro.max_key_parts = plan.max_keys as u32;
         ro.max_emit = plan.max_emit as u32;
+        let hdr = std::mem::size_of::<crate::bpf::abi::bs_key_hdr>() as u32;
+        let start_size = hdr + plan.key_size as u32;
+        ro.start_size = start_size;
 
         let n = plan.probes.len() as u32;
         open.maps.probes.set_max_entries(n.max(1))?;
         open.maps
             .strs
             .set_max_entries((plan.strs.strs.len() as u32).max(1))?;
-        let key_size = (std::mem::size_of::<crate::bpf::abi::bs_key_hdr>() + plan.key_size) as u32;
-        open.maps.aggs.set_key_size(key_size)?;
+        open.maps.aggs.set_key_size(start_size)?;
+        if plan.latency {
+            open.maps.starts.set_value_size(start_size)?;
+            open.maps.starts.set_max_entries(STARTS_MAX)?;
+        }
         let tracing = matches!(s.action, Action::Trace { .. });
         open.maps
             .aggs
@@ -80,6 +93,13 @@ impl<'obj> Session<'obj> {
         progs
             .bpfscope_tp
             .set_autoload(has(&|p| matches!(p, Path::Tracepoint { .. })));
+        let uprobes = has(&|p| matches!(p, Path::Uprobe { .. }));
+        let multi = uprobes && features.uprobe_multi();
+        progs.bpfscope_umulti.set_autoload(multi);
+        progs.bpfscope_uprobe.set_autoload(uprobes && !multi);
+        progs
+            .bpfscope_usdt
+            .set_autoload(has(&|p| matches!(p, Path::Usdt { .. })));
         progs
             .bpfscope_fork
             .set_autoload(matches!(s.target, Target::Command { .. }));
@@ -93,6 +113,7 @@ impl<'obj> Session<'obj> {
         let session = Session {
             skel,
             links: Vec::new(),
+            uprobe_multi: multi,
         };
         session.fill(plan)?;
         Ok(session)
@@ -142,7 +163,8 @@ impl<'obj> Session<'obj> {
     }
 
     /// Attaches every probe; returns how many probes are live.
-    pub fn attach(&mut self, plan: &Plan, follow_forks: bool) -> Result<usize> {
+    /// `pid` restricts user probes to one process (-1: every process).
+    pub fn attach(&mut self, plan: &Plan, follow_forks: bool, pid: i32) -> Result<usize> {
         let progs = &self.skel.progs;
         let mut links = Vec::new();
         if plan
@@ -169,11 +191,94 @@ impl<'obj> Session<'obj> {
                     .context("attaching to raw tracepoint sys_exit")?,
             );
         }
+        // One uprobe_multi link per binary and direction, a cookie per function.
+        let mut groups: Vec<(&std::path::Path, bool, Vec<usize>, Vec<u64>)> = Vec::new();
+        for (i, p) in plan.probes.iter().enumerate() {
+            if let Path::Uprobe {
+                binary,
+                offset,
+                ret,
+            } = &p.path
+            {
+                let cookie = i as u64 + 1;
+                if self.uprobe_multi {
+                    match groups
+                        .iter_mut()
+                        .find(|g| g.0 == binary.as_path() && g.1 == *ret)
+                    {
+                        Some(g) => {
+                            g.2.push(*offset as usize);
+                            g.3.push(cookie);
+                        }
+                        None => groups.push((binary, *ret, vec![*offset as usize], vec![cookie])),
+                    }
+                } else {
+                    links.push(
+                        progs
+                            .bpfscope_uprobe
+                            .attach_uprobe_with_opts(
+                                pid,
+                                binary,
+                                *offset as usize,
+                                UprobeOpts {
+                                    cookie,
+                                    retprobe: *ret,
+                                    ..Default::default()
+                                },
+                            )
+                            .with_context(|| format!("attaching {}", p.probe.name))?,
+                    );
+                }
+            }
+        }
+        for (binary, ret, offsets, cookies) in groups {
+            let n = offsets.len();
+            links.push(
+                progs
+                    .bpfscope_umulti
+                    .attach_uprobe_multi_with_opts(
+                        pid,
+                        binary,
+                        "",
+                        UprobeMultiOpts {
+                            offsets,
+                            cookies,
+                            retprobe: ret,
+                            ..Default::default()
+                        },
+                    )
+                    .with_context(|| {
+                        format!(
+                            "attaching {n} uprobes to {} (uprobe_multi)",
+                            binary.display()
+                        )
+                    })?,
+            );
+        }
         for (i, p) in plan.probes.iter().enumerate() {
             // Cookie 0 means "no configuration", so indexes are shifted by one.
             let cookie = i as u64 + 1;
             match &p.path {
-                Path::Syscall(_) => {}
+                Path::Syscall(_) | Path::Uprobe { .. } => {}
+                Path::Usdt {
+                    binary,
+                    provider,
+                    name,
+                } => links.push(
+                    progs
+                        .bpfscope_usdt
+                        .attach_usdt_with_opts(
+                            pid,
+                            binary,
+                            provider,
+                            name,
+                            UsdtOpts {
+                                cookie,
+                                ..Default::default()
+                            },
+                        )
+                        .with_context(|| format!("attaching {}", p.probe.name))?,
+                ),
                 Path::RawTp { name } => links.push(
                     progs
                         .bpfscope_rawtp

@@ -113,7 +113,8 @@ struct {
  * the start side's key data (value size set at load time).
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	/* LRU: starts whose end never comes (filtered, lost) age out instead of filling the map. */
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 1); /* resized when latency is measured */
 	__uint(key_size, sizeof(struct bs_match_key));
 	__uint(value_size, 8);
@@ -157,8 +158,18 @@ static __always_inline void bs_comm(char *dst)
 	__builtin_memcpy(dst, t->comm, BS_COMM_LEN);
 }
 
-static __always_inline int bs_target_ok(u32 tgid)
+/*
+ * Whether this event belongs to the traced processes. Latency ends are
+ * exempt: they often run in another context (a block I/O completion in an
+ * interrupt) and only count when a traced start is waiting for them.
+ */
+static __always_inline int bs_target_ok(const struct bs_probe_cfg *cfg)
 {
+	u32 tgid;
+
+	if (cfg->flags & BS_CFG_LAT_END)
+		return 1;
+	tgid = bpf_get_current_task_btf()->tgid;
 	if (tgid == self_tgid)
 		return 0;
 	if (target_mode == BS_TARGET_TRACKED && !bpf_map_lookup_elem(&tracked, &tgid))
@@ -646,11 +657,9 @@ static __always_inline int bs_syscall(u64 *ctx, u32 slot, int exit)
 	if (!p || !*p)
 		return 0;
 	idx = *p - 1;
-	if (!bs_target_ok(bpf_get_current_task_btf()->tgid))
-		return 0;
 	cfg = bpf_map_lookup_elem(&probes, &idx);
 	s = bs_scratch();
-	if (!cfg || !s)
+	if (!cfg || !s || !bs_target_ok(cfg))
 		return 0;
 	if (cfg->flags & BS_CFG_NEED_ARGS) {
 		struct pt_regs *regs = (struct pt_regs *)ctx[0];
@@ -697,11 +706,9 @@ int bpfscope_rawtp(u64 *ctx)
 
 	if (!bs_cookie_probe(ctx, &idx))
 		return 0;
-	if (!bs_target_ok(bpf_get_current_task_btf()->tgid))
-		return 0;
 	cfg = bpf_map_lookup_elem(&probes, &idx);
 	s = bs_scratch();
-	if (!cfg || !s)
+	if (!cfg || !s || !bs_target_ok(cfg))
 		return 0;
 	return bs_handle(ctx, cfg, s, idx);
 }
@@ -719,11 +726,9 @@ int bpfscope_tp(void *ctx)
 
 	if (!bs_cookie_probe(ctx, &idx))
 		return 0;
-	if (!bs_target_ok(bpf_get_current_task_btf()->tgid))
-		return 0;
 	cfg = bpf_map_lookup_elem(&probes, &idx);
 	s = bs_scratch();
-	if (!cfg || !s)
+	if (!cfg || !s || !bs_target_ok(cfg))
 		return 0;
 	return bs_handle(ctx, cfg, s, idx);
 }
@@ -733,11 +738,9 @@ static __always_inline int bs_user_probe(struct pt_regs *ctx, u32 idx, int usdt)
 	struct bs_probe_cfg *cfg;
 	struct bs_scratch *s;
 
-	if (!bs_target_ok(bpf_get_current_task_btf()->tgid))
-		return 0;
 	cfg = bpf_map_lookup_elem(&probes, &idx);
 	s = bs_scratch();
-	if (!cfg || !s)
+	if (!cfg || !s || !bs_target_ok(cfg))
 		return 0;
 	if (cfg->flags & BS_CFG_NEED_ARGS) {
 		if (usdt) {

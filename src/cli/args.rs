@@ -26,6 +26,8 @@ pub enum Command {
     Stats(StatsArgs),
     /// Print one line per event
     Trace(TraceArgs),
+    /// Latency histogram: function entry to return, or START to END events
+    Latency(LatencyArgs),
     /// List probes and their fields
     List(ListArgs),
     /// Sample stacks (CPU, or off-CPU time) and write a flame graph, pprof, folded stacks or the top functions
@@ -45,7 +47,8 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
-    /// Probes: tracepoint:SUBSYS:EVENT (or t:SUBSYS:EVENT); globs with * and ? allowed
+    /// Probes: tracepoint:SUBSYS:EVENT (t:), uprobe:PATH:FUNC[+OFF] (u:),
+    /// uretprobe:PATH:FUNC (ur:), usdt:PATH:PROVIDER:NAME (U:); globs with * and ?
     #[arg(required = true, value_name = "PROBE")]
     pub probes: Vec<String>,
 
@@ -163,9 +166,38 @@ pub struct TraceArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct LatencyArgs {
+    /// A function probe (entry to return, per thread), or START and END probes
+    #[arg(required = true, num_args = 1..=2, value_name = "PROBE")]
+    pub probes: Vec<String>,
+    /// Evaluated where the operation starts when the start probes have the fields, else at the end
+    #[arg(long, value_name = "EXPR")]
+    pub filter: Option<String>,
+    /// Pair START and END on equal values of these fields (default: tid)
+    #[arg(long = "match", value_name = "FIELDS", value_delimiter = ',')]
+    pub matching: Vec<String>,
+    /// Linear buckets in ns from MIN to MAX in steps of STEP instead of log2 buckets
+    #[arg(long, value_name = "MIN:MAX:STEP")]
+    pub linear: Option<String>,
+    /// Write a heatmap (latency bucket x time, one column per interval) to FILE.svg
+    #[arg(long, value_name = "FILE.svg")]
+    pub heatmap: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Pattern: SUBSYS:EVENT with globs (tracepoint: prefix optional), or an event name
+    /// Pattern: a probe with globs (tracepoint:..., uprobe:PATH:FUNC, usdt:PATH:*:*),
+    /// SUBSYS:EVENT, or an event name
     pub pattern: Option<String>,
+    /// Find library names among this process's mappings
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: Option<u32>,
     /// Names only, without fields
     #[arg(long)]
     pub names: bool,

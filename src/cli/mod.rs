@@ -19,9 +19,20 @@ use crate::usage;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     Count,
-    Stats { value: String },
-    Hist { value: String, buckets: Buckets },
-    Trace { fields: Vec<String> },
+    Stats {
+        value: String,
+    },
+    Hist {
+        value: String,
+        buckets: Buckets,
+    },
+    Trace {
+        fields: Vec<String>,
+    },
+    /// Time from a start to its end, in ns.
+    Latency {
+        buckets: Buckets,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,11 +71,18 @@ pub struct TraceSettings {
     pub verbose: bool,
     pub max_keys: u32,
     pub ringbuf_bytes: u32,
+    /// Latency: the END probe of a START/END pair (None: function returns).
+    pub end: Option<ProbeSpec>,
+    /// Latency: fields that pair a start with its end.
+    pub matching: Vec<String>,
+    /// Latency: heatmap SVG to write.
+    pub heatmap: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
 pub struct ListSettings {
     pub pattern: Option<String>,
+    pub pid: Option<u32>,
     pub names_only: bool,
     pub json: bool,
 }
@@ -143,8 +161,60 @@ impl Settings {
                     bytes,
                 )?))
             }
+            Command::Latency(a) => {
+                let buckets = match &a.linear {
+                    None => Buckets::Log2,
+                    Some(s) => parse_linear(s)?,
+                };
+                let (start, end) = match a.probes.as_slice() {
+                    [one] => (one.clone(), None),
+                    [start, end] => (start.clone(), Some(ProbeSpec::parse(end)?)),
+                    _ => return Err(usage!("latency takes one function probe, or START and END")),
+                };
+                let probe = ProbeArgs {
+                    probes: vec![start],
+                    filter: a.filter,
+                };
+                let mut t = trace_settings(
+                    Action::Latency { buckets },
+                    probe,
+                    Some(a.keys),
+                    a.target,
+                    a.output,
+                    0,
+                )?;
+                if end.is_none() {
+                    if !a.matching.is_empty() {
+                        return Err(usage!(
+                            "--match pairs START and END probes; a function probe pairs entry and return by thread"
+                        ));
+                    }
+                    if t.probes.iter().any(|p| p.returning().is_none()) {
+                        return Err(usage!(
+                            "latency with one probe needs a function entry (uprobe:PATH:FUNC); for events give START and END probes"
+                        ));
+                    }
+                }
+                for m in &a.matching {
+                    t.matching.push(field_name(m, "--match")?);
+                }
+                t.end = end;
+                if let Some(h) = &a.heatmap {
+                    if h.extension().and_then(|e| e.to_str()) != Some("svg") {
+                        return Err(usage!(
+                            "--heatmap {}: the file name must end in .svg",
+                            h.display()
+                        ));
+                    }
+                    // A heatmap has one column per interval.
+                    t.interval.get_or_insert(Duration::from_secs(1));
+                }
+                t.heatmap = a.heatmap;
+                Settings::Trace(Box::new(t))
+            }
             Command::List(a) => Settings::List(ListSettings {
                 pattern: a.pattern,
+                pid: a.pid,
                 names_only: a.names,
                 json: a.json,
             }),
@@ -218,6 +288,9 @@ fn trace_settings(
         verbose: output.verbose,
         max_keys,
         ringbuf_bytes,
+        end: None,
+        matching: Vec::new(),
+        heatmap: None,
     })
 }
 

@@ -10,7 +10,7 @@ use crate::probe::{self, FieldKind};
 
 pub fn run(s: ListSettings) -> Result<()> {
     super::require_privileges()?;
-    let probes = probe::list(s.pattern.as_deref())?;
+    let probes = probe::list(s.pattern.as_deref(), s.pid)?;
     let mut w = BufWriter::new(io::stdout().lock());
     for p in &probes {
         if s.json {

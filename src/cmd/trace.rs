@@ -10,13 +10,16 @@ use libbpf_rs::RingBufferBuilder;
 
 use crate::attach::features::Features;
 use crate::attach::libbpf_log;
-use crate::attach::plan::{self, Plan};
+use crate::attach::plan::{self, Plan, Role};
 use crate::attach::session::Session;
 use crate::attach::target::GatedChild;
 use crate::cli::{Action, Target, TraceSettings};
+use crate::collect::aggregate::KeyAgg;
 use crate::collect::{aggregate, events, Lost, StopReason, Stopper};
 use crate::probe;
+use crate::render::heatmap::Heatmap;
 use crate::render::{Decoder, Output};
+use std::collections::BTreeMap;
 
 /// How long in-flight program runs get to finish with the old epoch before it is read.
 const EPOCH_GRACE: Duration = Duration::from_millis(10);
@@ -24,9 +27,8 @@ const EPOCH_GRACE: Duration = Duration::from_millis(10);
 pub fn run(s: TraceSettings) -> Result<()> {
     libbpf_log::init(s.verbose);
     super::require_privileges()?;
-    let probes = probe::resolve(&s.probes)?;
     let features = Features::detect();
-    let plan = plan::build(&s, probes, &features)?;
+    let plan = plan::build(&s, resolve_roles(&s)?, &features)?;
     if s.verbose {
         eprintln!(
             "raw_tp cookies: {}",
@@ -38,7 +40,7 @@ pub fn run(s: TraceSettings) -> Result<()> {
     }
 
     let mut storage = MaybeUninit::uninit();
-    let mut session = Session::load(&mut storage, &plan, &s)?;
+    let mut session = Session::load(&mut storage, &plan, &s, &features)?;
     let stopper = Stopper::new(s.duration)?;
     let gated = match &s.target {
         Target::Command { program, args } => Some(GatedChild::spawn(program, args)?),
@@ -49,7 +51,11 @@ pub fn run(s: TraceSettings) -> Result<()> {
         (_, Some(g)) => session.track(g.pid())?,
         _ => {}
     }
-    let n = session.attach(&plan, gated.is_some())?;
+    let user_pid = match s.target {
+        Target::Pid(p) => p as i32,
+        _ => -1,
+    };
+    let n = session.attach(&plan, gated.is_some(), user_pid)?;
     eprintln!("Attached {n} probe{}", if n == 1 { "" } else { "s" });
     let t0 = super::monotonic_ns();
     if let Some(g) = gated {
@@ -67,6 +73,38 @@ pub fn run(s: TraceSettings) -> Result<()> {
         Err(e) if is_broken_pipe(&e) => Ok(()),
         r => r,
     }
+}
+
+/// Resolves the probes, and for latency the starts and ends they pair.
+fn resolve_roles(s: &TraceSettings) -> Result<Vec<(probe::Probe, Role)>> {
+    let pid = match s.target {
+        Target::Pid(p) => Some(p),
+        _ => None,
+    };
+    let starts = probe::resolve(&s.probes, pid)?;
+    if !matches!(s.action, Action::Latency { .. }) {
+        return Ok(starts.into_iter().map(|p| (p, Role::Plain)).collect());
+    }
+    let mut out = Vec::new();
+    match &s.end {
+        // START and END events: every start pairs with every end on the match fields.
+        Some(end) => {
+            let ends = probe::resolve(std::slice::from_ref(end), pid)?;
+            out.extend(starts.into_iter().map(|p| (p, Role::Start(0))));
+            out.extend(ends.into_iter().map(|p| (p, Role::End(0))));
+        }
+        // A function: each entry pairs with its own return, per thread.
+        None => {
+            for (i, p) in starts.into_iter().enumerate() {
+                let ret = probe::returning(&p).ok_or_else(|| {
+                    crate::usage!("{}: latency needs a function entry probe", p.name)
+                })?;
+                out.push((p, Role::Start(i as u32)));
+                out.push((ret, Role::End(i as u32)));
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -136,8 +174,21 @@ fn run_aggregates(
 ) -> Result<()> {
     let signed = plan.value.as_ref().is_some_and(|v| v.1);
     let mut interval_no = 0u64;
-    let mut next = s.interval.map(|i| Instant::now() + i);
+    let started = Instant::now();
+    let mut next = s.interval.map(|i| started + i);
     let mut lost_before = Lost::default();
+    // Latency with intervals: a heatmap row per interval, the whole run's histogram at the end.
+    let mut heat = match s.action {
+        Action::Latency { buckets } if s.interval.is_some() => Some(Heatmap::new(buckets)),
+        _ => None,
+    };
+    let rows = heat.is_some() && !s.json;
+    let mut total: BTreeMap<Vec<u8>, KeyAgg> = BTreeMap::new();
+    if rows {
+        if let Some(h) = &heat {
+            println!("{}", h.terminal_header());
+        }
+    }
     loop {
         let wait = next.map_or(Duration::from_secs(3600), |n| {
             n.saturating_duration_since(Instant::now())
@@ -157,7 +208,17 @@ fn run_aggregates(
         set_epoch(session, epoch + 1);
         std::thread::sleep(EPOCH_GRACE);
         let data = aggregate::read(&session.skel.maps.aggs, Some(epoch), signed, true)?;
-        out.aggregates(plan, &s.action, &data, dec, Some(interval_no))?;
+        if let Some(h) = &mut heat {
+            h.add(started.elapsed().as_secs_f64(), &data);
+            aggregate::merge_into(&mut total, &data, signed);
+        }
+        if rows {
+            if let Some(h) = &heat {
+                out.raw_line(&h.terminal_row())?;
+            }
+        } else {
+            out.aggregates(plan, &s.action, &data, dec, Some(interval_no))?;
+        }
         let lost = Lost::read(&session.skel.maps.lost)?;
         out.lost(lost.since(lost_before), Some(interval_no))?;
         lost_before = lost;
@@ -167,11 +228,39 @@ fn run_aggregates(
     session.detach();
     let data = aggregate::read(&session.skel.maps.aggs, None, signed, false)?;
     let interval = s.interval.map(|_| interval_no + 1);
-    out.aggregates(plan, &s.action, &data, dec, interval)?;
+    if let Some(h) = &mut heat {
+        h.add(started.elapsed().as_secs_f64(), &data);
+        aggregate::merge_into(&mut total, &data, signed);
+        if rows {
+            out.raw_line(&h.terminal_row())?;
+            out.raw_line("")?;
+            out.aggregates(plan, &s.action, &total, dec, None)?;
+        } else {
+            out.aggregates(plan, &s.action, &data, dec, interval)?;
+        }
+        if let Some(path) = &s.heatmap {
+            let title = plan
+                .probes
+                .iter()
+                .map(|p| p.probe.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" -> ");
+            write_atomic(path, h.svg(&format!("latency: {title}")).as_bytes())?;
+        }
+    } else {
+        out.aggregates(plan, &s.action, &data, dec, interval)?;
+    }
     let lost = Lost::read(&session.skel.maps.lost)?;
     out.lost(lost.since(lost_before), interval)?;
     out.flush()?;
     Ok(())
+}
+
+/// Writes a file under a temporary name and renames it, so readers never see half a file.
+fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
 fn set_epoch(session: &mut Session<'_>, epoch: u32) {

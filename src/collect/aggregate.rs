@@ -67,6 +67,20 @@ impl KeyAgg {
     }
 }
 
+/// Adds one readout into a running total.
+pub fn merge_into(
+    total: &mut BTreeMap<Vec<u8>, KeyAgg>,
+    data: &BTreeMap<Vec<u8>, KeyAgg>,
+    signed: bool,
+) {
+    for (k, agg) in data {
+        let t = total.entry(k.clone()).or_default();
+        for (b, v) in &agg.buckets {
+            t.buckets.entry(*b).or_default().merge(*v, signed);
+        }
+    }
+}
+
 /// Reads every key of the given epoch (all when None), merged over CPUs and
 /// grouped by key data; with `delete`, removes what it read.
 pub fn read(

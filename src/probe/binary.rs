@@ -69,6 +69,20 @@ fn expand_include(pattern: &str) -> Vec<PathBuf> {
     out
 }
 
+/// True for 64-bit x86-64 ELF files: the loader skips other classes (e.g. /usr/lib32).
+fn is_native_elf(p: &Path) -> bool {
+    use std::io::Read;
+    let mut h = [0u8; 20];
+    let ok = fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut h))
+        .is_ok();
+    // EI_CLASS 2 = 64-bit, EI_DATA 1 = little endian, e_machine 62 = x86-64.
+    ok && &h[..4] == b"\x7fELF"
+        && h[4] == 2
+        && h[5] == 1
+        && u16::from_le_bytes([h[18], h[19]]) == 62
+}
+
 /// `lib{name}.so.N` beats `lib{name}.so` (a development symlink) and the shortest version wins.
 fn library_rank(file: &str, name: &str) -> Option<(u8, usize)> {
     let lib = if name.starts_with("lib") {
@@ -96,9 +110,7 @@ pub fn resolve(spec: &str, pid: Option<u32>) -> Result<PathBuf, Error> {
         if !p.is_file() {
             return Err(usage!("'{spec}': no such file"));
         }
-        return p
-            .canonicalize()
-            .map_err(|e| usage!("'{spec}': {e}"));
+        return p.canonicalize().map_err(|e| usage!("'{spec}': {e}"));
     }
     if let Some(pid) = pid {
         if let Some(p) = from_maps(spec, pid) {
@@ -121,7 +133,7 @@ pub fn resolve(spec: &str, pid: Option<u32>) -> Result<PathBuf, Error> {
                 library_rank(f, spec)
             };
             if let Some(r) = rank {
-                if best.as_ref().is_none_or(|(b, _)| r < *b) {
+                if best.as_ref().is_none_or(|(b, _)| r < *b) && is_native_elf(&e.path()) {
                     best = Some((r, e.path()));
                 }
             }

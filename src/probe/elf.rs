@@ -16,6 +16,9 @@ pub struct Func {
     /// Offset of the entry in the file (what uprobes attach at).
     pub file_offset: u64,
     pub size: u64,
+    /// A GNU indirect function: the symbol is a resolver that picks the real
+    /// implementation once, at load time.
+    pub ifunc: bool,
 }
 
 /// One USDT argument as its note describes it (`-4@%edi`: signed, 4 bytes).
@@ -43,6 +46,26 @@ pub struct ElfInfo {
     pub usdt: Vec<UsdtNote>,
 }
 
+/// The separate debug file of a build id in the system's debug directory.
+fn debug_file_by_build_id(id: &[u8]) -> Option<PathBuf> {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    if hex.len() < 3 {
+        return None;
+    }
+    let p = PathBuf::from(format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &hex[..2],
+        &hex[2..]
+    ));
+    p.is_file().then_some(p)
+}
+
+/// The name that stands for aliases sharing one address: public before
+/// `_`-prefixed, then the shortest (strtol, not strtoimax).
+pub fn canonical_rank(name: &str) -> (bool, usize, &str) {
+    (name.starts_with('_'), name.len(), name)
+}
+
 /// Maps a virtual address to a file offset through the loadable segments.
 fn file_offset(segments: &[(u64, u64, u64)], vaddr: u64) -> Option<u64> {
     segments
@@ -52,30 +75,74 @@ fn file_offset(segments: &[(u64, u64, u64)], vaddr: u64) -> Option<u64> {
 }
 
 pub fn read(path: &Path) -> Result<ElfInfo, Error> {
-    let data = std::fs::read(path)
-        .map_err(|e| usage!("cannot read {}: {e}", path.display()))?;
-    let file = object::File::parse(&*data)
-        .map_err(|e| usage!("{} is not an ELF file bpfscope can read: {e}", path.display()))?;
+    let data = std::fs::read(path).map_err(|e| usage!("cannot read {}: {e}", path.display()))?;
+    let file = object::File::parse(&*data).map_err(|e| {
+        usage!(
+            "{} is not an ELF file bpfscope can read: {e}",
+            path.display()
+        )
+    })?;
     let segments: Vec<(u64, u64, u64)> = file
         .segments()
         .map(|s| (s.address(), s.file_range().1, s.file_range().0))
         .collect();
 
-    let mut funcs: Vec<Func> = file
+    let elf = ElfFile64::<Endianness>::parse(&*data)
+        .map_err(|e| usage!("{} is not a 64-bit ELF file: {e}", path.display()))?;
+    let endian = elf.endian();
+    let mut funcs: Vec<Func> = elf
         .symbols()
-        .chain(file.dynamic_symbols())
-        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
+        .chain(elf.dynamic_symbols())
+        // is_definition() leaves out IFUNCs; any defined text symbol will do.
+        .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined() && s.address() != 0)
         .filter_map(|s| {
             Some(Func {
                 name: s.name().ok()?.to_string(),
                 file_offset: file_offset(&segments, s.address())?,
                 size: s.size(),
+                ifunc: s.elf_symbol().st_type() == object::elf::STT_GNU_IFUNC,
             })
         })
         .filter(|f| !f.name.is_empty())
         .collect();
-    // One entry per name (symtab and dynsym repeat each other).
-    funcs.sort_by(|a, b| a.name.cmp(&b.name).then(a.file_offset.cmp(&b.file_offset)));
+    let _ = endian;
+    // Stripped binaries keep their full symbol table (local functions too) in
+    // a separate debug file; its addresses map through this file's segments.
+    if let Some(debug) = file
+        .build_id()
+        .ok()
+        .flatten()
+        .and_then(debug_file_by_build_id)
+    {
+        if let Ok(ddata) = std::fs::read(&debug) {
+            if let Ok(dfile) = object::File::parse(&*ddata) {
+                funcs.extend(
+                    dfile
+                        .symbols()
+                        .filter(|s| {
+                            s.kind() == SymbolKind::Text && !s.is_undefined() && s.address() != 0
+                        })
+                        .filter_map(|s| {
+                            Some(Func {
+                                name: s.name().ok()?.to_string(),
+                                file_offset: file_offset(&segments, s.address())?,
+                                size: s.size(),
+                                ifunc: false,
+                            })
+                        })
+                        .filter(|f| !f.name.is_empty()),
+                );
+            }
+        }
+    }
+    // One entry per name (symtab, dynsym and the debug file repeat each other).
+    // An IFUNC entry (from dynsym) sorts before the debug file's plain copy of the name.
+    funcs.sort_by(|a, b| {
+        a.name
+            .cmp(&b.name)
+            .then(b.ifunc.cmp(&a.ifunc))
+            .then(a.file_offset.cmp(&b.file_offset))
+    });
     funcs.dedup_by(|a, b| a.name == b.name);
 
     let usdt = usdt_notes(&data, &file, &segments).unwrap_or_default();
@@ -101,7 +168,7 @@ fn usdt_notes(
             continue;
         };
         while let Ok(Some(note)) = notes.next() {
-            if note.name() != b"stapsdt" || note.n_type(endian) != 3 {
+            if note.name() != b"stapsdt" || note.n_type(endian) != object::elf::NoteType(3) {
                 continue;
             }
             if let Some(n) = parse_stapsdt(note.desc(), base_addr, segments) {
@@ -120,7 +187,9 @@ fn parse_stapsdt(
     segments: &[(u64, u64, u64)],
 ) -> Option<UsdtNote> {
     let word = |i: usize| -> Option<u64> {
-        Some(u64::from_le_bytes(desc.get(i * 8..i * 8 + 8)?.try_into().ok()?))
+        Some(u64::from_le_bytes(
+            desc.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+        ))
     };
     let (mut pc, base, mut sema) = (word(0)?, word(1)?, word(2)?);
     if let Some(actual) = base_addr {
@@ -154,6 +223,43 @@ fn parse_usdt_arg(spec: &str) -> Option<UsdtArg> {
         size: n.unsigned_abs().min(8) as u8,
         signed: n < 0,
     })
+}
+
+/// Where an indirect function's implementation lives in `binary`, as the
+/// dynamic linker resolves it on this CPU. Only for libraries bpfscope
+/// itself has loaded (the C library): asking dlsym resolves the IFUNC the
+/// way it is resolved for every process on this machine, without loading
+/// anything new.
+pub fn resolve_ifunc(binary: &Path, name: &str) -> Option<u64> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let ours: Vec<(u64, u64, u64)> = maps
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let range = it.next()?;
+            let _perms = it.next()?;
+            let off = u64::from_str_radix(it.next()?, 16).ok()?;
+            let (_dev, _ino) = (it.next()?, it.next()?);
+            let file = it.next()?;
+            let same = Path::new(file).canonicalize().ok()? == binary;
+            let (a, b) = range.split_once('-')?;
+            let (a, b) = (
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            );
+            same.then_some((a, b, off))
+        })
+        .collect();
+    if ours.is_empty() {
+        return None;
+    }
+    let cname = std::ffi::CString::new(name).ok()?;
+    // SAFETY: dlsym only looks the name up among already loaded objects;
+    // the name is a valid NUL-terminated string.
+    let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, cname.as_ptr()) } as u64;
+    ours.iter()
+        .find(|(a, b, _)| addr >= *a && addr < *b)
+        .map(|(a, _, off)| addr - a + off)
 }
 
 #[cfg(test)]

@@ -1,13 +1,17 @@
 //! Probe stage: what the user named, resolved against this kernel into
 //! concrete probes with the fields each one offers.
 
+pub mod binary;
+pub mod elf;
 pub mod glob;
 pub mod spec;
 pub mod syscalls;
 pub mod tracefs;
 
-use std::collections::BTreeSet;
-use std::path::Path;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use crate::bpf::abi::bs_limits;
 
 use crate::error::Error;
 use crate::usage;
@@ -74,6 +78,21 @@ pub enum ProbeKind {
         /// Set for syscalls:sys_enter_*/sys_exit_* whose number is known.
         syscall: Option<SyscallTp>,
     },
+    /// A user function entry (or return, `ret`) at a file offset.
+    Uprobe {
+        binary: PathBuf,
+        func: String,
+        offset: u64,
+        ret: bool,
+    },
+    /// A USDT probe (all its sites in the binary).
+    Usdt {
+        binary: PathBuf,
+        provider: String,
+        name: String,
+        /// Guarded by a semaphore (libbpf maintains it through ref_ctr_offset).
+        semaphore: bool,
+    },
 }
 
 /// A concrete probe on this kernel.
@@ -101,89 +120,306 @@ impl Probe {
     }
 }
 
+/// tracefs's mount point and its (subsystem, event) list.
+type TracefsEvents = (PathBuf, Vec<(String, String)>);
+
+/// Resolution state shared across specs: tracefs listing and parsed binaries, each read once.
+struct Resolver {
+    pid: Option<u32>,
+    tracefs: Option<TracefsEvents>,
+    elves: HashMap<PathBuf, elf::ElfInfo>,
+}
+
+impl Resolver {
+    fn new(pid: Option<u32>) -> Resolver {
+        Resolver {
+            pid,
+            tracefs: None,
+            elves: HashMap::new(),
+        }
+    }
+
+    fn tracefs(&mut self) -> Result<&TracefsEvents, Error> {
+        if self.tracefs.is_none() {
+            let root = tracefs::root()?;
+            let all = tracefs::events(&root)?;
+            self.tracefs = Some((root, all));
+        }
+        // Filled just above.
+        self.tracefs
+            .as_ref()
+            .ok_or_else(|| Error::Environment("tracefs unavailable".into()))
+    }
+
+    fn elf(&mut self, path: &str) -> Result<&elf::ElfInfo, Error> {
+        let bin = binary::resolve(path, self.pid)?;
+        if !self.elves.contains_key(&bin) {
+            let info = elf::read(&bin)?;
+            self.elves.insert(bin.clone(), info);
+        }
+        self.elves
+            .get(&bin)
+            .ok_or_else(|| usage!("cannot read {}", bin.display()))
+    }
+
+    /// Every probe a spec matches (possibly none).
+    fn matches(&mut self, spec: &ProbeSpec) -> Result<Vec<Probe>, Error> {
+        match spec {
+            ProbeSpec::Tracepoint { subsys, event } => {
+                let (root, all) = self.tracefs()?;
+                let root = root.clone();
+                let found: Vec<(String, String)> = all
+                    .iter()
+                    .filter(|(s, e)| glob::matches(subsys, s) && glob::matches(event, e))
+                    .cloned()
+                    .collect();
+                found.iter().map(|(s, e)| tracepoint(&root, s, e)).collect()
+            }
+            ProbeSpec::Uprobe {
+                path,
+                func,
+                offset,
+                ret,
+            } => {
+                let info = self.elf(path)?;
+                let kind = if *ret { "uretprobe" } else { "uprobe" };
+                let mut matched: Vec<elf::Func> = info
+                    .funcs
+                    .iter()
+                    .filter(|f| glob::matches(func, &f.name))
+                    .map(|f| {
+                        // An IFUNC symbol is its resolver; probe the implementation instead.
+                        let mut f = f.clone();
+                        if f.ifunc {
+                            if let Some(off) = elf::resolve_ifunc(&info.path, &f.name) {
+                                f.file_offset = off;
+                            }
+                        }
+                        f
+                    })
+                    .collect();
+                // Aliases share an entry point: one uprobe per address, under its canonical name.
+                matched.sort_by(|a, b| {
+                    a.file_offset.cmp(&b.file_offset).then_with(|| {
+                        elf::canonical_rank(&a.name).cmp(&elf::canonical_rank(&b.name))
+                    })
+                });
+                matched.dedup_by_key(|f| f.file_offset);
+                matched.sort_by(|a, b| a.name.cmp(&b.name));
+                Ok(matched
+                    .iter()
+                    .map(|f| {
+                        let suffix = if *offset > 0 {
+                            format!("+{offset:#x}")
+                        } else {
+                            String::new()
+                        };
+                        Probe {
+                            name: format!("{kind}:{}:{}{suffix}", info.path.display(), f.name),
+                            kind: ProbeKind::Uprobe {
+                                binary: info.path.clone(),
+                                func: f.name.clone(),
+                                offset: f.file_offset + offset,
+                                ret: *ret,
+                            },
+                            fields: user_fields(*ret),
+                        }
+                    })
+                    .collect())
+            }
+            ProbeSpec::Usdt {
+                path,
+                provider,
+                name,
+            } => {
+                let info = self.elf(path)?;
+                let mut seen = BTreeSet::new();
+                Ok(info
+                    .usdt
+                    .iter()
+                    .filter(|n| {
+                        glob::matches(provider, &n.provider) && glob::matches(name, &n.name)
+                    })
+                    .filter(|n| seen.insert((n.provider.clone(), n.name.clone())))
+                    .map(|n| Probe {
+                        name: format!("usdt:{}:{}:{}", info.path.display(), n.provider, n.name),
+                        kind: ProbeKind::Usdt {
+                            binary: info.path.clone(),
+                            provider: n.provider.clone(),
+                            name: n.name.clone(),
+                            semaphore: n.semaphore.is_some(),
+                        },
+                        fields: usdt_fields(&n.args),
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    fn unknown(&mut self, spec: &ProbeSpec) -> Error {
+        let (wanted, names, prefix): (String, Vec<String>, String) = match spec {
+            ProbeSpec::Tracepoint { subsys, event } => {
+                let all = self.tracefs().map(|t| t.1.clone()).unwrap_or_default();
+                (
+                    format!("{subsys}:{event}"),
+                    all.iter().map(|(s, e)| format!("{s}:{e}")).collect(),
+                    "tracepoint:".into(),
+                )
+            }
+            ProbeSpec::Uprobe {
+                path, func, ret, ..
+            } => {
+                let kind = if *ret { "uretprobe" } else { "uprobe" };
+                match self.elf(path) {
+                    Ok(info) => (
+                        func.clone(),
+                        info.funcs.iter().map(|f| f.name.clone()).collect(),
+                        format!("{kind}:{}:", info.path.display()),
+                    ),
+                    Err(e) => return e,
+                }
+            }
+            ProbeSpec::Usdt {
+                path,
+                provider,
+                name,
+            } => match self.elf(path) {
+                Ok(info) => (
+                    format!("{provider}:{name}"),
+                    info.usdt
+                        .iter()
+                        .map(|n| format!("{}:{}", n.provider, n.name))
+                        .collect(),
+                    format!("usdt:{}:", info.path.display()),
+                ),
+                Err(e) => return e,
+            },
+        };
+        let mut scored: Vec<(f64, &String)> = names
+            .iter()
+            .map(|n| (strsim::jaro_winkler(&wanted, n), n))
+            .filter(|(score, _)| *score > 0.85)
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        scored.dedup_by(|a, b| a.1 == b.1);
+        let hints: Vec<String> = scored
+            .into_iter()
+            .take(3)
+            .map(|(_, n)| format!("{prefix}{n}"))
+            .collect();
+        if hints.is_empty() {
+            usage!("no probe matches '{prefix}{wanted}'; 'bpfscope list' shows them")
+        } else {
+            usage!(
+                "no probe matches '{prefix}{wanted}'; did you mean {}?",
+                hints.join(" or ")
+            )
+        }
+    }
+}
+
 /// Resolves probe specs into probes, in the order given, without duplicates.
-pub fn resolve(specs: &[ProbeSpec]) -> Result<Vec<Probe>, Error> {
-    let root = tracefs::root()?;
-    let all = tracefs::events(&root)?;
+/// `pid` lets library names be found among the target's mappings.
+pub fn resolve(specs: &[ProbeSpec], pid: Option<u32>) -> Result<Vec<Probe>, Error> {
+    let mut r = Resolver::new(pid);
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for spec in specs {
-        let matched = match_tracepoints(spec, &all);
+        let matched = r.matches(spec)?;
         if matched.is_empty() {
-            return Err(unknown_probe(spec, &all));
+            return Err(r.unknown(spec));
         }
-        for (subsys, event) in matched {
-            if seen.insert((subsys.clone(), event.clone())) {
-                out.push(tracepoint(&root, subsys, event)?);
+        for p in matched {
+            if seen.insert(p.name.clone()) {
+                out.push(p);
             }
         }
     }
     Ok(out)
 }
 
-fn match_tracepoints<'a>(
-    spec: &ProbeSpec,
-    all: &'a [(String, String)],
-) -> Vec<&'a (String, String)> {
-    let ProbeSpec::Tracepoint { subsys, event } = spec;
-    all.iter()
-        .filter(|(s, e)| glob::matches(subsys, s) && glob::matches(event, e))
-        .collect()
-}
-
-/// Lists tracepoints matching a pattern (`SUBSYS:EVENT`, optionally with a `tracepoint:` prefix).
-pub fn list(pattern: Option<&str>) -> Result<Vec<Probe>, Error> {
-    let root = tracefs::root()?;
-    let all = tracefs::events(&root)?;
+/// Lists probes matching a pattern: any probe spec, or for tracepoints
+/// `SUBSYS:EVENT` or a bare event name without the `tracepoint:` prefix.
+pub fn list(pattern: Option<&str>, pid: Option<u32>) -> Result<Vec<Probe>, Error> {
     let spec = match pattern {
         None => ProbeSpec::Tracepoint {
             subsys: "*".into(),
             event: "*".into(),
         },
-        Some(p) if p.starts_with("tracepoint:") || p.starts_with("t:") => ProbeSpec::parse(p)?,
-        Some(p) => match p.split_once(':') {
-            Some((s, e)) => ProbeSpec::Tracepoint {
-                subsys: s.into(),
-                event: e.into(),
-            },
-            // A bare word matches events or subsystems by that name.
-            None => ProbeSpec::Tracepoint {
-                subsys: "*".into(),
-                event: p.into(),
+        Some(p) => match ProbeSpec::parse(p) {
+            Ok(spec) => spec,
+            Err(_) => match p.split_once(':') {
+                Some((s, e)) if !e.contains(':') => ProbeSpec::Tracepoint {
+                    subsys: s.into(),
+                    event: e.into(),
+                },
+                Some(_) => return ProbeSpec::parse(p).map(|_| Vec::new()),
+                None => ProbeSpec::Tracepoint {
+                    subsys: "*".into(),
+                    event: p.into(),
+                },
             },
         },
     };
-    match_tracepoints(&spec, &all)
-        .into_iter()
-        .map(|(s, e)| tracepoint(&root, s, e))
-        .collect()
+    Resolver::new(pid).matches(&spec)
 }
 
-fn unknown_probe(spec: &ProbeSpec, all: &[(String, String)]) -> Error {
-    let ProbeSpec::Tracepoint { subsys, event } = spec;
-    let wanted = format!("{subsys}:{event}");
-    let mut scored: Vec<(f64, String)> = all
-        .iter()
-        .map(|(s, e)| {
-            let name = format!("{s}:{e}");
-            (strsim::jaro_winkler(&wanted, &name), name)
-        })
-        .filter(|(score, _)| *score > 0.85)
-        .collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let hints: Vec<String> = scored
-        .into_iter()
-        .take(3)
-        .map(|(_, n)| format!("tracepoint:{n}"))
-        .collect();
-    if hints.is_empty() {
-        usage!("no tracepoint matches 'tracepoint:{wanted}'; 'bpfscope list' shows them")
-    } else {
-        usage!(
-            "no tracepoint matches 'tracepoint:{wanted}'; did you mean {}?",
-            hints.join(" or ")
-        )
+/// The return probe of a function entry probe (for latency).
+pub fn returning(p: &Probe) -> Option<Probe> {
+    match &p.kind {
+        ProbeKind::Uprobe {
+            binary,
+            func,
+            offset,
+            ret: false,
+        } => Some(Probe {
+            name: format!("uretprobe:{}:{func}", binary.display()),
+            kind: ProbeKind::Uprobe {
+                binary: binary.clone(),
+                func: func.clone(),
+                offset: *offset,
+                ret: true,
+            },
+            fields: user_fields(true),
+        }),
+        _ => None,
     }
+}
+
+/// Arguments by the x86-64 calling convention, as signed 64-bit values
+/// (without debug info their types are unknown); `retval` at returns.
+fn user_fields(ret: bool) -> Vec<Field> {
+    let field = |name: String, slot: u8| Field {
+        name,
+        ctype: "long".into(),
+        kind: FieldKind::Int,
+        offset: 0,
+        size: 8,
+        signed: true,
+        arg_slot: Some(slot),
+    };
+    if ret {
+        vec![field("retval".into(), bs_limits::BS_ARG_RET.0 as u8)]
+    } else {
+        (0..6).map(|i| field(format!("arg{i}"), i)).collect()
+    }
+}
+
+/// USDT arguments as the note's specs describe them.
+fn usdt_fields(args: &[elf::UsdtArg]) -> Vec<Field> {
+    args.iter()
+        .take(bs_limits::BS_MAX_ARGS.0 as usize)
+        .enumerate()
+        .map(|(i, a)| Field {
+            name: format!("arg{i}"),
+            ctype: format!("{}{}", if a.signed { "s" } else { "u" }, a.size as u32 * 8),
+            kind: FieldKind::Int,
+            offset: 0,
+            size: a.size,
+            signed: a.signed,
+            arg_slot: Some(i as u8),
+        })
+        .collect()
 }
 
 fn tracepoint(root: &Path, subsys: &str, event: &str) -> Result<Probe, Error> {

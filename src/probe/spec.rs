@@ -8,6 +8,29 @@ use crate::usage;
 pub enum ProbeSpec {
     /// `tracepoint:SUBSYS:EVENT` or `t:SUBSYS:EVENT`.
     Tracepoint { subsys: String, event: String },
+    /// `uprobe:PATH:FUNC[+OFFSET]` (`u:`), `uretprobe:PATH:FUNC` (`ur:`).
+    Uprobe {
+        path: String,
+        func: String,
+        offset: u64,
+        ret: bool,
+    },
+    /// `usdt:PATH:PROVIDER:NAME` (`U:`).
+    Usdt {
+        path: String,
+        provider: String,
+        name: String,
+    },
+}
+
+const KINDS: &str = "tracepoint (t), uprobe (u), uretprobe (ur), usdt (U)";
+
+fn parse_offset(s: &str, probe: &str) -> Result<u64, Error> {
+    let v = match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    v.map_err(|_| usage!("probe '{probe}': bad offset '+{s}'"))
 }
 
 impl ProbeSpec {
@@ -18,22 +41,78 @@ impl ProbeSpec {
         })?;
         match kind {
             "tracepoint" | "t" => {
-                let (subsys, event) = rest.split_once(':').ok_or_else(|| {
+                let bad = || {
                     usage!("probe '{s}': expected tracepoint:SUBSYS:EVENT, e.g. tracepoint:sched:sched_switch")
-                })?;
+                };
+                let (subsys, event) = rest.split_once(':').ok_or_else(bad)?;
                 if subsys.is_empty() || event.is_empty() || event.contains(':') {
-                    return Err(usage!(
-                        "probe '{s}': expected tracepoint:SUBSYS:EVENT, e.g. tracepoint:sched:sched_switch"
-                    ));
+                    return Err(bad());
                 }
                 Ok(ProbeSpec::Tracepoint {
                     subsys: subsys.to_string(),
                     event: event.to_string(),
                 })
             }
+            "uprobe" | "u" | "uretprobe" | "ur" => {
+                let ret = matches!(kind, "uretprobe" | "ur");
+                let bad =
+                    || usage!("probe '{s}': expected {kind}:PATH:FUNC, e.g. {kind}:libc:malloc");
+                let (path, func) = rest.rsplit_once(':').ok_or_else(bad)?;
+                if path.is_empty() || func.is_empty() {
+                    return Err(bad());
+                }
+                let (func, offset) = match func.split_once('+') {
+                    Some((f, o)) => {
+                        if ret {
+                            return Err(usage!(
+                                "probe '{s}': uretprobes fire at the return, an offset makes no sense"
+                            ));
+                        }
+                        (f, parse_offset(o, s)?)
+                    }
+                    None => (func, 0),
+                };
+                Ok(ProbeSpec::Uprobe {
+                    path: path.to_string(),
+                    func: func.to_string(),
+                    offset,
+                    ret,
+                })
+            }
+            "usdt" | "U" => {
+                let bad = || usage!("probe '{s}': expected usdt:PATH:PROVIDER:NAME");
+                let (rest, name) = rest.rsplit_once(':').ok_or_else(bad)?;
+                let (path, provider) = rest.rsplit_once(':').ok_or_else(bad)?;
+                if path.is_empty() || provider.is_empty() || name.is_empty() {
+                    return Err(bad());
+                }
+                Ok(ProbeSpec::Usdt {
+                    path: path.to_string(),
+                    provider: provider.to_string(),
+                    name: name.to_string(),
+                })
+            }
             _ => Err(usage!(
-                "probe '{s}': unknown probe kind '{kind}' (supported: tracepoint, t)"
+                "probe '{s}': unknown probe kind '{kind}' (supported: {KINDS})"
             )),
+        }
+    }
+
+    /// The same probe at function return (latency pairs entries with returns).
+    pub fn returning(&self) -> Option<ProbeSpec> {
+        match self {
+            ProbeSpec::Uprobe {
+                path,
+                func,
+                offset: 0,
+                ret: false,
+            } => Some(ProbeSpec::Uprobe {
+                path: path.clone(),
+                func: func.clone(),
+                offset: 0,
+                ret: true,
+            }),
+            _ => None,
         }
     }
 }
@@ -54,5 +133,37 @@ mod tests {
         assert!(ProbeSpec::parse("tracepoint:syscalls").is_err());
         assert!(ProbeSpec::parse("nonsense").is_err());
         assert!(ProbeSpec::parse("foo:bar:baz").is_err());
+    }
+
+    #[test]
+    fn parses_user_probes() {
+        assert_eq!(
+            ProbeSpec::parse("uprobe:/usr/lib/x86_64-linux-gnu/libc.so.6:str*").unwrap(),
+            ProbeSpec::Uprobe {
+                path: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+                func: "str*".into(),
+                offset: 0,
+                ret: false
+            }
+        );
+        assert_eq!(
+            ProbeSpec::parse("u:./app:parse+0x10").unwrap(),
+            ProbeSpec::Uprobe {
+                path: "./app".into(),
+                func: "parse".into(),
+                offset: 16,
+                ret: false
+            }
+        );
+        assert!(ProbeSpec::parse("ur:./app:parse+4").is_err());
+        assert_eq!(
+            ProbeSpec::parse("usdt:./app:myprov:request").unwrap(),
+            ProbeSpec::Usdt {
+                path: "./app".into(),
+                provider: "myprov".into(),
+                name: "request".into()
+            }
+        );
+        assert!(ProbeSpec::parse("usdt:./app:request").is_err());
     }
 }

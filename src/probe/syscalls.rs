@@ -72,7 +72,7 @@ mod tests {
     fn slots() {
         assert_eq!(arg_slot("fd", 16, false), Some(0));
         assert_eq!(arg_slot("count", 32, false), Some(2));
-        assert_eq!(arg_slot("ret", 16, true), Some(6));
-        assert_eq!(arg_slot("__syscall_nr", 8, true), Some(7));
+        assert_eq!(arg_slot("ret", 16, true), Some(12));
+        assert_eq!(arg_slot("__syscall_nr", 8, true), Some(13));
     }
 }

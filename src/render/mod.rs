@@ -2,6 +2,7 @@
 //! profiles as folded stacks, flame graphs, pprof, JSON or a top table.
 
 pub mod cgroup;
+pub mod heatmap;
 pub mod hist;
 pub mod pprof;
 pub mod profile;
@@ -136,6 +137,13 @@ fn avg(v: &AggVal, signed: bool) -> f64 {
     sum / v.count as f64
 }
 
+/// What a histogram measures.
+struct HistOf<'a> {
+    value: &'a str,
+    unit: &'a str,
+    buckets: Buckets,
+}
+
 /// Where results go: stdout, as text or JSON lines.
 pub struct Output {
     w: BufWriter<Stdout>,
@@ -151,6 +159,12 @@ impl Output {
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+
+    /// A line of plain text.
+    pub fn raw_line(&mut self, s: &str) -> io::Result<()> {
+        writeln!(self.w, "{s}")?;
         self.w.flush()
     }
 
@@ -174,7 +188,7 @@ impl Output {
             .map(|(k, agg)| (dec.key(plan, k), agg, agg.total(signed)))
             .collect();
         match action {
-            Action::Hist { .. } => rows.sort_by(|a, b| a.0.cmp(&b.0)),
+            Action::Hist { .. } | Action::Latency { .. } => rows.sort_by(|a, b| a.0.cmp(&b.0)),
             _ => rows.sort_by(|a, b| a.2.count.cmp(&b.2.count).then_with(|| a.0.cmp(&b.0))),
         }
         if !self.json {
@@ -188,7 +202,23 @@ impl Output {
             }
             Action::Hist { value, buckets } => {
                 for (cells, agg, total) in &rows {
-                    self.hist(plan, value, *buckets, cells, agg, total, signed, interval)?;
+                    let h = HistOf {
+                        value,
+                        unit: "count",
+                        buckets: *buckets,
+                    };
+                    self.hist(plan, &h, cells, agg, total, signed, interval)?;
+                }
+                Ok(())
+            }
+            Action::Latency { buckets } => {
+                for (cells, agg, total) in &rows {
+                    let h = HistOf {
+                        value: "latency",
+                        unit: "ns",
+                        buckets: *buckets,
+                    };
+                    self.hist(plan, &h, cells, agg, total, false, interval)?;
                 }
                 Ok(())
             }
@@ -276,14 +306,14 @@ impl Output {
     fn hist(
         &mut self,
         plan: &Plan,
-        value: &str,
-        buckets: Buckets,
+        h: &HistOf<'_>,
         cells: &[Cell],
         agg: &KeyAgg,
         total: &AggVal,
         signed: bool,
         interval: Option<u64>,
     ) -> io::Result<()> {
+        let (value, buckets) = (h.value, h.buckets);
         if self.json {
             let list: Vec<Value> = agg
                 .buckets
@@ -294,7 +324,7 @@ impl Output {
                 })
                 .collect();
             let mut o = json!({"type": "hist", "key": key_json(plan, cells), "value": value,
-                "unit": "count", "buckets": list, "count": total.count, "sum": num(total.sum, signed)});
+                "unit": h.unit, "buckets": list, "count": total.count, "sum": num(total.sum, signed)});
             if let (Some(i), Some(m)) = (interval, o.as_object_mut()) {
                 m.insert("interval".into(), json!(i));
             }
@@ -306,10 +336,15 @@ impl Output {
             .zip(cells)
             .map(|(k, c)| format!("{}={}", k.name, c.text()))
             .collect();
-        if title.is_empty() {
-            writeln!(self.w, "@{value}:")?;
+        let name = if h.unit == "ns" {
+            format!("{value}_ns")
         } else {
-            writeln!(self.w, "@{value}[{}]:", title.join(", "))?;
+            value.to_string()
+        };
+        if title.is_empty() {
+            writeln!(self.w, "@{name}:")?;
+        } else {
+            writeln!(self.w, "@{name}[{}]:", title.join(", "))?;
         }
         let (Some(&lo), Some(&hi)) = (agg.buckets.keys().next(), agg.buckets.keys().last()) else {
             return Ok(());
@@ -377,8 +412,23 @@ impl Output {
             ),
             (lost.keys, "keys", "the key map was full; raise --max-keys"),
             (lost.stacks, "stacks", "stacks could not be captured"),
-            (lost.unmatched, "unmatched", "ends without a matching start"),
         ];
+        if lost.unmatched > 0 {
+            // Not a loss: ends whose start was not traced (filtered, before attach, other processes).
+            if self.json {
+                let mut o = json!({"type": "unmatched", "count": lost.unmatched});
+                if let (Some(i), Some(m)) = (interval, o.as_object_mut()) {
+                    m.insert("interval".into(), json!(i));
+                }
+                self.line(&o)?;
+            } else {
+                self.w.flush()?;
+                eprintln!(
+                    "bpfscope: {} ends had no matching start and were not timed",
+                    lost.unmatched
+                );
+            }
+        }
         for (n, what, why) in parts {
             if n == 0 {
                 continue;

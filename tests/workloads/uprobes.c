@@ -1,0 +1,96 @@
+/*
+ * Workload for user-space probes. Usage: uprobes MODE N [M]
+ *   calls N: calls work() N times
+ *   usdt N:  fires USDT probe bpfscope_test:plain N times (args i, 2*i), and
+ *            bpfscope_test:guarded N times, only while its semaphore is set
+ *   sleep K M: calls nap(1) K times and nap(20) M times (ms)
+ *   stack N: calls work() N times through outer() -> middle()
+ * DELAY_MS=n sleeps before starting (so a tracer can attach to the pid).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sdt.h>
+#include <time.h>
+#include <unistd.h>
+
+volatile long sink;
+
+/* A probe whose note has no semaphore. */
+__attribute__((noinline)) void fire_plain(long i)
+{
+	STAP_PROBE2(bpfscope_test, plain, i, 2 * i);
+}
+
+/*
+ * sdt.h decides on semaphores when a probe macro expands, through these two
+ * macros: switch them on for the guarded probe only.
+ */
+#undef _SDT_SEMAPHORE
+#define _SDT_SEMAPHORE(p, n) _SDT_ASM_1(_SDT_ASM_ADDR p##_##n##_semaphore)
+#undef _SDT_NOTE_SEMAPHORE_USE
+#define _SDT_NOTE_SEMAPHORE_USE(provider, name) \
+	__asm__ __volatile__("" ::"m"(provider##_##name##_semaphore));
+
+__extension__ unsigned short bpfscope_test_guarded_semaphore
+	__attribute__((unused)) __attribute__((section(".probes")));
+
+/* Fires only while a tracer holds the semaphore, as real guarded probes do. */
+__attribute__((noinline)) void fire_guarded(long i)
+{
+	if (bpfscope_test_guarded_semaphore)
+		STAP_PROBE1(bpfscope_test, guarded, i);
+}
+
+__attribute__((noinline)) long work(long i)
+{
+	sink += i;
+	return i * 3;
+}
+
+__attribute__((noinline)) void nap(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+__attribute__((noinline)) void middle(long i)
+{
+	work(i);
+	sink++;
+}
+
+__attribute__((noinline)) void outer(long i)
+{
+	middle(i);
+	sink++;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3)
+		return 2;
+	if (getenv("DELAY_MS"))
+		usleep(atol(getenv("DELAY_MS")) * 1000);
+	long n = atol(argv[2]);
+	if (!strcmp(argv[1], "calls")) {
+		for (long i = 0; i < n; i++)
+			work(i);
+	} else if (!strcmp(argv[1], "usdt")) {
+		for (long i = 0; i < n; i++) {
+			fire_plain(i);
+			fire_guarded(i);
+		}
+	} else if (!strcmp(argv[1], "sleep")) {
+		long m = argc > 3 ? atol(argv[3]) : 0;
+		for (long i = 0; i < n; i++)
+			nap(1);
+		for (long i = 0; i < m; i++)
+			nap(20);
+	} else if (!strcmp(argv[1], "stack")) {
+		for (long i = 0; i < n; i++)
+			outer(i);
+	} else {
+		return 2;
+	}
+	return 0;
+}
