@@ -172,7 +172,7 @@ fn cpu_split_three_to_one_with_caller_chains() {
 }
 
 #[test]
-fn process_that_exits_mid_profile_is_symbolized() {
+fn process_that_exits_mid_profile_is_symbolized_even_with_its_binary_deleted() {
     if !root("short_lived") {
         return;
     }
@@ -188,9 +188,17 @@ fn process_that_exits_mid_profile_is_symbolized() {
         "-o",
         out.to_str().unwrap(),
     ]);
-    let st = Command::new(&w).args(["sp_short", "1"]).status().unwrap();
+    // A copy of the binary that is deleted once the process is gone, long
+    // before the profile ends: symbols must come from what was captured
+    // while it ran (its build id, and the file as it was mapped).
+    let copy = dir.join("short-lived");
+    std::fs::copy(&w, &copy).unwrap();
+    let st = Command::new(&copy)
+        .args(["sp_short", "1"])
+        .status()
+        .unwrap();
     assert!(st.success());
-    // The process is gone long before the profile ends.
+    std::fs::remove_file(&copy).unwrap();
     let (_, err) = r.finish();
     assert!(r.child.wait().unwrap().success(), "{err}");
     let lines = folded(&out);

@@ -16,13 +16,14 @@ use crate::symbolize::{self, kernel, Line, Profile, Resolver};
 
 pub fn profile(s: ProfileSettings) -> Result<()> {
     let sampled = crate::profile::sample(&s.sample)?;
-    let rec = crate::profile::to_recording(&s.sample, sampled);
+    // `sampled` (and the descriptors it holds) lives until symbolizing is done.
+    let rec = crate::profile::to_recording(&s.sample, &sampled, true);
     emit(&rec, s.output.as_ref(), &s.symbols, s.sample.verbose)
 }
 
 pub fn record(s: RecordSettings) -> Result<()> {
     let sampled = crate::profile::sample(&s.sample)?;
-    let rec = crate::profile::to_recording(&s.sample, sampled);
+    let rec = crate::profile::to_recording(&s.sample, &sampled, false);
     format::write(&s.output, &rec)
         .with_context(|| format!("writing the recording {}", s.output.display()))?;
     let total: u64 = rec.stacks.iter().map(|s| s.count).sum();

@@ -4,9 +4,11 @@
 //! give as raw addresses (its build-id lookup fell back to the IP).
 
 use std::collections::{BTreeSet, HashMap};
-use std::fs;
+use std::fs::{self, File};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 
+use crate::profile::format::Segment;
 use crate::symbolize::elf;
 
 #[derive(Debug, Clone)]
@@ -18,11 +20,20 @@ struct Mapping {
     file: usize,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct MappedFile {
     pub path: String,
     pub build_id: Option<Vec<u8>>,
+    /// Its PT_LOAD segments, read while it was mapped.
+    pub segments: Vec<Segment>,
+    /// The file itself, opened through map_files while it was mapped, so
+    /// that bpfscope can still symbolize it in-process after the process
+    /// exited and the file was deleted or replaced (e.g. a rebuild).
+    pub open: Option<File>,
 }
+
+/// Open files kept for in-process symbolization; past this, paths only.
+const MAX_OPEN: usize = 256;
 
 /// Every process's executable mappings and the files behind them.
 #[derive(Debug, Default)]
@@ -31,6 +42,7 @@ pub struct Snapshots {
     pub files: Vec<MappedFile>,
     /// (device, inode) -> index into files.
     by_inode: HashMap<(String, u64), usize>,
+    open_files: usize,
 }
 
 impl Snapshots {
@@ -84,12 +96,24 @@ impl Snapshots {
             Some(&i) => i,
             None => {
                 let via = format!("/proc/{pid}/map_files/{range}");
-                let build_id = elf::inspect(Path::new(&via))
+                let info = elf::inspect(Path::new(&via))
                     .or_else(|_| elf::inspect(Path::new(&path)))
-                    .ok()
-                    .and_then(|i| i.build_id);
+                    .ok();
+                let (build_id, segments) =
+                    info.map(|i| (i.build_id, i.segments)).unwrap_or_default();
+                let open = if build_id.is_some() && self.open_files < MAX_OPEN {
+                    File::open(&via).ok()
+                } else {
+                    None
+                };
+                self.open_files += usize::from(open.is_some());
                 let path = path.trim_end_matches(" (deleted)").to_string();
-                self.files.push(MappedFile { path, build_id });
+                self.files.push(MappedFile {
+                    path,
+                    build_id,
+                    segments,
+                    open,
+                });
                 self.by_inode.insert(key, self.files.len() - 1);
                 self.files.len() - 1
             }
@@ -121,5 +145,19 @@ impl Snapshots {
             }
         }
         out
+    }
+
+    /// The file with this build id, as mapped.
+    pub fn file(&self, build_id: &[u8]) -> Option<&MappedFile> {
+        self.files
+            .iter()
+            .find(|f| f.build_id.as_deref() == Some(build_id))
+    }
+
+    /// A path to the file opened while it was mapped, valid in this process only.
+    pub fn open_path(f: &MappedFile) -> Option<String> {
+        f.open
+            .as_ref()
+            .map(|o| format!("/proc/self/fd/{}", o.as_raw_fd()))
     }
 }

@@ -19,7 +19,7 @@ use crate::attach::target::GatedChild;
 use crate::cli::profile::{Mode, SampleSettings};
 use crate::cli::Target;
 use crate::collect::Stopper;
-use crate::symbolize::{elf, kernel};
+use crate::symbolize::kernel;
 use format::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack};
 use maps::Snapshots;
 use session::{KernelLost, ProfileSession, RawStack, UserFrame};
@@ -190,7 +190,10 @@ fn target_text(s: &SampleSettings) -> String {
 /// build id + file offset (raw addresses explained through the mapping
 /// snapshots where possible), kernel frames with the kallsyms entries they
 /// fall into.
-pub fn to_recording(s: &SampleSettings, sampled: Sampled) -> Recording {
+/// With `in_process`, binaries also list descriptors opened while they
+/// were mapped (for symbolizing right away, even deleted files); such a
+/// recording must not be written out.
+pub fn to_recording(s: &SampleSettings, sampled: &Sampled, in_process: bool) -> Recording {
     let paths = sampled.snapshots.paths_by_build_id();
     let mut bin_index: HashMap<Vec<u8>, u32> = HashMap::new();
     let mut binaries: Vec<Binary> = Vec::new();
@@ -260,17 +263,15 @@ pub fn to_recording(s: &SampleSettings, sampled: Sampled) -> Recording {
         if let Some(p) = paths.get(&b.build_id) {
             b.paths = p.iter().cloned().collect();
         }
-        // Segments from the first path that still holds this very file.
-        for p in &b.paths {
-            if let Ok(info) = elf::inspect(std::path::Path::new(p)) {
-                if info.build_id.as_deref() == Some(&b.build_id[..]) {
-                    b.segments = info.segments;
-                    break;
-                }
+        if let Some(f) = sampled.snapshots.file(&b.build_id) {
+            b.segments = f.segments.clone();
+            // The descriptor path only means something inside this process.
+            if in_process {
+                b.paths.extend(Snapshots::open_path(f));
             }
         }
     }
-    let kernel_symbols = sampled.kernel_symbols;
+    let kernel_symbols = sampled.kernel_symbols.clone();
     let meta = Meta {
         tool_version: env!("CARGO_PKG_VERSION").into(),
         hostname: read_trim("/proc/sys/kernel/hostname"),

@@ -48,8 +48,11 @@ pub fn workload_with(name: &str, flags: &[&str]) -> PathBuf {
         .and_then(|o| Ok(o.modified()? >= src.metadata()?.modified()?))
         .unwrap_or(false);
     if !fresh {
-        // Build under a unique name and rename, so parallel tests never see a half-written file.
-        let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+        // Build under a unique name and rename, so parallel tests never see a
+        // half-written file (tests of one binary share the pid: count too).
+        static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = out.with_extension(format!("tmp{}-{n}", std::process::id()));
         let st = Command::new("cc")
             .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
             .arg(&tmp)
