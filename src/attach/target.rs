@@ -48,6 +48,21 @@ impl RunningChild {
 }
 
 impl GatedChild {
+    /// The gated command of a `-- CMD` target (None for other targets),
+    /// and the pid to put in the kernel's tracked set before attaching.
+    pub fn for_target(target: &crate::cli::Target) -> Result<(Option<GatedChild>, Option<u32>)> {
+        use crate::cli::Target;
+        Ok(match target {
+            Target::Command { program, args } => {
+                let g = GatedChild::spawn(program, args)?;
+                let pid = g.pid();
+                (Some(g), Some(pid))
+            }
+            Target::Pid(pid) => (None, Some(*pid)),
+            Target::All => (None, None),
+        })
+    }
+
     pub fn spawn(program: &Path, args: &[String]) -> Result<GatedChild> {
         // Everything the child needs is allocated before fork.
         let prog =

@@ -42,14 +42,9 @@ pub fn run(s: TraceSettings) -> Result<()> {
     let mut storage = MaybeUninit::uninit();
     let mut session = Session::load(&mut storage, &plan, &s, &features)?;
     let stopper = Stopper::new(s.duration)?;
-    let gated = match &s.target {
-        Target::Command { program, args } => Some(GatedChild::spawn(program, args)?),
-        _ => None,
-    };
-    match (&s.target, &gated) {
-        (Target::Pid(pid), _) => session.track(*pid)?,
-        (_, Some(g)) => session.track(g.pid())?,
-        _ => {}
+    let (gated, tracked) = GatedChild::for_target(&s.target)?;
+    if let Some(pid) = tracked {
+        session.track(pid)?;
     }
     let user_pid = match s.target {
         Target::Pid(p) => p as i32,

@@ -47,14 +47,9 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
     let mut storage = MaybeUninit::uninit();
     let mut session = ProfileSession::load(&mut storage, s)?;
     let stopper = Stopper::new(Some(s.duration))?;
-    let gated = match &s.target {
-        Target::Command { program, args } => Some(GatedChild::spawn(program, args)?),
-        _ => None,
-    };
-    match (&s.target, &gated) {
-        (Target::Pid(pid), _) => session.track(*pid)?,
-        (_, Some(g)) => session.track(g.pid())?,
-        _ => {}
+    let (gated, tracked) = GatedChild::for_target(&s.target)?;
+    if let Some(pid) = tracked {
+        session.track(pid)?;
     }
     let n = session.attach(s, gated.is_some())?;
     let start_unix_ns = SystemTime::now()
