@@ -279,6 +279,19 @@ pub struct BinaryReport {
     pub symbolized: usize,
 }
 
+/// Every frame but the first of a kernel or user stack is a return
+/// address: the instruction after the call. One byte back is inside the
+/// call itself, which is the line and inline context the caller was in
+/// (the next instruction may belong to other inlined code or, after a call
+/// that does not return, to the next function).
+fn call_site(i: usize, addr: u64) -> u64 {
+    if i > 0 {
+        addr.saturating_sub(1)
+    } else {
+        addr
+    }
+}
+
 /// Symbolizes a recording.
 pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<BinaryReport>) {
     let mut p = Profile {
@@ -314,9 +327,9 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
     // Unique offsets per binary, symbolized in one batch each.
     let mut per_bin: Vec<Vec<u64>> = vec![Vec::new(); rec.binaries.len()];
     for s in &rec.stacks {
-        for (&b, &o) in s.user_binary.iter().zip(&s.user_offset) {
+        for (i, (&b, &o)) in s.user_binary.iter().zip(&s.user_offset).enumerate() {
             if b > 0 {
-                per_bin[b as usize - 1].push(o);
+                per_bin[b as usize - 1].push(call_site(i, o));
             }
         }
     }
@@ -357,7 +370,8 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
     let ktable = kernel::KernelTable::new(&rec.kernel_symbols);
     for s in &rec.stacks {
         let mut locs = Vec::with_capacity(s.kernel.len() + s.user_binary.len());
-        for &a in &s.kernel {
+        for (i, &a) in s.kernel.iter().enumerate() {
+            let a = call_site(i, a);
             let id = *loc_index.entry((0, a)).or_insert_with(|| {
                 let lines = ktable
                     .lookup(a)
@@ -382,8 +396,9 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
             });
             locs.push(id);
         }
-        for (&b, &o) in s.user_binary.iter().zip(&s.user_offset) {
+        for (i, (&b, &o)) in s.user_binary.iter().zip(&s.user_offset).enumerate() {
             let m = if b == 0 { unknown } else { b as usize };
+            let o = if b == 0 { o } else { call_site(i, o) };
             let id = *loc_index.entry((m, o)).or_insert_with(|| {
                 p.locations.push(Location {
                     mapping: m,
