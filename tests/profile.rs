@@ -827,3 +827,28 @@ fn cxx_names_demangled_and_inlined_frames_shown() {
     );
     assert!(inlined > 0, "no inlined frame: {lines:?}");
 }
+
+#[test]
+fn rust_names_are_demangled() {
+    // bpfscope's own binary: a Rust ELF with a symbol table.
+    let me = Path::new(bin());
+    let nm = Command::new("nm").arg(me).output().unwrap();
+    let text = String::from_utf8_lossy(&nm.stdout);
+    let addr = text
+        .lines()
+        .find_map(|l| {
+            let mut it = l.split_whitespace();
+            let a = it.next()?;
+            let _t = it.next()?;
+            it.next()?
+                .starts_with("_ZN8bpfscope7profile12to_recording17h")
+                .then(|| u64::from_str_radix(a, 16).ok())?
+        })
+        .expect("bpfscope::profile::to_recording in the symbol table");
+    let off = addr - exec_bias(me);
+    let out = ok(&run(&["symbolize", "--elf", bin(), &format!("{off:#x}")]));
+    assert!(
+        out.starts_with(&format!("{off:#x} bpfscope::profile::to_recording+0x0")),
+        "{out}"
+    );
+}
