@@ -262,25 +262,33 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
-    let tmp = TempFile(dir.join(format!(".{name}.tmp.{}", std::process::id())));
+    let mut tmp = TempFile {
+        path: dir.join(format!(".{name}.tmp.{}", std::process::id())),
+        renamed: false,
+    };
     {
-        let f = File::create(&tmp.0)?;
+        let f = File::create(&tmp.path)?;
         let mut w = BufWriter::new(f);
         w.write_all(bytes)?;
         w.flush()?;
         w.get_ref().sync_all()?;
     }
-    std::fs::rename(&tmp.0, path)?;
-    std::mem::forget(tmp);
+    std::fs::rename(&tmp.path, path)?;
+    tmp.renamed = true;
     Ok(())
 }
 
 /// Removes a temporary file unless it was renamed into place.
-struct TempFile(PathBuf);
+struct TempFile {
+    path: PathBuf,
+    renamed: bool,
+}
 
 impl Drop for TempFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        if !self.renamed {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
