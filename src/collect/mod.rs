@@ -4,7 +4,9 @@
 pub mod aggregate;
 pub mod events;
 
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -68,11 +70,20 @@ impl Lost {
     }
 }
 
+fn notify(fd: &OwnedFd) {
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
 /// Gathers the reasons a run can stop: signals, the traced command's
 /// exit and the --duration deadline.
 pub struct Stopper {
     tx: Sender<StopReason>,
     rx: Receiver<StopReason>,
+    /// Readable once a reason was sent: lets a loop sleep in poll(2) on its
+    /// own descriptors and this one instead of waking up to check.
+    wake: Arc<OwnedFd>,
     deadline: Option<Instant>,
 }
 
@@ -85,17 +96,27 @@ impl Stopper {
             signal_hook::consts::SIGHUP,
         ])
         .context("installing signal handlers")?;
+        // SAFETY: eventfd has no memory-safety preconditions.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()).context("creating an eventfd");
+        }
+        // SAFETY: eventfd returned a new descriptor that nothing else owns.
+        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
         let stx = tx.clone();
+        let swake = wake.clone();
         std::thread::spawn(move || {
             for _ in signals.forever() {
                 if stx.send(StopReason::Signal).is_err() {
                     break;
                 }
+                notify(&swake);
             }
         });
         Ok(Stopper {
             tx,
             rx,
+            wake,
             deadline: duration.map(|d| Instant::now() + d),
         })
     }
@@ -103,9 +124,11 @@ impl Stopper {
     /// Stops the run when the child exits (reaping it).
     pub fn watch_child(&self, child: crate::attach::target::RunningChild) {
         let tx = self.tx.clone();
+        let wake = self.wake.clone();
         std::thread::spawn(move || {
             let _ = child.wait();
             let _ = tx.send(StopReason::ChildExited);
+            notify(&wake);
         });
     }
 
@@ -129,6 +152,11 @@ impl Stopper {
                 .map(|_| StopReason::Duration),
             Err(RecvTimeoutError::Disconnected) => None,
         }
+    }
+
+    /// Becomes readable when a stop reason (other than the deadline) arrives.
+    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
     }
 
     /// Time left until the --duration deadline, if there is one.

@@ -9,6 +9,7 @@ pub mod session;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
@@ -23,9 +24,6 @@ use crate::symbolize::kernel;
 use format::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack};
 use maps::Snapshots;
 use session::{KernelLost, ProfileSession, RawStack, UserFrame};
-
-/// Longest wait between checks for Ctrl-C while sampling.
-const IDLE_POLL: Duration = Duration::from_millis(400);
 
 /// What a sampling run gathered, before it becomes a recording.
 pub struct Sampled {
@@ -89,16 +87,13 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
         })?;
         let rb = builder.build().context("setting up the ring buffer")?;
         loop {
-            // Notifications wake the poll at once; the timeout only bounds
-            // how late a signal or the deadline is noticed. Each idle
-            // wakeup costs CPU, so they are rare.
-            let wait = stopper.remaining().map_or(IDLE_POLL, |r| r.min(IDLE_POLL));
-            if let Err(e) = rb.poll(wait) {
-                // A signal (Ctrl-C) interrupts the wait; the stopper has it.
-                if e.kind() != libbpf_rs::ErrorKind::Interrupted {
-                    return Err(anyhow::Error::new(e).context("reading process notifications"));
-                }
-            }
+            // Sleep until a process is announced, a stop reason arrives or
+            // the duration ends: no periodic wakeups while sampling.
+            wait_readable(
+                &[rb.epoll_fd(), stopper.wake_fd().as_raw_fd()],
+                stopper.remaining(),
+            );
+            rb.consume().context("reading process notifications")?;
             let pids: Vec<u32> = fresh.borrow_mut().drain(..).collect();
             for pid in pids {
                 snapshots.snapshot(pid);
@@ -155,6 +150,22 @@ fn strip_own_frames(stacks: &mut [RawStack], syms: &[KernelSymbol]) {
             s.kernel.drain(..=i);
         }
     }
+}
+
+/// Waits until one of `fds` is readable or `timeout` passes (EINTR counts
+/// as a wakeup: the caller checks why it woke).
+fn wait_readable(fds: &[i32], timeout: Option<Duration>) {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32 + 1);
+    // SAFETY: pfds is a valid array of pollfd of the given length.
+    unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
 }
 
 fn describe_target(s: &SampleSettings) -> String {
