@@ -244,6 +244,19 @@ int BPF_PROG(bpfscope_offcpu, _Bool preempt, struct task_struct *prev, struct ta
 	return 0;
 }
 
+/*
+ * After exec a process maps other files: forget that it was announced, so
+ * its next sample announces it again and user space snapshots the new image.
+ */
+SEC("raw_tp/sched_process_exec")
+int bpfscope_exec(void *ctx)
+{
+	u32 tgid = bpf_get_current_task_btf()->tgid;
+
+	bpf_map_delete_elem(&seen, &tgid);
+	return 0;
+}
+
 /* Follows forks of tracked processes, so `-- CMD` profiles all descendants. */
 SEC("raw_tp/sched_process_fork")
 int BPF_PROG(bpfscope_fork, struct task_struct *parent, struct task_struct *child)

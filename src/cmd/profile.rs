@@ -66,7 +66,7 @@ fn emit(
     symbols: &SymbolSettings,
     verbose: bool,
 ) -> Result<()> {
-    let mut resolver = Resolver::new(symbols);
+    let mut resolver = Resolver::new(symbols, true);
     let (profile, reports) = symbolize::recording(rec, &mut resolver);
     if verbose {
         for r in &reports {
@@ -154,7 +154,9 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
     } else {
         s.addrs.clone()
     };
-    let mut resolver = Resolver::new(&s.symbols);
+    // One line per address: the outer function and the address's own line,
+    // which needs no inline chain.
+    let mut resolver = Resolver::new(&s.symbols, false);
     let results: Vec<Option<(Vec<Line>, u64)>> = match &s.source {
         SymSource::Elf(p) => resolver.offsets(p, &[], &addrs),
         SymSource::BuildId(id) => match resolver.find(id, &[]) {

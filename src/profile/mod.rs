@@ -7,7 +7,7 @@ pub mod maps;
 pub mod session;
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -24,6 +24,9 @@ use crate::symbolize::kernel;
 use format::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack};
 use maps::Snapshots;
 use session::{KernelLost, ProfileSession, RawStack, UserFrame};
+
+/// When announced processes' mappings are read again.
+const RELOOK: [Duration; 2] = [Duration::from_millis(30), Duration::from_millis(1000)];
 
 /// What a sampling run gathered, before it becomes a recording.
 pub struct Sampled {
@@ -86,17 +89,40 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
             0
         })?;
         let rb = builder.build().context("setting up the ring buffer")?;
+        // A process is often announced while the dynamic loader is still
+        // mapping its libraries: look again shortly after, and once more later.
+        let mut again: VecDeque<(Instant, u32, usize)> = VecDeque::new();
         loop {
-            // Sleep until a process is announced, a stop reason arrives or
-            // the duration ends: no periodic wakeups while sampling.
-            wait_readable(
-                &[rb.epoll_fd(), stopper.wake_fd().as_raw_fd()],
-                stopper.remaining(),
-            );
+            // Sleep until a process is announced, a stop reason arrives, a
+            // second look is due or the duration ends: no periodic wakeups.
+            let due = again
+                .front()
+                .map(|(t, _, _)| t.saturating_duration_since(Instant::now()));
+            let timeout = match (stopper.remaining(), due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            wait_readable(&[rb.epoll_fd(), stopper.wake_fd().as_raw_fd()], timeout);
             rb.consume().context("reading process notifications")?;
+            let now = Instant::now();
             let pids: Vec<u32> = fresh.borrow_mut().drain(..).collect();
             for pid in pids {
-                snapshots.snapshot(pid);
+                if snapshots.snapshot(pid) {
+                    again.push_back((now + RELOOK[0], pid, 1));
+                }
+            }
+            while again.front().is_some_and(|(t, _, _)| *t <= now) {
+                let Some((_, pid, n)) = again.pop_front() else {
+                    break;
+                };
+                if snapshots.snapshot(pid) {
+                    if let Some(d) = RELOOK.get(n) {
+                        // Keep the queue ordered by due time.
+                        let at = now + *d;
+                        let i = again.partition_point(|(t, _, _)| *t <= at);
+                        again.insert(i, (at, pid, n + 1));
+                    }
+                }
             }
             if stopper.poll().is_some() {
                 break;

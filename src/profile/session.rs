@@ -174,6 +174,13 @@ impl<'obj> ProfileSession<'obj> {
 
     /// Starts sampling; returns how many CPUs (or hooks) are live.
     pub fn attach(&mut self, s: &SampleSettings, follow_forks: bool) -> Result<usize> {
+        self.links.push(
+            self.skel
+                .progs
+                .bpfscope_exec
+                .attach_raw_tracepoint("sched_process_exec")
+                .context("attaching the exec hook")?,
+        );
         if follow_forks {
             self.links.push(
                 self.skel

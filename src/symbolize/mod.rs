@@ -55,12 +55,15 @@ pub struct Resolver {
 const SYSTEM_DEBUG_DIRS: &[&str] = &["/usr/lib/debug", "/lib/debug"];
 
 impl Resolver {
-    pub fn new(s: &SymbolSettings) -> Resolver {
+    /// With `inlined`, each address carries its chain of inlined functions
+    /// (profiles show them as frames); without, only the outer function and
+    /// the address's own file and line, which is cheaper.
+    pub fn new(s: &SymbolSettings, inlined: bool) -> Resolver {
         let mut debug_dirs = s.debug_dirs.clone();
         debug_dirs.extend(SYSTEM_DEBUG_DIRS.iter().map(PathBuf::from));
         let symbolizer = Symbolizer::builder()
             .enable_code_info(true)
-            .enable_inlined_fns(true)
+            .enable_inlined_fns(inlined)
             .enable_demangling(true)
             .set_debug_dirs(Some(&debug_dirs))
             .build();
