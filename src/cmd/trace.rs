@@ -158,7 +158,8 @@ fn run_events(
         }
         drained.context("reading events")?;
     }
-    let lost = Lost::read(&session.skel.maps.lost)?;
+    let mut lost = Lost::read(&session.skel.maps.lost)?;
+    lost.nested = session.recursion_misses();
     out.lost(lost, None)?;
     out.flush()?;
     Ok(())
@@ -219,7 +220,8 @@ fn run_aggregates(
         } else {
             out.aggregates(plan, &s.action, &data, dec, Some(interval_no))?;
         }
-        let lost = Lost::read(&session.skel.maps.lost)?;
+        let mut lost = Lost::read(&session.skel.maps.lost)?;
+        lost.nested = session.recursion_misses();
         out.lost(lost.since(lost_before), Some(interval_no))?;
         lost_before = lost;
         out.flush()?;
@@ -250,7 +252,8 @@ fn run_aggregates(
     } else {
         out.aggregates(plan, &s.action, &data, dec, interval)?;
     }
-    let lost = Lost::read(&session.skel.maps.lost)?;
+    let mut lost = Lost::read(&session.skel.maps.lost)?;
+    lost.nested = session.recursion_misses();
     out.lost(lost.since(lost_before), interval)?;
     out.flush()?;
     Ok(())
