@@ -654,3 +654,88 @@ fn lost_keys_are_reported() {
     assert_eq!(kept + lost, 30, "{lines:?}");
     assert_eq!(lost, 20);
 }
+
+#[test]
+fn ring_buffer_drops_are_counted_exactly() {
+    if !root("ringbuf_lost") {
+        return;
+    }
+    let w = workload("writer");
+    // A one-page ring buffer cannot hold a burst of 20000 events.
+    let o = run(&[
+        "trace",
+        WRITE,
+        "--json",
+        "--ringbuf-kib",
+        "4",
+        "--fields",
+        "count",
+        "--filter",
+        "count == 7",
+        "--",
+        w.to_str().unwrap(),
+        "wr_burst",
+        "20000",
+        "7",
+    ]);
+    let lines = json_lines(&ok(&o));
+    let events = lines.iter().filter(|v| v["type"] == "event").count() as u64;
+    let lost: u64 = lines
+        .iter()
+        .filter(|v| v["type"] == "lost" && v["what"] == "events")
+        .map(|v| v["count"].as_u64().unwrap())
+        .sum();
+    assert!(lost > 0, "a 4 KiB ring must overflow: {events} events");
+    assert_eq!(events + lost, 20000);
+}
+
+#[test]
+fn non_root_gets_one_clear_line() {
+    if !root("non_root") {
+        return;
+    }
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(bin())
+        .args(["count", WRITE])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("needs root") && err.contains("CAP_BPF"),
+        "{err}"
+    );
+}
+
+#[test]
+fn mounts_tracefs_when_missing() {
+    if !root("tracefs_mount") {
+        return;
+    }
+    // A private mount namespace: other tests keep their tracefs.
+    let script = format!(
+        "umount /sys/kernel/tracing 2>/dev/null; umount /sys/kernel/debug 2>/dev/null; \
+         test -e /sys/kernel/tracing/available_events && exit 3; \
+         {} list syscalls:sys_enter_write --names && test -e /sys/kernel/tracing/available_events",
+        bin()
+    );
+    let o = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{:?} {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(out.trim(), "tracepoint:syscalls:sys_enter_write");
+}

@@ -231,12 +231,14 @@ fn function_latency_buckets_are_exact() {
         return;
     }
     let w = workload("uprobes");
-    // 5 ms linear buckets: a 1 ms sleep lands in [0, 5ms), 20 ms in [20ms, 25ms).
+    // 10 ms linear buckets up to 20 ms: a 1 ms sleep lands in [0, 10ms) even
+    // when emulation overshoots it, and every 20 ms sleep in [20ms, ...),
+    // which a sleep can never undershoot.
     let o = run(&[
         "latency",
         &format!("uprobe:{}:nap", w.display()),
         "--linear",
-        "0:50000000:5000000",
+        "0:20000000:10000000",
         "--json",
         "--",
         w.to_str().unwrap(),

@@ -6,7 +6,7 @@
 use std::mem::MaybeUninit;
 
 use anyhow::{Context, Result};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{
     Link, MapCore, MapFlags, OpenObject, RawTracepointOpts, TracepointCategory, TracepointOpts,
     UprobeMultiOpts, UprobeOpts, UsdtOpts,
@@ -316,6 +316,33 @@ impl<'obj> Session<'obj> {
         }
         self.links = links;
         Ok(plan.probes.len())
+    }
+
+    /// Runs the kernel skipped because the same program was already running
+    /// on that CPU (its recursion guard), summed over this session's programs.
+    pub fn recursion_misses(&self) -> u64 {
+        use libbpf_rs::AsRawLibbpf;
+        self.skel
+            .object()
+            .progs()
+            .map(|p| {
+                // SAFETY: the program pointer is valid for the object's lifetime.
+                let fd = unsafe { libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
+                if fd < 0 {
+                    return 0; // not loaded
+                }
+                let mut info = libbpf_sys::bpf_prog_info::default();
+                let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+                // SAFETY: fd is a loaded program's descriptor, owned by the object;
+                // info and len describe a writable buffer of that size.
+                let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+                if rc == 0 {
+                    info.recursion_misses
+                } else {
+                    0
+                }
+            })
+            .sum()
     }
 
     /// Detaches every probe; maps stay readable.

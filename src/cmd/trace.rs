@@ -153,7 +153,8 @@ fn run_events(
         }
         drained.context("reading events")?;
     }
-    let lost = Lost::read(&session.skel.maps.lost)?;
+    let mut lost = Lost::read(&session.skel.maps.lost)?;
+    lost.nested = session.recursion_misses();
     out.lost(lost, None)?;
     out.flush()?;
     Ok(())
@@ -214,7 +215,8 @@ fn run_aggregates(
         } else {
             out.aggregates(plan, &s.action, &data, dec, Some(interval_no))?;
         }
-        let lost = Lost::read(&session.skel.maps.lost)?;
+        let mut lost = Lost::read(&session.skel.maps.lost)?;
+        lost.nested = session.recursion_misses();
         out.lost(lost.since(lost_before), Some(interval_no))?;
         lost_before = lost;
         out.flush()?;
@@ -245,7 +247,8 @@ fn run_aggregates(
     } else {
         out.aggregates(plan, &s.action, &data, dec, interval)?;
     }
-    let lost = Lost::read(&session.skel.maps.lost)?;
+    let mut lost = Lost::read(&session.skel.maps.lost)?;
+    lost.nested = session.recursion_misses();
     out.lost(lost.since(lost_before), interval)?;
     out.flush()?;
     Ok(())

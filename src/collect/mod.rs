@@ -35,6 +35,8 @@ pub struct Lost {
     pub stacks: u64,
     /// Ends without a matching start.
     pub unmatched: u64,
+    /// Runs the kernel skipped because the program was already running on that CPU.
+    pub nested: u64,
 }
 
 impl Lost {
@@ -56,6 +58,7 @@ impl Lost {
             keys: slot(bs_lost::BS_LOST_KEYS.0)?,
             stacks: slot(bs_lost::BS_LOST_STACKS.0)?,
             unmatched: slot(bs_lost::BS_LOST_UNMATCHED.0)?,
+            nested: 0,
         })
     }
 
@@ -66,6 +69,7 @@ impl Lost {
             keys: self.keys.saturating_sub(earlier.keys),
             stacks: self.stacks.saturating_sub(earlier.stacks),
             unmatched: self.unmatched.saturating_sub(earlier.unmatched),
+            nested: self.nested.saturating_sub(earlier.nested),
         }
     }
 }

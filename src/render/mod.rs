@@ -412,6 +412,11 @@ impl Output {
             ),
             (lost.keys, "keys", "the key map was full; raise --max-keys"),
             (lost.stacks, "stacks", "stacks could not be captured"),
+            (
+                lost.nested,
+                "nested",
+                "events fired while the same program was running on that CPU (the kernel skips them)",
+            ),
         ];
         if lost.unmatched > 0 {
             // Not a loss: ends whose start was not traced (filtered, before attach, other processes).
