@@ -99,6 +99,15 @@ fn stripped_with_debug_dir(bin: &Path, dir: &Path) -> (PathBuf, PathBuf, PathBuf
     (stripped, debug, dbg)
 }
 
+/// Runs `bpfscope SUB -F 499 EXTRA... -o OUT -- CMD...` to completion.
+fn sample(sub: &str, extra: &[&str], out: &Path, cmd: &[&str]) -> std::process::Output {
+    let mut args = vec![sub, "-F", "499"];
+    args.extend(extra);
+    args.extend(["-o", out.to_str().unwrap(), "--"]);
+    args.extend(cmd);
+    run(&args)
+}
+
 /// The exit status, one line on stderr, no panic.
 fn assert_usage_error(o: &std::process::Output, what: &str) {
     let err = stderr(o);
@@ -116,19 +125,12 @@ fn cpu_split_three_to_one_with_caller_chains() {
     let dir = scratch("split");
     let out = dir.join("split.folded");
     let w = split();
-    let o = run(&[
+    let o = sample(
         "profile",
-        "-F",
-        "499",
-        "--duration",
-        "60",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        w.to_str().unwrap(),
-        "sp_split",
-        "3",
-    ]);
+        &["--duration", "60"],
+        &out,
+        &[w.to_str().unwrap(), "sp_split", "3"],
+    );
     ok(&o);
     assert!(stderr(&o).contains("Attached"), "{}", stderr(&o));
     let lines = folded(&out);
@@ -214,17 +216,12 @@ fn stripped_binary_with_debug_file_in_build_id_dir() {
     let dir = scratch("stripped");
     let (stripped, _, dbg) = stripped_with_debug_dir(&split(), &dir);
     let rec = dir.join("run.bscope");
-    let o = run(&[
+    let o = sample(
         "record",
-        "-F",
-        "499",
-        "-o",
-        rec.to_str().unwrap(),
-        "--",
-        stripped.to_str().unwrap(),
-        "sp_strip",
-        "1",
-    ]);
+        &[],
+        &rec,
+        &[stripped.to_str().unwrap(), "sp_strip", "1"],
+    );
     ok(&o);
     let plain = dir.join("plain.folded");
     ok(&run(&[
@@ -376,17 +373,12 @@ fn debuginfod_serves_the_debug_file_for_a_report() {
         return;
     };
     let rec = dir.join("run.bscope");
-    ok(&run(&[
+    ok(&sample(
         "record",
-        "-F",
-        "499",
-        "-o",
-        rec.to_str().unwrap(),
-        "--",
-        stripped.to_str().unwrap(),
-        "sp_dinfod",
-        "1",
-    ]));
+        &[],
+        &rec,
+        &[stripped.to_str().unwrap(), "sp_dinfod", "1"],
+    ));
     let cache = dir.join("cache");
     let cache_s = cache.to_str().unwrap();
     let env = [("XDG_CACHE_HOME", cache_s), ("DEBUGINFOD_URLS", "")];
@@ -446,17 +438,12 @@ fn pprof_output_decodes_back() {
     let dir = scratch("pprof");
     let out = dir.join("cpu.pb.gz");
     let w = split();
-    ok(&run(&[
+    ok(&sample(
         "profile",
-        "-F",
-        "499",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        w.to_str().unwrap(),
-        "sp_pprof",
-        "1",
-    ]));
+        &[],
+        &out,
+        &[w.to_str().unwrap(), "sp_pprof", "1"],
+    ));
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(std::fs::File::open(&out).unwrap())
         .read_to_end(&mut raw)
@@ -514,17 +501,12 @@ fn off_cpu_time_is_weighted_by_time_blocked() {
     let dir = scratch("offcpu");
     let out = dir.join("off.folded");
     let w = split();
-    ok(&run(&[
+    ok(&sample(
         "profile",
-        "--off-cpu",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        w.to_str().unwrap(),
-        "sp_off",
-        "1",
-        "sleep",
-    ]));
+        &["--off-cpu"],
+        &out,
+        &[w.to_str().unwrap(), "sp_off", "1", "sleep"],
+    ));
     let lines = folded(&out);
     // Microseconds blocked in nanosleep, reached from main, over one second.
     let us = weight_with(&lines, "sp_off", &["main"]);
@@ -791,17 +773,12 @@ fn cxx_names_demangled_and_inlined_frames_shown() {
     };
     assert!(st.success());
     let out = dir.join("cxx.folded");
-    ok(&run(&[
+    ok(&sample(
         "profile",
-        "-F",
-        "499",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        bin.to_str().unwrap(),
-        "cx_test",
-        "1",
-    ]));
+        &[],
+        &out,
+        &[bin.to_str().unwrap(), "cx_test", "1"],
+    ));
     let lines = folded(&out);
     let total = root_weight(&lines, "cx_test");
     // The method's demangled name, directly under main (return addresses

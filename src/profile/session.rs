@@ -263,30 +263,8 @@ impl<'obj> ProfileSession<'obj> {
             let Some(val) = pod_read::<bp_val>(&vb) else {
                 continue;
             };
-            let kernel = if key.kstack >= 0 {
-                match kcache.get(&key.kstack) {
-                    Some(v) => v.clone(),
-                    None => {
-                        let v = read_kstack(&maps.kstacks, key.kstack)?;
-                        kcache.insert(key.kstack, v.clone());
-                        v
-                    }
-                }
-            } else {
-                Vec::new()
-            };
-            let user = if key.ustack >= 0 {
-                match ucache.get(&key.ustack) {
-                    Some(v) => v.clone(),
-                    None => {
-                        let v = read_ustack(&maps.ustacks, key.ustack)?;
-                        ucache.insert(key.ustack, v.clone());
-                        v
-                    }
-                }
-            } else {
-                Vec::new()
-            };
+            let kernel = cached(&mut kcache, key.kstack, |id| read_kstack(&maps.kstacks, id))?;
+            let user = cached(&mut ucache, key.ustack, |id| read_ustack(&maps.ustacks, id))?;
             let comm: Vec<u8> = val
                 .comm
                 .iter()
@@ -304,6 +282,23 @@ impl<'obj> ProfileSession<'obj> {
         }
         Ok(out)
     }
+}
+
+/// A stack by id, read from its map once; a negative id is no stack.
+fn cached<T: Clone>(
+    cache: &mut std::collections::HashMap<i32, Vec<T>>,
+    id: i32,
+    read: impl FnOnce(i32) -> Result<Vec<T>>,
+) -> Result<Vec<T>> {
+    if id < 0 {
+        return Ok(Vec::new());
+    }
+    if let Some(v) = cache.get(&id) {
+        return Ok(v.clone());
+    }
+    let v = read(id)?;
+    cache.insert(id, v.clone());
+    Ok(v)
 }
 
 fn read_kstack(map: &dyn MapCore, id: i32) -> Result<Vec<u64>> {
