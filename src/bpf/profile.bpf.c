@@ -200,9 +200,9 @@ int bpfscope_prof(struct bpf_perf_event_data *ctx)
 	key.tgid = t->tgid;
 	if (!bp_target_ok(key.tgid))
 		return 0;
+	/* Counted even without frames (e.g. user-mode samples with
+	 * --kernel-only), so totals stay the time on CPU. */
 	bp_stacks(ctx, t, &key);
-	if (key.kstack < 0 && key.ustack < 0)
-		return 0;
 	bp_add(&key, 1, t);
 	return 0;
 }
@@ -235,7 +235,7 @@ int BPF_PROG(bpfscope_offcpu, _Bool preempt, struct task_struct *prev, struct ta
 	st = bpf_map_lookup_elem(&starts, &tid);
 	if (!st)
 		return 0;
-	if (now - st->ts_ns >= min_block_ns && (st->key.kstack >= 0 || st->key.ustack >= 0)) {
+	if (now - st->ts_ns >= min_block_ns) {
 		struct bp_key key = st->key;
 
 		bp_add(&key, now - st->ts_ns, next);
