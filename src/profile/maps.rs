@@ -80,12 +80,15 @@ impl Snapshots {
     fn parse_line(&mut self, pid: u32, line: &str) -> Option<Mapping> {
         let mut it = line.split_whitespace();
         let range = it.next()?;
-        let perms = it.next()?;
+        // Most mappings are not executable: skip them before any allocation.
+        if !it.next()?.contains('x') {
+            return None;
+        }
         let offset = u64::from_str_radix(it.next()?, 16).ok()?;
         let dev = it.next()?;
         let inode: u64 = it.next()?.parse().ok()?;
         let path = it.collect::<Vec<_>>().join(" ");
-        if !perms.contains('x') || inode == 0 || !path.starts_with('/') {
+        if inode == 0 || !path.starts_with('/') {
             return None;
         }
         let (s, e) = range.split_once('-')?;

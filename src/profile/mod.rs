@@ -25,8 +25,10 @@ use format::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack};
 use maps::Snapshots;
 use session::{KernelLost, ProfileSession, RawStack, UserFrame};
 
-/// When announced processes' mappings are read again.
-const RELOOK: [Duration; 2] = [Duration::from_millis(30), Duration::from_millis(1000)];
+/// When announced processes' mappings are read again (once: reads cost
+/// CPU, and libraries opened later in long-lived processes are caught by
+/// the last look at the end).
+const RELOOK: [Duration; 1] = [Duration::from_millis(50)];
 
 /// What a sampling run gathered, before it becomes a recording.
 pub struct Sampled {
@@ -90,7 +92,7 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
         })?;
         let rb = builder.build().context("setting up the ring buffer")?;
         // A process is often announced while the dynamic loader is still
-        // mapping its libraries: look again shortly after, and once more later.
+        // mapping its libraries: look again shortly after.
         let mut again: VecDeque<(Instant, u32, usize)> = VecDeque::new();
         loop {
             // Sleep until a process is announced, a stop reason arrives, a
