@@ -49,6 +49,34 @@ pub struct Resolver {
     symbolizer: Symbolizer,
     debug_dirs: Vec<PathBuf>,
     debuginfod: Option<Debuginfod>,
+    inlined: bool,
+}
+
+/// Batches at least this large are split over the CPUs, each part with
+/// its own symbolizer (sorted input: the parts touch different units).
+const PARALLEL_MIN: usize = 4096;
+
+fn symbolizer(debug_dirs: &[PathBuf], inlined: bool) -> Symbolizer {
+    Symbolizer::builder()
+        .enable_code_info(true)
+        .enable_inlined_fns(inlined)
+        .enable_demangling(true)
+        .set_debug_dirs(Some(debug_dirs))
+        .build()
+}
+
+fn elf_batch(sym: &Symbolizer, path: &Path, vaddrs: &[u64]) -> Vec<Option<(Vec<Line>, u64)>> {
+    let src = Source::Elf(Elf::new(path));
+    match sym.symbolize(&src, Input::VirtOffset(vaddrs)) {
+        Ok(v) => v
+            .into_iter()
+            .map(|s| match s {
+                Symbolized::Sym(sym) => Some((lines(&sym), sym.offset as u64)),
+                Symbolized::Unknown(_) => None,
+            })
+            .collect(),
+        Err(_) => vec![None; vaddrs.len()],
+    }
 }
 
 /// Where distributions put separate debug files.
@@ -61,16 +89,11 @@ impl Resolver {
     pub fn new(s: &SymbolSettings, inlined: bool) -> Resolver {
         let mut debug_dirs = s.debug_dirs.clone();
         debug_dirs.extend(SYSTEM_DEBUG_DIRS.iter().map(PathBuf::from));
-        let symbolizer = Symbolizer::builder()
-            .enable_code_info(true)
-            .enable_inlined_fns(inlined)
-            .enable_demangling(true)
-            .set_debug_dirs(Some(&debug_dirs))
-            .build();
         Resolver {
-            symbolizer,
+            symbolizer: symbolizer(&debug_dirs, inlined),
             debug_dirs,
             debuginfod: (!s.debuginfod.is_empty()).then(|| Debuginfod::new(s.debuginfod.clone())),
+            inlined,
         }
     }
 
@@ -159,17 +182,28 @@ impl Resolver {
             .collect();
         vaddrs.sort_unstable();
         vaddrs.dedup();
-        let mut found: HashMap<u64, (Vec<Line>, u64)> = HashMap::with_capacity(vaddrs.len());
-        let src = Source::Elf(Elf::new(path));
-        if !vaddrs.is_empty() {
-            if let Ok(syms) = self.symbolizer.symbolize(&src, Input::VirtOffset(&vaddrs)) {
-                for (&v, s) in vaddrs.iter().zip(syms) {
-                    if let Symbolized::Sym(sym) = s {
-                        found.insert(v, (lines(&sym), sym.offset as u64));
-                    }
-                }
-            }
-        }
+        let parts = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let results = if vaddrs.len() >= PARALLEL_MIN && parts > 1 {
+            let chunk = vaddrs.len().div_ceil(parts);
+            let (dirs, inlined) = (&self.debug_dirs, self.inlined);
+            std::thread::scope(|sc| {
+                let handles: Vec<_> = vaddrs
+                    .chunks(chunk)
+                    .map(|part| sc.spawn(move || elf_batch(&symbolizer(dirs, inlined), path, part)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap_or_default())
+                    .collect::<Vec<_>>()
+            })
+        } else {
+            elf_batch(&self.symbolizer, path, &vaddrs)
+        };
+        let found: HashMap<u64, (Vec<Line>, u64)> = vaddrs
+            .iter()
+            .zip(results)
+            .filter_map(|(&v, r)| r.map(|r| (v, r)))
+            .collect();
         offsets
             .iter()
             .map(|&o| elf::file_to_virt(segments, o).and_then(|v| found.get(&v).cloned()))
