@@ -1,6 +1,7 @@
 //! One function per subcommand, each running the stages in order:
 //! resolve -> attach -> collect -> symbolize -> render.
 
+pub mod bpf;
 pub mod list;
 pub mod trace;
 
@@ -14,6 +15,7 @@ pub fn run(settings: Settings) -> Result<()> {
     match settings {
         Settings::Trace(s) => trace::run(*s),
         Settings::List(s) => list::run(s),
+        Settings::Bpf(s) => bpf::run(s),
         Settings::Completions(shell) => {
             clap_complete::generate(
                 shell,
