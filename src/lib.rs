@@ -10,6 +10,7 @@
 
 pub mod attach;
 pub mod bpf;
+pub mod bpfmeta;
 pub mod cli;
 pub mod cmd;
 pub mod collect;

@@ -38,6 +38,11 @@ pub enum Command {
     Report(super::profile::ReportArgs),
     /// Print function, file and line for addresses or file offsets
     Symbolize(super::profile::SymbolizeArgs),
+    /// BPF programs: list them, watch their CPU time
+    Bpf {
+        #[command(subcommand)]
+        command: BpfCommand,
+    },
     /// Print shell completions
     Completions {
         /// Shell to generate completions for
@@ -188,6 +193,36 @@ pub struct LatencyArgs {
     pub target: TargetArgs,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BpfCommand {
+    /// Loaded BPF programs: id, type, name, tag, attach points, runs, ns per run
+    List {
+        /// One JSON object per program
+        #[arg(long)]
+        json: bool,
+    },
+    /// Live view of BPF programs by CPU time (turns run-time statistics on while it runs)
+    Top {
+        /// Seconds between refreshes
+        #[arg(
+            long,
+            value_name = "SECS",
+            default_value_t = 1.0,
+            allow_negative_numbers = true
+        )]
+        interval: f64,
+        /// Stop after this many seconds
+        #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+        duration: Option<f64>,
+        /// One JSON object per program per interval (the default when stdout is not a terminal)
+        #[arg(long)]
+        json: bool,
+        /// Rows shown in the terminal view
+        #[arg(short = 'n', long, value_name = "N", default_value_t = 20)]
+        rows: usize,
+    },
 }
 
 #[derive(Debug, Args)]

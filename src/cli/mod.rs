@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use args::Cli;
-use args::{Command, KeyArgs, OutputArgs, ProbeArgs, TargetArgs};
+use args::{BpfCommand, Command, KeyArgs, OutputArgs, ProbeArgs, TargetArgs};
 
 use crate::error::Error;
 use crate::filter;
@@ -87,11 +87,26 @@ pub struct ListSettings {
     pub json: bool,
 }
 
+/// `bpf` subcommands.
+#[derive(Debug, Clone)]
+pub enum BpfSettings {
+    List {
+        json: bool,
+    },
+    Top {
+        interval: Duration,
+        duration: Option<Duration>,
+        json: bool,
+        rows: usize,
+    },
+}
+
 /// Validated settings for one run.
 #[derive(Debug, Clone)]
 pub enum Settings {
     Trace(Box<TraceSettings>),
     List(ListSettings),
+    Bpf(BpfSettings),
     Completions(clap_complete::Shell),
     Profile(Box<profile::ProfileSettings>),
     Record(Box<profile::RecordSettings>),
@@ -217,6 +232,21 @@ impl Settings {
                 pid: a.pid,
                 names_only: a.names,
                 json: a.json,
+            }),
+            Command::Bpf { command } => Settings::Bpf(match command {
+                BpfCommand::List { json } => BpfSettings::List { json },
+                BpfCommand::Top {
+                    interval,
+                    duration,
+                    json,
+                    rows,
+                } => BpfSettings::Top {
+                    interval: seconds(Some(interval), "--interval")?
+                        .unwrap_or(Duration::from_secs(1)),
+                    duration: seconds(duration, "--duration")?,
+                    json,
+                    rows: rows.max(1),
+                },
             }),
             Command::Completions { shell } => Settings::Completions(shell),
             Command::Profile(a) => Settings::Profile(Box::new(profile::ProfileSettings {

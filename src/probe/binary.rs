@@ -114,7 +114,8 @@ pub fn resolve(spec: &str, pid: Option<u32>) -> Result<PathBuf, Error> {
     }
     if let Some(pid) = pid {
         if let Some(p) = from_maps(spec, pid) {
-            return Ok(p);
+            // Resolves /proc/PID/root to a path valid here (plain for the same mount namespace).
+            return Ok(p.canonicalize().unwrap_or(p));
         }
     }
     let mut best: Option<((u8, usize), PathBuf)> = None;
@@ -158,18 +159,23 @@ pub fn resolve(spec: &str, pid: Option<u32>) -> Result<PathBuf, Error> {
     ))
 }
 
-/// A file mapped by the process whose name matches the spec.
+/// A file mapped by the process whose name matches the spec (the program
+/// itself included, through /proc/PID/exe).
 fn from_maps(spec: &str, pid: u32) -> Option<PathBuf> {
-    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let exe = fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let paths = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5).map(PathBuf::from))
+        .chain(exe);
     let mut best: Option<((u8, usize), PathBuf)> = None;
-    for line in maps.lines() {
-        let Some(path) = line.split_whitespace().nth(5) else {
-            continue;
-        };
-        if !path.starts_with('/') {
+    for path in paths {
+        if !path.is_absolute() {
             continue;
         }
-        let file = Path::new(path).file_name()?.to_str()?;
+        let Some(file) = path.file_name().and_then(|f| f.to_str()) else {
+            continue;
+        };
         let rank = if file == spec {
             Some((0, 0))
         } else {
@@ -178,7 +184,8 @@ fn from_maps(spec: &str, pid: u32) -> Option<PathBuf> {
         if let Some(r) = rank {
             if best.as_ref().is_none_or(|(b, _)| r < *b) {
                 // Through /proc/PID/root so the path works across mount namespaces.
-                best = Some((r, PathBuf::from(format!("/proc/{pid}/root{path}"))));
+                let inner = path.strip_prefix("/").unwrap_or(&path);
+                best = Some((r, PathBuf::from(format!("/proc/{pid}/root")).join(inner)));
             }
         }
     }

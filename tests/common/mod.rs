@@ -132,8 +132,18 @@ pub struct Running {
 
 /// Starts bpfscope and waits until it prints "Attached".
 pub fn start(args: &[&str]) -> Running {
-    let mut child = Command::new(bin())
-        .args(args)
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    start_cmd(cmd, "Attached")
+}
+
+/// Starts a command and waits until a stderr line starts with `ready`.
+pub fn start_cmd(mut cmd: Command, ready: &str) -> Running {
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -164,7 +174,7 @@ pub fn start(args: &[&str]) -> Running {
     loop {
         match r.stderr_lines.recv_timeout(Duration::from_millis(100)) {
             Ok(l) => {
-                let done = l.starts_with("Attached");
+                let done = l.starts_with(ready);
                 r.stderr_seen.push(l);
                 if done {
                     return r;

@@ -5,6 +5,7 @@
  *            bpfscope_test:guarded N times, only while its semaphore is set
  *   sleep K M: calls nap(1) K times and nap(20) M times (ms)
  *   stack N: calls work() N times through outer() -> middle()
+ *   paced N US: calls work() N times, sleeping US microseconds after each
  * DELAY_MS=n sleeps before starting (so a tracer can attach to the pid).
  */
 #include <stdlib.h>
@@ -86,6 +87,12 @@ int main(int argc, char **argv)
 			nap(1);
 		for (long i = 0; i < m; i++)
 			nap(20);
+	} else if (!strcmp(argv[1], "paced")) {
+		long us = argc > 3 ? atol(argv[3]) : 1000;
+		for (long i = 0; i < n; i++) {
+			work(i);
+			usleep(us);
+		}
 	} else if (!strcmp(argv[1], "stack")) {
 		for (long i = 0; i < n; i++)
 			outer(i);

@@ -1,0 +1,277 @@
+//! `bpfscope bpf list|top`: the BPF programs on this machine.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use libbpf_rs::btf::{types::Func, Btf};
+use libbpf_rs::query::{LinkInfoIter, LinkTypeInfo, PerfEventType};
+use libbpf_rs::ProgramAttachType;
+use serde_json::json;
+
+use crate::bpfmeta::stats::{self, ProgStats, StatsGuard};
+use crate::cli::BpfSettings;
+use crate::collect::Stopper;
+
+pub fn run(s: BpfSettings) -> Result<()> {
+    super::require_privileges()?;
+    match s {
+        BpfSettings::List { json } => list(json),
+        BpfSettings::Top {
+            interval,
+            duration,
+            json,
+            rows,
+        } => top(interval, duration, json, rows),
+    }
+}
+
+/// What each program is attached to, from the kernel's BPF links.
+fn attach_points() -> HashMap<u32, Vec<String>> {
+    let mut vmlinux: Option<Option<Btf<'static>>> = None;
+    let mut out: HashMap<u32, Vec<String>> = HashMap::new();
+    for link in LinkInfoIter::default() {
+        let what = match &link.info {
+            LinkTypeInfo::RawTracepoint(r) => format!("raw_tp:{}", r.name),
+            LinkTypeInfo::Tracing(t) => {
+                let kind = match t.attach_type {
+                    ProgramAttachType::TraceFentry => "fentry",
+                    ProgramAttachType::TraceFexit => "fexit",
+                    ProgramAttachType::TraceRawTp => "tp_btf",
+                    ProgramAttachType::ModifyReturn => "fmod_ret",
+                    _ => "tracing",
+                };
+                // The target's name, from vmlinux BTF (module targets keep their id).
+                let btf = vmlinux.get_or_insert_with(|| Btf::from_vmlinux().ok());
+                let name = btf
+                    .as_ref()
+                    .and_then(|b| b.type_by_id::<Func<'_>>(t.target_btf_id.into()))
+                    .and_then(|f| f.name().map(|n| n.to_string_lossy().into_owned()));
+                match name {
+                    Some(n) => format!("{kind}:{n}"),
+                    None => format!("{kind}:btf#{}", t.target_btf_id),
+                }
+            }
+            LinkTypeInfo::KprobeMulti(k) => {
+                let kind = if k.flags & 1 != 0 {
+                    "kretprobe_multi"
+                } else {
+                    "kprobe_multi"
+                };
+                format!("{kind} ({} functions)", k.count)
+            }
+            LinkTypeInfo::UprobeMulti(u) => format!(
+                "uprobe_multi:{} ({} functions)",
+                u.path
+                    .as_ref()
+                    .map_or("?".into(), |p| p.display().to_string()),
+                u.count
+            ),
+            LinkTypeInfo::PerfEvent(p) => match &p.event_type {
+                PerfEventType::Tracepoint { name, .. } => format!(
+                    "tracepoint:{}",
+                    name.as_ref().map_or("?".into(), |n| n.to_string_lossy())
+                ),
+                PerfEventType::Kprobe {
+                    func_name,
+                    is_retprobe,
+                    ..
+                } => format!(
+                    "{}:{}",
+                    if *is_retprobe { "kretprobe" } else { "kprobe" },
+                    func_name
+                        .as_ref()
+                        .map_or("?".into(), |n| n.to_string_lossy())
+                ),
+                PerfEventType::Uprobe {
+                    file_name,
+                    is_retprobe,
+                    offset,
+                    ..
+                } => format!(
+                    "{}:{}+{offset:#x}",
+                    if *is_retprobe { "uretprobe" } else { "uprobe" },
+                    file_name
+                        .as_ref()
+                        .map_or("?".into(), |n| n.to_string_lossy())
+                ),
+                PerfEventType::Event {
+                    config, event_type, ..
+                } => format!("perf_event:{event_type}/{config}"),
+                PerfEventType::Unknown(t) => format!("perf_event:{t}"),
+            },
+            LinkTypeInfo::Cgroup(c) => format!("cgroup:{} {:?}", c.cgroup_id, c.attach_type),
+            LinkTypeInfo::Iter(i) => format!("iter:{}", i.target_name.to_string_lossy()),
+            LinkTypeInfo::Xdp(x) => format!("xdp:ifindex {}", x.ifindex),
+            LinkTypeInfo::Netfilter(_) => "netfilter".into(),
+            LinkTypeInfo::NetNs(_) => "netns".into(),
+            LinkTypeInfo::Tcx(_) => "tcx".into(),
+            LinkTypeInfo::Netkit(_) => "netkit".into(),
+            LinkTypeInfo::SockMap(_) => "sockmap".into(),
+            LinkTypeInfo::StructOps(_) => "struct_ops".into(),
+            _ => "link".into(),
+        };
+        out.entry(link.prog_id).or_default().push(what);
+    }
+    out
+}
+
+fn avg(cnt: u64, time: u64) -> Option<f64> {
+    (cnt > 0).then(|| time as f64 / cnt as f64)
+}
+
+fn list(json: bool) -> Result<()> {
+    let progs = stats::snapshot();
+    let attached = attach_points();
+    let mut w = io::BufWriter::new(io::stdout().lock());
+    if json {
+        for p in &progs {
+            let at = attached.get(&p.id).cloned().unwrap_or_default();
+            serde_json::to_writer(
+                &mut w,
+                &json!({"type": "bpf_prog", "id": p.id, "name": p.name, "tag": p.tag,
+                    "prog_type": p.prog_type, "attached": at, "run_cnt": p.run_cnt,
+                    "run_time_ns": p.run_time_ns, "avg_ns": avg(p.run_cnt, p.run_time_ns)}),
+            )?;
+            writeln!(w)?;
+        }
+        return Ok(w.flush()?);
+    }
+    writeln!(
+        w,
+        "{:>6}  {:<14} {:<16} {:<16} {:>12} {:>9}  ATTACHED",
+        "ID", "TYPE", "NAME", "TAG", "RUNS", "NS/RUN"
+    )?;
+    for p in &progs {
+        let at = attached
+            .get(&p.id)
+            .map_or_else(|| "-".to_string(), |v| v.join(", "));
+        let (runs, per) = match avg(p.run_cnt, p.run_time_ns) {
+            Some(a) => (p.run_cnt.to_string(), format!("{a:.0}")),
+            None => ("-".into(), "-".into()),
+        };
+        writeln!(
+            w,
+            "{:>6}  {:<14} {:<16} {:<16} {:>12} {:>9}  {at}",
+            p.id, p.prog_type, p.name, p.tag, runs, per
+        )?;
+    }
+    if progs.iter().all(|p| p.run_cnt == 0) {
+        writeln!(
+            w,
+            "(run counts need run-time statistics: 'bpfscope bpf top' turns them on while it runs)"
+        )?;
+    }
+    Ok(w.flush()?)
+}
+
+/// One program's activity over an interval.
+struct Row<'a> {
+    p: &'a ProgStats,
+    cnt: u64,
+    time: u64,
+}
+
+fn top(interval: Duration, duration: Option<Duration>, json: bool, rows: usize) -> Result<()> {
+    // SAFETY: isatty only inspects the descriptor.
+    let tty = unsafe { libc::isatty(1) } == 1;
+    let json = json || !tty;
+    let _stats = StatsGuard::enable()?;
+    let stopper = Stopper::new(duration)?;
+    let mut prev: BTreeMap<u32, (u64, u64)> = stats::snapshot()
+        .into_iter()
+        .map(|p| (p.id, (p.run_cnt, p.run_time_ns)))
+        .collect();
+    let mut last = Instant::now();
+    let mut out = io::BufWriter::new(io::stdout());
+    eprintln!("Watching BPF programs (run-time statistics on until bpfscope exits)");
+    loop {
+        let stop = stopper.wait(interval.saturating_sub(last.elapsed()));
+        let now = stats::snapshot();
+        let elapsed = last.elapsed();
+        last = Instant::now();
+        let mut rowv: Vec<Row<'_>> = now
+            .iter()
+            .map(|p| {
+                // A program loaded during the interval counts from zero.
+                let (c0, t0) = prev.get(&p.id).copied().unwrap_or((0, 0));
+                Row {
+                    p,
+                    cnt: p.run_cnt.saturating_sub(c0),
+                    time: p.run_time_ns.saturating_sub(t0),
+                }
+            })
+            .collect();
+        rowv.sort_by(|a, b| b.time.cmp(&a.time).then(a.p.id.cmp(&b.p.id)));
+        let el_ns = elapsed.as_nanos().max(1) as f64;
+        let r = if json {
+            render_json(&mut out, &rowv, el_ns)
+        } else {
+            render_table(&mut out, &rowv, el_ns, rows, elapsed)
+        };
+        if let Err(e) = r {
+            if e.kind() == io::ErrorKind::BrokenPipe {
+                return Ok(());
+            }
+            return Err(e.into());
+        }
+        prev = now
+            .iter()
+            .map(|p| (p.id, (p.run_cnt, p.run_time_ns)))
+            .collect();
+        if stop.is_some() {
+            return Ok(());
+        }
+    }
+}
+
+fn render_json(w: &mut impl Write, rows: &[Row<'_>], el_ns: f64) -> io::Result<()> {
+    for r in rows {
+        serde_json::to_writer(
+            &mut *w,
+            &json!({"type": "bpf_prog", "id": r.p.id, "name": r.p.name, "tag": r.p.tag,
+                "prog_type": r.p.prog_type, "run_cnt": r.cnt, "run_time_ns": r.time,
+                "avg_ns": avg(r.cnt, r.time).unwrap_or(0.0),
+                "cpu_pct": r.time as f64 * 100.0 / el_ns}),
+        )?;
+        writeln!(w)?;
+    }
+    w.flush()
+}
+
+fn render_table(
+    w: &mut impl Write,
+    rows: &[Row<'_>],
+    el_ns: f64,
+    max: usize,
+    elapsed: Duration,
+) -> io::Result<()> {
+    // Clear the screen and home the cursor: a live view, like top.
+    write!(w, "\x1b[H\x1b[2J")?;
+    writeln!(
+        w,
+        "bpfscope bpf top: {} programs, last {:.1}s (CPU% of one CPU)\n",
+        rows.len(),
+        elapsed.as_secs_f64()
+    )?;
+    writeln!(
+        w,
+        "{:>6}  {:<14} {:<16} {:>7} {:>12} {:>10} {:>9}",
+        "ID", "TYPE", "NAME", "CPU%", "RUNS/S", "RUNS", "NS/RUN"
+    )?;
+    for r in rows.iter().take(max) {
+        writeln!(
+            w,
+            "{:>6}  {:<14} {:<16} {:>7.2} {:>12.0} {:>10} {:>9}",
+            r.p.id,
+            r.p.prog_type,
+            r.p.name,
+            r.time as f64 * 100.0 / el_ns,
+            r.cnt as f64 * 1e9 / el_ns,
+            r.cnt,
+            avg(r.cnt, r.time).map_or("-".into(), |a| format!("{a:.0}"))
+        )?;
+    }
+    w.flush()
+}

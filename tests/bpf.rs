@@ -1,0 +1,166 @@
+//! `bpf list` and `bpf top` against the real kernel (run as root).
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// BPF program ids held by a process, from its fdinfo.
+fn prog_ids_of(pid: i32) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+fn stats_sysctl() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Run-time statistics are one setting for the whole kernel: these tests take turns.
+static STATS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Restores the stats sysctl when the test ends, however it ends.
+struct Sysctl(String);
+impl Drop for Sysctl {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", &self.0);
+    }
+}
+
+#[test]
+fn top_counts_every_run_of_a_known_program() {
+    if !root("bpf_top") {
+        return;
+    }
+    let _turn = STATS.lock().unwrap_or_else(|e| e.into_inner());
+    let _restore = Sysctl(stats_sysctl());
+    std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "0").unwrap();
+    let w = workload("uprobes");
+    // 300 calls, 2 ms apart: about 500 runs per second for ~0.7 s.
+    let mut wl = Command::new(&w)
+        .args(["paced", "300", "2000"])
+        .env("DELAY_MS", "2500")
+        .spawn()
+        .unwrap();
+    let pid = wl.id().to_string();
+    let counter = start(&["count", &format!("uprobe:{}:work", w.display()), "-p", &pid]);
+    let ids = prog_ids_of(counter.pid());
+    assert_eq!(ids.len(), 1, "one program counts the calls: {ids:?}");
+    // bpf list names it and says where it is attached.
+    let list = ok(&run(&["bpf", "list", "--json"]));
+    let entry = json_lines(&list)
+        .into_iter()
+        .find(|v| v["id"] == ids[0])
+        .unwrap();
+    assert!(
+        entry["name"].as_str().unwrap().starts_with("bpfscope_u"),
+        "{entry}"
+    );
+    assert!(
+        entry["attached"][0].as_str().unwrap().contains("uprobe"),
+        "{entry}"
+    );
+
+    let top = start_top();
+    let during = stats_sysctl();
+    wl.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let (out, _) = top.interrupt();
+    let (mut total, mut time, mut intervals) = (0u64, 0u64, 0);
+    for v in json_lines(&out).iter().filter(|v| v["id"] == ids[0]) {
+        let (cnt, t) = (
+            v["run_cnt"].as_u64().unwrap(),
+            v["run_time_ns"].as_u64().unwrap(),
+        );
+        total += cnt;
+        time += t;
+        intervals += 1;
+        assert_eq!(v["type"], "bpf_prog");
+        if cnt > 0 {
+            let avg = v["avg_ns"].as_f64().unwrap();
+            assert!((avg - t as f64 / cnt as f64).abs() < 1e-6);
+            assert!(v["cpu_pct"].as_f64().unwrap() > 0.0);
+        }
+    }
+    // Every run between top's first and last look, no more, no less.
+    assert_eq!(total, 300, "{out}");
+    assert!(time > 0 && intervals >= 2);
+    // Statistics came from BPF_ENABLE_STATS, not the sysctl.
+    assert_eq!(during, "0");
+    let _ = counter.interrupt();
+}
+
+fn start_top() -> Running {
+    start_until(&["bpf", "top", "--json", "--interval", "0.3"], "Watching")
+}
+
+/// Like start(), waiting for another ready line.
+fn start_until(args: &[&str], ready: &str) -> Running {
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    common::start_cmd(cmd, ready)
+}
+
+#[test]
+fn top_leaves_the_stats_setting_as_found() {
+    if !root("bpf_stats_restore") {
+        return;
+    }
+    let _turn = STATS.lock().unwrap_or_else(|e| e.into_inner());
+    let _restore = Sysctl(stats_sysctl());
+    let w = workload("uprobes");
+    let runs_of = |id: u64| -> u64 {
+        let out = ok(&run(&["bpf", "list", "--json"]));
+        json_lines(&out)
+            .into_iter()
+            .find(|v| v["id"] == id)
+            .map_or(0, |v| v["run_cnt"].as_u64().unwrap())
+    };
+    for initial in ["0", "1"] {
+        std::fs::write("/proc/sys/kernel/bpf_stats_enabled", initial).unwrap();
+        let mut wl = Command::new(&w)
+            .args(["paced", "100000", "1000"])
+            .spawn()
+            .unwrap();
+        let pid = wl.id().to_string();
+        let counter = start(&["count", "uprobe:uprobes:work", "-p", &pid]);
+        let id = prog_ids_of(counter.pid())[0];
+        let top = start_until(&["bpf", "top", "--json", "--interval", "0.2"], "Watching");
+        std::thread::sleep(Duration::from_millis(300));
+        // However top ends, the kernel drops its hold on statistics.
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(top.pid(), libc::SIGKILL) };
+        let mut top = top;
+        let _ = top.finish();
+        assert_eq!(stats_sysctl(), initial);
+        let a = runs_of(id);
+        let deadline = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let b = runs_of(id);
+        if initial == "0" {
+            assert_eq!(a, b, "statistics are off again after top");
+        } else {
+            assert!(b > a, "statistics stay on when they were on before");
+        }
+        let _ = counter.interrupt();
+        let _ = wl.kill();
+        let _ = wl.wait();
+    }
+}
