@@ -3,56 +3,95 @@
 //! loaded and kept, so samples in its JIT code can be named and annotated
 //! after it is gone; the side-band records that announce loads and unloads;
 //! run-time statistics.
+//!
+//! These types are also the BPF_PROGRAMS section of recordings (protobuf
+//! messages, see docs/recording-format.md), so what is captured is what
+//! is kept.
 
 pub mod info;
 pub mod sideband;
 pub mod stats;
 
-use serde::{Deserialize, Serialize};
+use prost::Message;
 
 /// One JIT-compiled function of a program (the main function is the first).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Message)]
 pub struct Subprog {
     /// The kernel's symbol: `bpf_prog_<tag>_<name>`.
+    #[prost(string, tag = "1")]
     pub symbol: String,
+    #[prost(uint64, tag = "2")]
     pub addr: u64,
+    #[prost(uint32, tag = "3")]
     pub len: u32,
 }
 
 /// A source line of a program, at the JIT address where its code starts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Message)]
 pub struct Line {
+    #[prost(uint64, tag = "1")]
     pub addr: u64,
+    #[prost(string, tag = "2")]
     pub file: String,
+    #[prost(uint32, tag = "3")]
     pub line: u32,
+    #[prost(uint32, tag = "4")]
     pub col: u32,
     /// The source text, as the program's BTF carries it.
+    #[prost(string, tag = "5")]
     pub text: String,
     /// Offset of the line's first instruction in the translated program (in instructions).
+    #[prost(uint32, tag = "6")]
     pub insn_off: u32,
 }
 
 /// What bpfscope keeps of a BPF program.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Message)]
 pub struct BpfProg {
+    #[prost(uint32, tag = "1")]
     pub id: u32,
+    #[prost(string, tag = "2")]
     pub tag: String,
+    #[prost(string, tag = "3")]
     pub name: String,
+    #[prost(string, tag = "4")]
     pub prog_type: String,
+    #[prost(message, repeated, tag = "5")]
     pub subprogs: Vec<Subprog>,
     /// Sorted by address.
+    #[prost(message, repeated, tag = "6")]
     pub lines: Vec<Line>,
     /// Size of the JIT image and of the translated program, in bytes.
+    #[prost(uint32, tag = "7")]
     pub jited_len: u32,
+    #[prost(uint32, tag = "8")]
     pub xlated_len: u32,
-    /// CLOCK_BOOTTIME-based load time (ns), as the kernel reports it.
+    /// Load time (ns since boot), as the kernel reports it.
+    #[prost(uint64, tag = "9")]
     pub load_time_ns: u64,
-    /// When the side-band reported the unload (perf clock, ns), if it did.
+    /// When the side-band reported the unload (CLOCK_MONOTONIC ns), if it did.
+    #[prost(uint64, optional, tag = "10")]
     pub unloaded_ns: Option<u64>,
 }
 
+/// The BPF_PROGRAMS section of a recording.
+#[derive(Clone, PartialEq, Message)]
+pub struct BpfProgs {
+    #[prost(message, repeated, tag = "1")]
+    pub programs: Vec<BpfProg>,
+}
+
+impl BpfProg {
+    /// Whether a kernel address falls in one of this program's JIT images.
+    pub fn contains(&self, addr: u64) -> bool {
+        self.subprogs
+            .iter()
+            .any(|s| addr >= s.addr && addr < s.addr + u64::from(s.len))
+    }
+}
+
 /// Where an address falls in a program.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BpfFrame<'a> {
     pub prog: &'a BpfProg,
     pub symbol: &'a str,

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::{MapHandle, MapType};
@@ -28,6 +29,8 @@ struct State {
     ksyms: HashMap<String, (u64, u32)>,
     /// Records the kernel dropped because a ring buffer was full.
     lost: u64,
+    /// Loads whose program could not be read yet: (id, tag, first try).
+    pending: Vec<(u32, Option<String>, Instant)>,
 }
 
 impl State {
@@ -80,11 +83,22 @@ impl State {
                 });
                 match u32::from(kind) {
                     libbpf_sys::PERF_BPF_EVENT_PROG_LOAD => {
-                        let prog = info::fetch(id).unwrap_or_else(|_| self.gone_prog(id, tag));
-                        self.progs.insert(id, prog);
+                        // The record can come before the id is published: retry shortly.
+                        match info::fetch(id) {
+                            Ok(prog) => {
+                                self.progs.insert(id, prog);
+                            }
+                            Err(_) => self.pending.push((id, tag, Instant::now())),
+                        }
                     }
                     libbpf_sys::PERF_BPF_EVENT_PROG_UNLOAD => {
                         let now = crate::cmd::monotonic_ns();
+                        // Gone before its info could be read: what the JIT symbols told.
+                        if let Some(i) = self.pending.iter().position(|p| p.0 == id) {
+                            let (_, tag, _) = self.pending.remove(i);
+                            let prog = self.gone_prog(id, tag);
+                            self.progs.insert(id, prog);
+                        }
                         let prog = self
                             .progs
                             .entry(id)
@@ -99,6 +113,23 @@ impl State {
                 self.lost += u64_at(8).unwrap_or(0);
             }
             _ => {}
+        }
+    }
+
+    /// Tries the pending loads again; gives up on those older than PENDING_MAX.
+    fn retry_pending(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        for (id, tag, since) in pending {
+            match info::fetch(id) {
+                Ok(prog) => {
+                    self.progs.insert(id, prog);
+                }
+                Err(_) if since.elapsed() > PENDING_MAX => {
+                    let prog = self.gone_prog(id, tag);
+                    self.progs.insert(id, prog);
+                }
+                Err(_) => self.pending.push((id, tag, since)),
+            }
         }
     }
 
@@ -146,6 +177,8 @@ pub struct SideBand {
 
 /// Per-CPU ring size in pages: loads are rare, records small.
 const PAGES: usize = 16;
+/// How long a load may stay unreadable before only its JIT symbols are kept.
+const PENDING_MAX: Duration = Duration::from_millis(500);
 
 unsafe extern "C" fn on_event(
     ctx: *mut std::ffi::c_void,
@@ -187,8 +220,11 @@ fn open_buffer(state: &Arc<Mutex<State>>, map: &MapHandle) -> Result<RawBuffer> 
     attr.set_bpf_event(1);
     attr.set_ksymbol(1);
     attr.set_sample_id_all(1);
-    // Wake the reader for every record: loads are rare and must be read promptly.
-    attr.__bindgen_anon_2.wakeup_events = 1;
+    // Wake the reader for every record: loads are rare and must be read
+    // while the program exists. wakeup_events counts samples only; side-band
+    // records wake readers through the watermark.
+    attr.set_watermark(1);
+    attr.__bindgen_anon_2.wakeup_watermark = 1;
     let ctx = Arc::as_ptr(state) as *mut std::ffi::c_void;
     // SAFETY: attr is valid for the call; ctx stays valid while the returned
     // buffer lives (the caller holds the Arc); opts may be null.
@@ -248,12 +284,26 @@ impl SideBand {
             };
             let _ = tx.send(Ok(()));
             while !sp.load(Ordering::Relaxed) {
+                // Short waits while a load waits to be readable, long ones otherwise.
+                let waiting = st.lock().map(|s| !s.pending.is_empty()).unwrap_or(false);
+                let ms = if waiting { 2 } else { 100 };
                 // SAFETY: pb is a live perf buffer owned by this thread.
-                unsafe { libbpf_sys::perf_buffer__poll(pb.0, 100) };
+                unsafe { libbpf_sys::perf_buffer__poll(pb.0, ms) };
+                if let Ok(mut s) = st.lock() {
+                    s.retry_pending();
+                }
             }
             // Whatever arrived before the stop.
             // SAFETY: as above.
             unsafe { libbpf_sys::perf_buffer__consume(pb.0) };
+            if let Ok(mut s) = st.lock() {
+                s.retry_pending();
+                // Stopping: what is still unreadable keeps its JIT symbols.
+                for (id, tag, _) in std::mem::take(&mut s.pending) {
+                    let prog = s.gone_prog(id, tag);
+                    s.progs.insert(id, prog);
+                }
+            }
             // The buffer goes before the map it registered its events in.
             drop(pb);
             drop(map);

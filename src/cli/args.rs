@@ -223,6 +223,18 @@ pub enum BpfCommand {
         #[arg(short = 'n', long, value_name = "N", default_value_t = 20)]
         rows: usize,
     },
+    /// Samples per source line of the BPF programs in a recording
+    Annotate {
+        /// A recording made by `bpfscope record`
+        #[arg(long, value_name = "FILE")]
+        recording: std::path::PathBuf,
+        /// Only this program: its id or name
+        #[arg(value_name = "ID|NAME")]
+        prog: Option<String>,
+        /// One JSON object per program
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]

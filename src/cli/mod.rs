@@ -99,6 +99,11 @@ pub enum BpfSettings {
         json: bool,
         rows: usize,
     },
+    Annotate {
+        recording: PathBuf,
+        prog: Option<String>,
+        json: bool,
+    },
 }
 
 /// Validated settings for one run.
@@ -246,6 +251,15 @@ impl Settings {
                     duration: seconds(duration, "--duration")?,
                     json,
                     rows: rows.max(1),
+                },
+                BpfCommand::Annotate {
+                    recording,
+                    prog,
+                    json,
+                } => BpfSettings::Annotate {
+                    recording,
+                    prog,
+                    json,
                 },
             }),
             Command::Completions { shell } => Settings::Completions(shell),

@@ -15,6 +15,15 @@ use crate::cli::BpfSettings;
 use crate::collect::Stopper;
 
 pub fn run(s: BpfSettings) -> Result<()> {
+    if let BpfSettings::Annotate {
+        recording,
+        prog,
+        json,
+    } = &s
+    {
+        // Reads a file only: no privileges needed, and it works on any machine.
+        return annotate(recording, prog.as_deref(), *json);
+    }
     super::require_privileges()?;
     match s {
         BpfSettings::List { json } => list(json),
@@ -24,7 +33,159 @@ pub fn run(s: BpfSettings) -> Result<()> {
             json,
             rows,
         } => top(interval, duration, json, rows),
+        BpfSettings::Annotate { .. } => Ok(()),
     }
+}
+
+/// Where one sample landed in a program: a source line, or a JIT offset without line info.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Spot {
+    Line {
+        file: String,
+        line: u32,
+        text: String,
+    },
+    Offset {
+        symbol: String,
+        offset: u64,
+    },
+}
+
+fn annotate(path: &std::path::Path, want: Option<&str>, json: bool) -> Result<()> {
+    use crate::bpfmeta::{lookup, BpfProg};
+    let rec = crate::profile::format::read(path).map_err(|e| crate::usage!("{e}"))?;
+    let progs: Vec<&BpfProg> = rec
+        .bpf_programs
+        .iter()
+        .filter(|p| want.is_none_or(|w| w == p.name || w.parse::<u32>() == Ok(p.id)))
+        .collect();
+    if let Some(w) = want {
+        if progs.is_empty() {
+            let have: Vec<String> = rec
+                .bpf_programs
+                .iter()
+                .map(|p| format!("{} ({})", p.name, p.id))
+                .collect();
+            return Err(crate::usage!(
+                "no BPF program '{w}' in {}; it has: {}",
+                path.display(),
+                if have.is_empty() {
+                    "none".into()
+                } else {
+                    have.join(", ")
+                }
+            )
+            .into());
+        }
+    }
+    // Each sample goes to the innermost BPF program frame of its kernel
+    // stack: the line that was running, or that called what was running.
+    let mut per: BTreeMap<u32, (u64, BTreeMap<Spot, u64>)> = BTreeMap::new();
+    for s in &rec.stacks {
+        let hit = s.kernel.iter().enumerate().find_map(|(i, &a)| {
+            // Return addresses point after the call; the call itself is one byte back.
+            let a = if i > 0 { a.saturating_sub(1) } else { a };
+            lookup(&rec.bpf_programs, a)
+        });
+        let Some(f) = hit else {
+            continue;
+        };
+        if !progs.iter().any(|p| p.id == f.prog.id) {
+            continue;
+        }
+        let spot = match f.line {
+            Some(l) => Spot::Line {
+                file: l.file.clone(),
+                line: l.line,
+                text: l.text.clone(),
+            },
+            None => Spot::Offset {
+                symbol: f.symbol.to_string(),
+                offset: f.offset,
+            },
+        };
+        let e = per.entry(f.prog.id).or_default();
+        e.0 += s.value;
+        *e.1.entry(spot).or_default() += s.value;
+    }
+    let unit = if rec.meta.mode == "offcpu" {
+        "ns"
+    } else {
+        "samples"
+    };
+    let mut w = io::BufWriter::new(io::stdout().lock());
+    for p in &progs {
+        let (total, spots) = per.remove(&p.id).unwrap_or_default();
+        let main = p
+            .subprogs
+            .first()
+            .map_or(p.name.as_str(), |s| s.symbol.as_str());
+        if json {
+            let lines: Vec<_> = spots
+                .iter()
+                .map(|(spot, n)| match spot {
+                    Spot::Line { file, line, text } => {
+                        json!({"count": n, "file": file, "line": line, "source": text})
+                    }
+                    Spot::Offset { symbol, offset } => {
+                        json!({"count": n, "symbol": symbol, "offset": offset})
+                    }
+                })
+                .collect();
+            serde_json::to_writer(
+                &mut w,
+                &json!({"type": "bpf_annotate", "id": p.id, "name": p.name, "tag": p.tag,
+                    "prog_type": p.prog_type, "symbol": main, "unit": unit, "total": total,
+                    "unloaded": p.unloaded_ns.is_some(), "lines": lines}),
+            )?;
+            writeln!(w)?;
+            continue;
+        }
+        writeln!(
+            w,
+            "{main} (id {}, {}{}): {total} {unit}",
+            p.id,
+            p.prog_type,
+            if p.unloaded_ns.is_some() {
+                ", unloaded"
+            } else {
+                ""
+            }
+        )?;
+        if spots.is_empty() {
+            writeln!(
+                w,
+                "    no samples in this program
+"
+            )?;
+            continue;
+        }
+        if p.lines.is_empty() {
+            writeln!(w, "    (no BTF line info: JIT offsets)")?;
+        }
+        let width = total.to_string().len().max(5);
+        for (spot, n) in &spots {
+            match spot {
+                Spot::Line { file, line, text } => {
+                    let short = file.rsplit('/').next().unwrap_or(file);
+                    let at = format!("{short}:{line}");
+                    writeln!(w, "  {n:>width$}  {at:<20}  {text}")?;
+                }
+                Spot::Offset { symbol, offset } => {
+                    writeln!(w, "  {n:>width$}  {symbol}+{offset:#x}")?;
+                }
+            }
+        }
+        writeln!(w)?;
+    }
+    if progs.is_empty() {
+        writeln!(
+            w,
+            "no BPF programs ran in the sampled kernel stacks of {}",
+            path.display()
+        )?;
+    }
+    Ok(w.flush()?)
 }
 
 /// What each program is attached to, from the kernel's BPF links.

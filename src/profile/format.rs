@@ -17,7 +17,7 @@ use prost::Message;
 pub const MAGIC: &[u8; 8] = b"BPFSCOPE";
 /// Readers refuse other major versions; minor versions only add fields or sections.
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 0;
+pub const VERSION_MINOR: u16 = 1;
 const HEADER_LEN: usize = 16;
 const SECTION_HEADER_LEN: usize = 24;
 /// A section that a reader must understand to use the file.
@@ -33,7 +33,8 @@ pub enum SectionKind {
     Binaries = 2,
     KernelSymbols = 3,
     Stacks = 4,
-    /// Reserved for BPF program info (id, tag, name, JIT ranges, line info).
+    /// BPF programs whose JIT code the kernel frames hit: id, tag, name,
+    /// JIT ranges, BTF line info with source text (optional).
     BpfPrograms = 5,
     End = 0xffff,
 }
@@ -93,6 +94,9 @@ pub struct LostCounts {
     /// Samples (or nanoseconds) carrying such frames.
     #[prost(uint64, tag = "7")]
     pub unresolved_weight: u64,
+    /// BPF program load/unload records the kernel dropped (side-band ring full).
+    #[prost(uint64, tag = "8")]
+    pub bpf_events: u64,
 }
 
 /// One ELF file seen in user stacks.
@@ -184,6 +188,7 @@ pub struct Recording {
     pub binaries: Vec<Binary>,
     pub kernel_symbols: Vec<KernelSymbol>,
     pub stacks: Vec<Stack>,
+    pub bpf_programs: Vec<crate::bpfmeta::BpfProg>,
 }
 
 /// Why a recording could not be read.
@@ -247,6 +252,13 @@ pub fn encode(r: &Recording) -> Vec<u8> {
         FLAG_REQUIRED,
         &st.encode_to_vec(),
     );
+    if !r.bpf_programs.is_empty() {
+        let bp = crate::bpfmeta::BpfProgs {
+            programs: r.bpf_programs.clone(),
+        };
+        // Not required: a reader that does not know it still reports the rest.
+        section(&mut out, SectionKind::BpfPrograms, 0, &bp.encode_to_vec());
+    }
     section(&mut out, SectionKind::End, FLAG_REQUIRED, &[]);
     out
 }
@@ -390,6 +402,11 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<Recording, ReadError> {
                 rec.stacks = Stacks::decode(body).map_err(|e| bad("stacks", e))?.stacks;
                 stacks = true;
             }
+            k if k == SectionKind::BpfPrograms as u32 => {
+                rec.bpf_programs = crate::bpfmeta::BpfProgs::decode(body)
+                    .map_err(|e| bad("BPF programs", e))?
+                    .programs;
+            }
             k if k == SectionKind::End as u32 => break,
             k if flags & FLAG_REQUIRED != 0 => {
                 return Err(ReadError::Corrupt(
@@ -434,6 +451,7 @@ mod tests {
 
     fn sample() -> Recording {
         Recording {
+            bpf_programs: Vec::new(),
             meta: Meta {
                 mode: "cpu".into(),
                 frequency_hz: 99,

@@ -17,6 +17,8 @@ use libbpf_rs::RingBufferBuilder;
 
 use crate::attach::libbpf_log;
 use crate::attach::target::GatedChild;
+use crate::bpfmeta::sideband::SideBand;
+use crate::bpfmeta::BpfProg;
 use crate::cli::profile::{Mode, SampleSettings};
 use crate::cli::Target;
 use crate::collect::Stopper;
@@ -38,6 +40,10 @@ pub struct Sampled {
     /// kallsyms entries of the kernel frames, taken while bpfscope's own
     /// programs were still loaded (their kallsyms entries go with them).
     pub kernel_symbols: Vec<KernelSymbol>,
+    /// BPF programs whose JIT code the kernel frames hit, as captured while loaded.
+    pub bpf_programs: Vec<BpfProg>,
+    /// Side-band records the kernel dropped (program loads or unloads missed).
+    pub sideband_lost: u64,
     pub start_unix_ns: u64,
     pub duration: Duration,
     pub cpus: u32,
@@ -54,6 +60,15 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
     if let Some(pid) = tracked {
         session.track(pid)?;
     }
+    // Follow BPF program loads from before sampling starts: a program may
+    // come and go during the profile, and its info must be read while it exists.
+    let sideband = match SideBand::start() {
+        Ok(sb) => Some(sb),
+        Err(e) => {
+            eprintln!("bpfscope: BPF programs will show without names: {e:#}");
+            None
+        }
+    };
     let n = session.attach(s, gated.is_some())?;
     let start_unix_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -133,6 +148,7 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
         session.detach();
         let _ = rb.consume();
     }
+    let (all_progs, sideband_lost) = sideband.map(SideBand::finish).unwrap_or_default();
     let duration = t0.elapsed();
     for pid in fresh.into_inner() {
         snapshots.snapshot(pid);
@@ -141,6 +157,15 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
     let kernel_addrs: BTreeSet<u64> = stacks
         .iter()
         .flat_map(|s| s.kernel.iter().copied())
+        .collect();
+    // Return addresses are one past the call: a program's last call can sit at its end.
+    let bpf_programs: Vec<BpfProg> = all_progs
+        .into_iter()
+        .filter(|p| {
+            kernel_addrs
+                .iter()
+                .any(|&a| p.contains(a) || p.contains(a.saturating_sub(1)))
+        })
         .collect();
     let kernel_symbols = kernel::snapshot_symbols(&kernel_addrs.into_iter().collect::<Vec<_>>());
     if s.mode == Mode::OffCpu {
@@ -157,6 +182,8 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
         snapshots,
         lost,
         kernel_symbols,
+        bpf_programs,
+        sideband_lost,
         start_unix_ns,
         duration,
         cpus: session::online_cpus().map(|c| c.len() as u32).unwrap_or(0),
@@ -164,14 +191,16 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
 }
 
 /// Off-CPU kernel stacks are taken inside the sched_switch hook, so they
-/// start with the hook's own frames (the BPF program and the tracepoint
+/// start with the hook's own frames (bpfscope's program and the tracepoint
 /// glue that ran it): drop those, leaving __schedule and its callers.
+/// Other BPF programs on the way stay: they are part of the picture.
 fn strip_own_frames(stacks: &mut [RawStack], syms: &[KernelSymbol]) {
     let table = kernel::KernelTable::new(syms);
     for s in stacks {
         let glue = s.kernel.iter().take(4).rposition(|&a| {
             table.lookup(a).is_some_and(|k| {
-                k.name.starts_with("bpf_trace_run") || k.name.starts_with("bpf_prog_")
+                k.name.starts_with("bpf_trace_run")
+                    || (k.name.starts_with("bpf_prog_") && k.name.ends_with("_bpfscope_offcpu"))
             })
         });
         if let Some(i) = glue {
@@ -249,6 +278,7 @@ pub fn to_recording(s: &SampleSettings, sampled: &Sampled, in_process: bool) -> 
         user_stacks: sampled.lost.user_stacks,
         keys: sampled.lost.keys,
         notifications: sampled.lost.notifications,
+        bpf_events: sampled.sideband_lost,
         offcpu_starts: sampled.lost.offcpu_starts,
         unresolved_frames: 0,
         unresolved_weight: 0,
@@ -329,6 +359,7 @@ pub fn to_recording(s: &SampleSettings, sampled: &Sampled, in_process: bool) -> 
         binaries,
         kernel_symbols,
         stacks,
+        bpf_programs: sampled.bpf_programs.clone(),
     }
 }
 

@@ -38,7 +38,8 @@ impl Profile {
             let n = loc.fallback_name(&self.mappings);
             return vec![if kernel { format!("{n}_[k]") } else { n }];
         }
-        loc.lines
+        let mut names: Vec<String> = loc
+            .lines
             .iter()
             .map(|l| {
                 if kernel {
@@ -47,7 +48,16 @@ impl Profile {
                     l.function.clone()
                 }
             })
-            .collect()
+            .collect();
+        // A BPF program's source line becomes a frame under the program, so
+        // the program's box stays whole and its lines show beneath it.
+        if let (true, Some(l)) = (kernel, loc.lines.first()) {
+            if let (true, Some(f)) = (l.function.starts_with("bpf_prog_"), &l.file) {
+                let file = f.rsplit('/').next().unwrap_or(f);
+                names.push(format!("{file}:{}_[k]", l.line));
+            }
+        }
+        names
     }
 
     /// One line per unique stack: frames root first separated by `;`

@@ -413,18 +413,27 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
         for (i, &a) in s.kernel.iter().enumerate() {
             let a = call_site(i, a);
             let id = *loc_index.entry((0, a)).or_insert_with(|| {
-                let lines = ktable
-                    .lookup(a)
-                    .map(|k| {
-                        vec![Line {
-                            function: if k.module.is_empty() {
-                                k.name.clone()
-                            } else {
-                                format!("{} [{}]", k.name, k.module)
-                            },
-                            file: None,
-                            line: 0,
-                        }]
+                // BPF JIT code first: kallsyms may no longer (or never) have the program.
+                let bpf = crate::bpfmeta::lookup(&rec.bpf_programs, a).map(|f| {
+                    vec![Line {
+                        function: f.symbol.to_string(),
+                        file: f.line.map(|l| l.file.clone()),
+                        line: f.line.map_or(0, |l| l.line),
+                    }]
+                });
+                let lines = bpf
+                    .or_else(|| {
+                        ktable.lookup(a).map(|k| {
+                            vec![Line {
+                                function: if k.module.is_empty() {
+                                    k.name.clone()
+                                } else {
+                                    format!("{} [{}]", k.name, k.module)
+                                },
+                                file: None,
+                                line: 0,
+                            }]
+                        })
                     })
                     .unwrap_or_default();
                 p.locations.push(Location {
@@ -474,6 +483,10 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
                 "samples found the stack count map full (raise --max-stacks)",
             ),
             (l.notifications, "new-process notifications were dropped"),
+            (
+                l.bpf_events,
+                "BPF program load/unload records were dropped (such programs may show unnamed)",
+            ),
             (
                 l.offcpu_starts,
                 "off-CPU switch-outs could not be remembered",
