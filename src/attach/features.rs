@@ -58,6 +58,9 @@ impl Features {
     pub fn fentry(&self) -> Result<&Template, &str> {
         self.fentry
             .get_or_init(|| {
+                if forced() == Some("kprobe") {
+                    return Err(format!("disabled by {VIA}=kprobe"));
+                }
                 let k = btf::vmlinux().ok_or("the kernel has no BTF (/sys/kernel/btf/vmlinux)")?;
                 let (func, sig) = PROBE_FUNCS
                     .iter()
@@ -76,7 +79,12 @@ impl Features {
     /// Whether kprobes can be created here (tried for real); Err says why not.
     pub fn kprobe(&self) -> Result<(), &str> {
         self.kprobe
-            .get_or_init(|| kfunc::probe_kprobe(PROBE_FUNCS[0]).map_err(with_lockdown))
+            .get_or_init(|| {
+                if forced() == Some("fentry") {
+                    return Err(format!("disabled by {VIA}=fentry"));
+                }
+                kfunc::probe_kprobe(PROBE_FUNCS[0]).map_err(with_lockdown)
+            })
             .as_ref()
             .map(|_| ())
             .map_err(String::as_str)
@@ -119,6 +127,18 @@ impl Features {
                     .collect()
             })
             .contains(name)
+    }
+}
+
+/// Restricts kernel function probes to one mechanism, `kprobe` or
+/// `fentry`, as if the kernel refused the other (comparisons, tests).
+pub const VIA: &str = "BPFSCOPE_KFUNC_VIA";
+
+fn forced() -> Option<&'static str> {
+    match std::env::var(VIA).ok()?.as_str() {
+        "kprobe" => Some("kprobe"),
+        "fentry" => Some("fentry"),
+        _ => None,
     }
 }
 

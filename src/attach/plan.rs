@@ -806,6 +806,11 @@ pub fn build(
                 } else {
                     bs_cfg_flags::BS_CFG_LAT_END.0
                 };
+                // A function's return runs in the task of its entry: only
+                // the traced tasks' returns need looking at.
+                if matches!(role, Role::End(_)) && s.end.is_none() {
+                    cfg.flags |= bs_cfg_flags::BS_CFG_SAME_TASK.0;
+                }
                 for (i, m) in matching.iter().enumerate() {
                     let (src, kind, _) =
                         name_src(&probe, &path, m).map_err(|e| usage!("--match: {e}"))?;

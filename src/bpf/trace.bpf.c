@@ -161,13 +161,14 @@ static __always_inline void bs_comm(char *dst)
 /*
  * Whether this event belongs to the traced processes. Latency ends are
  * exempt: they often run in another context (a block I/O completion in an
- * interrupt) and only count when a traced start is waiting for them.
+ * interrupt) and only count when a traced start is waiting for them;
+ * except function returns, which run in the task of their entry.
  */
 static __always_inline int bs_target_ok(const struct bs_probe_cfg *cfg)
 {
 	u32 tgid;
 
-	if (cfg->flags & BS_CFG_LAT_END)
+	if ((cfg->flags & BS_CFG_LAT_END) && !(cfg->flags & BS_CFG_SAME_TASK))
 		return 1;
 	tgid = bpf_get_current_task_btf()->tgid;
 	if (tgid == self_tgid)
@@ -252,6 +253,19 @@ static __always_inline u64 bs_read_num(void *ctx, const struct bs_src *src,
 	}
 }
 
+/*
+ * A string through a pointer. Without __user tags in the kernel's BTF a
+ * `char *` argument may point into user memory: a failed kernel read is
+ * retried as a user read.
+ */
+static __always_inline void bs_read_ptr_str(const struct bs_src *src, u64 ptr, char *dst)
+{
+	if (src->type == BS_T_STR_UPTR)
+		bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr);
+	else if (bpf_probe_read_kernel_str(dst, BS_STR_MAX, (void *)ptr) < 0)
+		bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr);
+}
+
 /* Reads a string source into dst (at least BS_STR_MAX bytes), zero-padded. */
 static __always_inline void bs_read_str(void *ctx, const struct bs_src *src,
 					struct bs_scratch *s, char *dst)
@@ -278,10 +292,7 @@ static __always_inline void bs_read_str(void *ctx, const struct bs_src *src,
 		bpf_probe_read_kernel(&ptr, sizeof(ptr), (void *)addr);
 		if (!ptr)
 			return;
-		if (src->type == BS_T_STR_UPTR)
-			bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr);
-		else
-			bpf_probe_read_kernel_str(dst, BS_STR_MAX, (void *)ptr);
+		bs_read_ptr_str(src, ptr, dst);
 		return;
 	}
 	switch (src->type) {
@@ -310,10 +321,7 @@ static __always_inline void bs_read_str(void *ctx, const struct bs_src *src,
 			ptr = s->args[src->off & (BS_NARGS - 1)];
 		if (!ptr)
 			return;
-		if (src->type == BS_T_STR_UPTR)
-			bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr);
-		else
-			bpf_probe_read_kernel_str(dst, BS_STR_MAX, (void *)ptr);
+		bs_read_ptr_str(src, ptr, dst);
 		return;
 	default:
 		return;

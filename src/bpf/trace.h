@@ -115,6 +115,7 @@ enum bs_cfg_flags {
 	BS_CFG_NEED_ARGS = 1,  /* fill argument slots before evaluating */
 	BS_CFG_LAT_START = 2,  /* latency start: remember time and key by match key */
 	BS_CFG_LAT_END = 4,    /* latency end: value is the time since the matching start */
+	BS_CFG_SAME_TASK = 8,  /* latency end in its start's task (a function return): targeted too */
 };
 
 struct bs_probe_cfg {
