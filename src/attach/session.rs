@@ -37,6 +37,9 @@ pub struct Session<'obj> {
     /// The loaded fentry and fexit programs, to load copies per function.
     images: [Option<ProgImage>; 2],
     template: Option<Template>,
+    /// The template fentry/fexit program was attached: a loaded tracing
+    /// program attaches to its load-time target once, later ones are copies.
+    template_used: [bool; 2],
 }
 
 /// A kernel function link, held to be dropped: dropping detaches.
@@ -185,6 +188,7 @@ impl<'obj> Session<'obj> {
             kprogs: Vec::new(),
             images,
             template,
+            template_used: [false; 2],
         };
         session.fill(plan)?;
         Ok(session)
@@ -491,7 +495,10 @@ impl<'obj> Session<'obj> {
                 continue;
             };
             // The template program is already aimed at this function.
-            if self.template.as_ref().is_some_and(|t| t.btf_id == id) {
+            if !self.template_used[ret as usize]
+                && self.template.as_ref().is_some_and(|t| t.btf_id == id)
+            {
+                self.template_used[ret as usize] = true;
                 let prog = if ret {
                     &self.skel.progs.bpfscope_fexit
                 } else {
