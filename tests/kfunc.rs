@@ -122,6 +122,13 @@ fn by_key(lines: &[Value], key: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// N of "Attached N probes".
+fn attached(err: &str) -> usize {
+    err.lines()
+        .find_map(|l| l.strip_prefix("Attached ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"))
+}
+
 fn ok_env(env: &[(&str, &str)], args: &[&str]) -> (String, String) {
     let o = run_with_env(env, args);
     assert!(
@@ -318,10 +325,7 @@ fn glob_attaches_hundreds_of_functions_with_a_cookie_each() {
     ]);
     let out = ok(&o);
     let err = stderr(&o);
-    let attached: usize = err
-        .lines()
-        .find_map(|l| l.strip_prefix("Attached ")?.split(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("{err}"));
+    let attached = attached(&err);
     assert!(attached >= 100, "{err}");
     // Each function has its own cookie: the counts land on the right names.
     let c = by_key(&json_lines(&out), "probe");
@@ -358,10 +362,7 @@ fn fentry_glob_loads_one_program_per_function() {
     let c = by_key(&json_lines(&ok(&o)), "probe");
     assert_eq!(c.get("fentry:vfs_write"), Some(&99), "{c:?}");
     let err = stderr(&o);
-    let attached: usize = err
-        .lines()
-        .find_map(|l| l.strip_prefix("Attached ")?.split(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("{err}"));
+    let attached = attached(&err);
     assert!(attached >= 3, "{err}");
 }
 

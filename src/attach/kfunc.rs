@@ -112,48 +112,40 @@ fn load(
     insns: &[libbpf_sys::bpf_insn],
     opts: &mut libbpf_sys::bpf_prog_load_opts,
 ) -> Result<OwnedFd, String> {
-    let license = c"GPL";
-    // SAFETY: all pointers are valid for the call: name, license, insns and
-    // the buffers opts points to outlive it.
-    let fd = unsafe {
-        libbpf_sys::bpf_prog_load(
-            prog_type,
-            name.as_ptr(),
-            license.as_ptr(),
-            insns.as_ptr(),
-            insns.len() as _,
-            opts,
-        )
-    };
-    if fd >= 0 {
+    let once = |opts: &mut libbpf_sys::bpf_prog_load_opts| {
+        // SAFETY: all pointers are valid for the call: name, the license,
+        // insns and the buffers opts points to (the log too) outlive it.
+        let fd = unsafe {
+            libbpf_sys::bpf_prog_load(
+                prog_type,
+                name.as_ptr(),
+                c"GPL".as_ptr(),
+                insns.as_ptr(),
+                insns.len() as _,
+                opts,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::from_raw_os_error(-fd));
+        }
         // SAFETY: a new fd returned by the kernel, owned by nobody else.
-        return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
-    }
-    let err = io::Error::from_raw_os_error(-fd);
-    if err.raw_os_error() != Some(libc::EACCES) && err.raw_os_error() != Some(libc::EINVAL) {
-        return Err(err.to_string());
-    }
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let err = match once(opts) {
+        Ok(fd) => return Ok(fd),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EINVAL)) => e,
+        Err(e) => return Err(e.to_string()),
+    };
     // Rejected by the verifier: load again with a log to say why.
     let mut log = vec![0u8; 1 << 20];
     opts.log_level = 1;
     opts.log_buf = log.as_mut_ptr().cast();
     opts.log_size = log.len() as u32;
-    // SAFETY: as above; log outlives the call and its size is given.
-    let fd = unsafe {
-        libbpf_sys::bpf_prog_load(
-            prog_type,
-            name.as_ptr(),
-            license.as_ptr(),
-            insns.as_ptr(),
-            insns.len() as _,
-            opts,
-        )
-    };
+    let again = once(opts);
     opts.log_buf = std::ptr::null_mut();
     opts.log_size = 0;
-    if fd >= 0 {
-        // SAFETY: as above.
-        return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+    if let Ok(fd) = again {
+        return Ok(fd);
     }
     let text = String::from_utf8_lossy(&log);
     let lines: Vec<&str> = text.trim_end_matches('\0').lines().collect();

@@ -824,9 +824,8 @@ static __always_inline int bs_user_probe(struct pt_regs *ctx, u32 idx, int usdt)
 	return bs_handle(ctx, cfg, s, idx);
 }
 
-/* A kernel function through a kprobe or kretprobe; pt_regs as for uprobes. */
-SEC("kprobe")
-int bpfscope_kprobe(struct pt_regs *ctx)
+/* pt_regs programs configured by cookie: kprobes, uprobes, their multi links. */
+static __always_inline int bs_regs_cookie(struct pt_regs *ctx)
 {
 	u32 idx;
 
@@ -835,15 +834,18 @@ int bpfscope_kprobe(struct pt_regs *ctx)
 	return bs_user_probe(ctx, idx, 0);
 }
 
+/* A kernel function through a kprobe or kretprobe; pt_regs as for uprobes. */
+SEC("kprobe")
+int bpfscope_kprobe(struct pt_regs *ctx)
+{
+	return bs_regs_cookie(ctx);
+}
+
 /* Many kernel functions in one kprobe_multi link; each function's cookie names it. */
 SEC("kprobe.multi")
 int bpfscope_kmulti(struct pt_regs *ctx)
 {
-	u32 idx;
-
-	if (!bs_cookie_probe(ctx, &idx))
-		return 0;
-	return bs_user_probe(ctx, idx, 0);
+	return bs_regs_cookie(ctx);
 }
 
 /*
@@ -902,22 +904,14 @@ int bpfscope_fexit(void *ctx)
 SEC("uprobe")
 int bpfscope_uprobe(struct pt_regs *ctx)
 {
-	u32 idx;
-
-	if (!bs_cookie_probe(ctx, &idx))
-		return 0;
-	return bs_user_probe(ctx, idx, 0);
+	return bs_regs_cookie(ctx);
 }
 
 /* Many functions of one binary in one link; each function's cookie names it. */
 SEC("uprobe.multi")
 int bpfscope_umulti(struct pt_regs *ctx)
 {
-	u32 idx;
-
-	if (!bs_cookie_probe(ctx, &idx))
-		return 0;
-	return bs_user_probe(ctx, idx, 0);
+	return bs_regs_cookie(ctx);
 }
 
 /* USDT probes through libbpf's USDT support (arguments, semaphores). */

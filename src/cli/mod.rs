@@ -273,15 +273,7 @@ fn trace_settings(
 fn field_name(s: &str, opt: &str) -> Result<String, Error> {
     let s = s.trim();
     let bare = s.strip_prefix("args.").unwrap_or(s);
-    let ident = |w: &str| {
-        !w.is_empty()
-            && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !w.starts_with(|c: char| c.is_ascii_digit())
-    };
-    let ok = match crate::probe::btf::split_path(bare) {
-        Some((base, steps)) => ident(base) && steps.iter().all(|st| ident(&st.member)),
-        None => ident(bare),
-    };
+    let ok = crate::probe::btf::is_field_path(bare);
     if ok {
         Ok(s.to_string())
     } else {

@@ -252,16 +252,7 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
                 // bpftrace spells tracepoint fields args.NAME; that form is kept
                 // so it can name a field that shadows a builtin.
                 let bare = word.strip_prefix("args.").unwrap_or(&word);
-                let ident = |w: &str| {
-                    !w.is_empty()
-                        && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                        && !w.starts_with(|c: char| c.is_ascii_digit())
-                };
-                let ok = match crate::probe::btf::split_path(bare) {
-                    Some((base, steps)) => ident(base) && steps.iter().all(|s| ident(&s.member)),
-                    None => ident(bare),
-                };
-                if !ok {
+                if !crate::probe::btf::is_field_path(bare) {
                     return err(format!("bad name '{word}'"), col);
                 }
                 out.push((Tok::Name(word), col));

@@ -100,6 +100,19 @@ pub fn split_path(name: &str) -> Option<(&str, Vec<Step>)> {
     Some((base, steps))
 }
 
+/// Whether a name is an identifier or a member path of identifiers (`a->b.c`).
+pub fn is_field_path(name: &str) -> bool {
+    let ident = |w: &str| {
+        !w.is_empty()
+            && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !w.starts_with(|c: char| c.is_ascii_digit())
+    };
+    match split_path(name) {
+        Some((base, steps)) => ident(base) && steps.iter().all(|s| ident(&s.member)),
+        None => ident(name),
+    }
+}
+
 /// A member path resolved against BTF: what the BPF side follows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Walk {
@@ -353,6 +366,13 @@ impl KernelBtf {
         }
     }
 
+    /// The struct or union a type id stands for, typedefs and qualifiers aside.
+    fn composite(&self, id: u32) -> Option<Composite<'_>> {
+        self.ty(id)
+            .map(|t| self.resolve(t))
+            .and_then(|t| Composite::try_from(t).ok())
+    }
+
     /// A member of a struct or union by name, looking into anonymous
     /// members: (bit offset, type id, bitfield).
     fn member(&self, c: &Composite<'_>, name: &str) -> Option<(u32, u32, bool)> {
@@ -365,11 +385,7 @@ impl KernelBtf {
                 Some(n) if n == name => return Some((off, u32::from(m.ty), bitfield)),
                 Some(_) => {}
                 None => {
-                    let inner = self
-                        .ty(u32::from(m.ty))
-                        .map(|t| self.resolve(t))
-                        .and_then(|t| Composite::try_from(t).ok());
-                    if let Some(inner) = inner {
+                    if let Some(inner) = self.composite(u32::from(m.ty)) {
                         if let Some((o, t, b)) = self.member(&inner, name) {
                             return Some((off + o, t, b));
                         }
@@ -386,11 +402,7 @@ impl KernelBtf {
             match m.name.and_then(|n| n.to_str()) {
                 Some(n) => out.push(n.to_string()),
                 None => {
-                    let inner = self
-                        .ty(u32::from(m.ty))
-                        .map(|t| self.resolve(t))
-                        .and_then(|t| Composite::try_from(t).ok());
-                    if let Some(inner) = inner {
+                    if let Some(inner) = self.composite(u32::from(m.ty)) {
                         self.member_names(&inner, out);
                     }
                 }
@@ -489,11 +501,7 @@ impl KernelBtf {
         match shape {
             Shape::Composite => {
                 let mut names = Vec::new();
-                if let Some(c) = self
-                    .ty(ty)
-                    .map(|t| self.resolve(t))
-                    .and_then(|t| Composite::try_from(t).ok())
-                {
+                if let Some(c) = self.composite(ty) {
                     self.member_names(&c, &mut names);
                 }
                 return Err(format!(
