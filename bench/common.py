@@ -43,12 +43,12 @@ def wall(cmd, runs, env=None):
 class Background:
     """A tracer running in the background until stopped with SIGINT."""
 
-    def __init__(self, cmd, ready, timeout=60, stream="stderr"):
+    def __init__(self, cmd, ready, timeout=60, stream="stderr", env=None):
         """Starts cmd and waits for `ready` on its stderr (or stdout)."""
         pipe = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         if stream == "stdout":
             pipe = dict(stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.p = subprocess.Popen(cmd, text=True, **pipe)
+        self.p = subprocess.Popen(cmd, text=True, env=env, **pipe)
         deadline = time.time() + timeout
         for line in getattr(self.p, stream):
             if ready in line:

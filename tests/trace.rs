@@ -257,15 +257,16 @@ fn pid_target() {
         return;
     }
     let w = workload("writer");
+    // The delay covers bpfscope's start, slow in emulated guests.
     let mut wl = Command::new(&w)
         .args(["wr_pidt", "40", "8"])
-        .env("DELAY_MS", "1500")
+        .env("DELAY_MS", "4000")
         .spawn()
         .unwrap();
     let pid = wl.id().to_string();
     let mut other = Command::new(&w)
         .args(["wr_pidt", "40", "8"])
-        .env("DELAY_MS", "1500")
+        .env("DELAY_MS", "4000")
         .spawn()
         .unwrap();
     let r = start(&[

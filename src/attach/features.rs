@@ -3,6 +3,8 @@
 use std::cell::OnceCell;
 use std::collections::HashSet;
 
+use crate::attach::kfunc;
+use crate::probe::btf;
 use libbpf_rs::btf::{
     types::{Struct, Typedef},
     Btf,
@@ -17,7 +19,24 @@ pub struct Features {
     raw_tps: OnceCell<HashSet<String>>,
     /// Struct names of vmlinux BTF, read on first use.
     structs: OnceCell<HashSet<String>>,
+    /// fentry/fexit work (Ok: the function they were tried on), tried on first use.
+    fentry: OnceCell<Result<Template, String>>,
+    /// kprobes work, tried on first use.
+    kprobe: OnceCell<Result<(), String>>,
+    /// kprobe_multi links work (Linux 5.18+ with CONFIG_FPROBE), tried on first use.
+    kprobe_multi: OnceCell<bool>,
 }
+
+/// A kernel function fentry attached to in the feature probe: the
+/// session aims its template fentry/fexit programs at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    pub func: String,
+    pub btf_id: u32,
+}
+
+/// Functions every kernel has, traceable, with simple prototypes: feature probes try them.
+const PROBE_FUNCS: &[&str] = &["vfs_read", "ksys_read", "vfs_write", "do_sys_openat2"];
 
 impl Features {
     pub fn detect() -> Features {
@@ -28,7 +47,54 @@ impl Features {
             ),
             raw_tps: OnceCell::new(),
             structs: OnceCell::new(),
+            fentry: OnceCell::new(),
+            kprobe: OnceCell::new(),
+            kprobe_multi: OnceCell::new(),
         }
+    }
+
+    /// Whether fentry/fexit programs can be loaded and attached here (tried
+    /// for real); Err says why not.
+    pub fn fentry(&self) -> Result<&Template, &str> {
+        self.fentry
+            .get_or_init(|| {
+                if forced() == Some("kprobe") {
+                    return Err(format!("disabled by {VIA}=kprobe"));
+                }
+                let k = btf::vmlinux().ok_or("the kernel has no BTF (/sys/kernel/btf/vmlinux)")?;
+                let (func, sig) = PROBE_FUNCS
+                    .iter()
+                    .find_map(|f| Some((*f, k.func(f)?)))
+                    .ok_or("none of the usual test functions is in the kernel's BTF")?;
+                kfunc::probe_fentry(sig.func_id).map_err(with_lockdown)?;
+                Ok(Template {
+                    func: func.to_string(),
+                    btf_id: sig.func_id,
+                })
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
+    /// Whether kprobes can be created here (tried for real); Err says why not.
+    pub fn kprobe(&self) -> Result<(), &str> {
+        self.kprobe
+            .get_or_init(|| {
+                if forced() == Some("fentry") {
+                    return Err(format!("disabled by {VIA}=fentry"));
+                }
+                kfunc::probe_kprobe(PROBE_FUNCS[0]).map_err(with_lockdown)
+            })
+            .as_ref()
+            .map(|_| ())
+            .map_err(String::as_str)
+    }
+
+    /// Whether kprobe_multi links work (tried for real, after kprobes).
+    pub fn kprobe_multi(&self) -> bool {
+        *self.kprobe_multi.get_or_init(|| {
+            self.kprobe().is_ok() && kfunc::probe_kprobe_multi(PROBE_FUNCS[0]).is_ok()
+        })
     }
 
     /// uprobe_multi links (Linux 6.6+), found by the kernel's link type in BTF.
@@ -61,6 +127,26 @@ impl Features {
                     .collect()
             })
             .contains(name)
+    }
+}
+
+/// Restricts kernel function probes to one mechanism, `kprobe` or
+/// `fentry`, as if the kernel refused the other (comparisons, tests).
+pub const VIA: &str = "BPFSCOPE_KFUNC_VIA";
+
+fn forced() -> Option<&'static str> {
+    match std::env::var(VIA).ok()?.as_str() {
+        "kprobe" => Some("kprobe"),
+        "fentry" => Some("fentry"),
+        _ => None,
+    }
+}
+
+/// Adds the kernel lockdown mode to a refusal, when there is one.
+fn with_lockdown(reason: String) -> String {
+    match kfunc::lockdown() {
+        Some(mode) => format!("{reason}; kernel lockdown is '{mode}'"),
+        None => reason,
     }
 }
 

@@ -11,7 +11,8 @@ use crate::bpf::abi::{
 use crate::cli::{Action, Buckets, TraceSettings};
 use crate::error::Error;
 use crate::filter::{self, Expr, Operand, StrTable};
-use crate::probe::{FieldKind, Probe, ProbeKind, SyscallTp};
+use crate::probe::btf::{self, Shape};
+use crate::probe::{FieldKind, KfuncKind, Probe, ProbeKind, SyscallTp};
 use crate::usage;
 
 const STR_MAX: usize = bs_limits::BS_STR_MAX.0 as usize;
@@ -38,6 +39,47 @@ pub enum Path {
         provider: String,
         name: String,
     },
+    /// A kernel function's entry or return.
+    Kfunc(KfuncPath),
+}
+
+/// How a kernel function probe is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mech {
+    /// fentry/fexit: one program load per function, cheapest per event.
+    Fentry,
+    /// One kprobe/kretprobe perf link per function.
+    Kprobe,
+    /// One kprobe_multi link for many functions, a cookie each.
+    KprobeMulti,
+}
+
+impl Mech {
+    pub fn describe(self, ret: bool) -> &'static str {
+        match (self, ret) {
+            (Mech::Fentry, false) => "fentry with cookie",
+            (Mech::Fentry, true) => "fexit with cookie",
+            (Mech::Kprobe, false) => "kprobe with cookie",
+            (Mech::Kprobe, true) => "kretprobe with cookie",
+            (Mech::KprobeMulti, false) => "kprobe_multi with cookies",
+            (Mech::KprobeMulti, true) => "kretprobe (kprobe_multi) with cookies",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KfuncPath {
+    pub func: String,
+    pub offset: u64,
+    pub ret: bool,
+    /// What is tried first.
+    pub mech: Mech,
+    /// What is tried when that fails for this function.
+    pub fallback: Option<Mech>,
+    /// BTF id of the function: the fentry/fexit target.
+    pub btf_id: Option<u32>,
+    /// Why this function cannot be attached at all (it is skipped).
+    pub unavailable: Option<String>,
 }
 
 impl Path {
@@ -50,6 +92,10 @@ impl Path {
             Path::Uprobe { ret: false, .. } => "uprobe with cookie",
             Path::Uprobe { ret: true, .. } => "uretprobe with cookie",
             Path::Usdt { .. } => "usdt with cookie",
+            Path::Kfunc(k) => match &k.unavailable {
+                Some(_) => "skipped",
+                None => k.mech.describe(k.ret),
+            },
         }
     }
 
@@ -57,7 +103,7 @@ impl Path {
     fn uses_args(&self) -> bool {
         matches!(
             self,
-            Path::Syscall(_) | Path::Uprobe { .. } | Path::Usdt { .. }
+            Path::Syscall(_) | Path::Uprobe { .. } | Path::Usdt { .. } | Path::Kfunc(_)
         )
     }
 }
@@ -190,8 +236,88 @@ fn builtin_src(b: Builtin) -> (bs_src, ValueKind, usize) {
     )
 }
 
+/// A member path from a BTF-typed argument (`skb->dev->name`).
+fn walk_src(
+    probe: &Probe,
+    path: &Path,
+    field: &str,
+    base: &str,
+    steps: &[btf::Step],
+) -> Result<(bs_src, ValueKind, usize), Error> {
+    let f = probe.field(base).ok_or_else(|| {
+        usage!(
+            "{} has no field '{base}' (in '{field}'); its fields: {}",
+            probe.name,
+            probe.field_names()
+        )
+    })?;
+    let (Some(ty), Some(slot), true) = (f.btf, f.arg_slot, path.uses_args()) else {
+        return Err(usage!(
+            "{}: '{base}' has no BTF type, so '{field}' cannot be followed",
+            probe.name
+        ));
+    };
+    let k = btf::vmlinux().ok_or_else(|| usage!("{field}: the kernel has no BTF"))?;
+    let w = k
+        .walk(base, ty, steps)
+        .map_err(|e| usage!("{}: {e}", probe.name))?;
+    let (vt, size, signed, vk, len) = match w.shape {
+        Shape::Int { size, signed } => (
+            bs_val_type::BS_T_NUM,
+            size,
+            signed,
+            ValueKind::Int { signed },
+            8,
+        ),
+        Shape::Pointer => (bs_val_type::BS_T_NUM, 8, false, ValueKind::Hex, 8),
+        Shape::KernelStr => (
+            bs_val_type::BS_T_STR_KPTR,
+            8,
+            false,
+            ValueKind::Str,
+            STR_MAX,
+        ),
+        Shape::UserStr => (
+            bs_val_type::BS_T_STR_UPTR,
+            8,
+            false,
+            ValueKind::Str,
+            STR_MAX,
+        ),
+        Shape::CharArray(n) => {
+            let n = (n as usize).min(STR_MAX - 1);
+            (
+                bs_val_type::BS_T_STR_INLINE,
+                n as u8,
+                false,
+                ValueKind::Str,
+                n,
+            )
+        }
+        Shape::Composite | Shape::Unsupported => {
+            return Err(usage!("{}: '{field}' cannot be read", probe.name))
+        }
+    };
+    let mut src = bs_src {
+        kind: bs_src_kind::BS_SRC_ARG.0 as u8,
+        r#type: vt.0 as u8,
+        size,
+        is_signed: signed as u8,
+        off: slot as u16,
+        walk: 1,
+        nderef: w.path.len() as u8,
+        leaf_off: w.leaf_off,
+        ..Default::default()
+    };
+    src.path[..w.path.len()].copy_from_slice(&w.path);
+    Ok((src, vk, len))
+}
+
 /// Where a field is read from, on a given path.
 fn field_src(probe: &Probe, path: &Path, field: &str) -> Result<(bs_src, ValueKind, usize), Error> {
+    if let Some((base, steps)) = btf::split_path(field) {
+        return walk_src(probe, path, field, base, &steps);
+    }
     let f = probe.field(field).ok_or_else(|| {
         usage!(
             "{} has no field '{field}'; its fields: {} (builtins: {BUILTINS})",
@@ -221,6 +347,7 @@ fn field_src(probe: &Probe, path: &Path, field: &str) -> Result<(bs_src, ValueKi
         }
         FieldKind::DataLocStr => (bs_val_type::BS_T_STR_DATALOC, 0, ValueKind::Str, STR_MAX),
         FieldKind::UserStr => (bs_val_type::BS_T_STR_UPTR, 8, ValueKind::Str, STR_MAX),
+        FieldKind::KernelStr => (bs_val_type::BS_T_STR_KPTR, 8, ValueKind::Str, STR_MAX),
         FieldKind::Unsupported => {
             return Err(usage!(
                 "{}: field '{field}' has type '{}', which bpfscope cannot read",
@@ -236,7 +363,7 @@ fn field_src(probe: &Probe, path: &Path, field: &str) -> Result<(bs_src, ValueKi
             size,
             is_signed: f.signed as u8,
             off,
-            out_off: 0,
+            ..Default::default()
         },
         vk,
         len,
@@ -263,8 +390,101 @@ fn filter_names(e: &Expr, out: &mut Vec<String>) {
     }
 }
 
+/// Above this many kernel functions, `kprobe:` prefers kprobes (one
+/// kprobe_multi link, or a perf link each) to fentry, whose programs are
+/// loaded and verified once per function.
+const FENTRY_MAX: usize = 8;
+
+/// How a kernel function probe is attached: fentry/fexit when the kernel
+/// allows it and BTF describes the function (cheaper per event), kprobes
+/// otherwise, each the fallback of the other; kprobe_multi for many
+/// functions. `nkfuncs` counts the plan's kprobe:/kretprobe: functions.
+fn kfunc_path(probe: &Probe, features: &Features, nkfuncs: usize) -> Result<Path, Error> {
+    let ProbeKind::Kfunc {
+        func,
+        offset,
+        kind,
+        sig,
+        kprobe_ok,
+        ..
+    } = &probe.kind
+    else {
+        return Err(usage!("{}: not a kernel function", probe.name));
+    };
+    let name = &probe.name;
+    let ret = kind.is_ret();
+    let btf_id = sig.as_ref().map(|s| s.func_id);
+    let fentry = features.fentry().map(|_| ());
+    let kprobe = features.kprobe();
+    let mut path = KfuncPath {
+        func: func.clone(),
+        offset: *offset,
+        ret,
+        mech: Mech::Fentry,
+        fallback: None,
+        btf_id,
+        unavailable: None,
+    };
+    if kind.is_fentry() {
+        if let Err(why) = fentry {
+            let alt = match kprobe {
+                Ok(()) => format!(
+                    "use {}:{func} instead",
+                    if ret { "kretprobe" } else { "kprobe" }
+                ),
+                Err(_) => {
+                    "kprobes are refused too: trace tracepoints instead ('bpfscope list')".into()
+                }
+            };
+            return Err(Error::Environment(format!(
+                "{name}: this kernel refuses fentry/fexit programs ({why}); {alt}"
+            )));
+        }
+        if btf_id.is_none() {
+            path.unavailable =
+                Some("fentry needs the function's prototype in vmlinux BTF, which lacks it".into());
+        }
+        return Ok(Path::Kfunc(path));
+    }
+    if let (Err(k), Err(f)) = (kprobe, fentry) {
+        return Err(Error::Environment(format!(
+            "{name}: this kernel refuses both kprobes ({k}) and fentry ({f}); trace tracepoints instead ('bpfscope list')"
+        )));
+    }
+    let can_fentry = fentry.is_ok() && btf_id.is_some() && *offset == 0;
+    let can_kprobe = kprobe.is_ok() && *kprobe_ok;
+    let kprobe_mech = if *offset == 0 && nkfuncs > 1 && features.kprobe_multi() {
+        Mech::KprobeMulti
+    } else {
+        Mech::Kprobe
+    };
+    (path.mech, path.fallback) = match (can_fentry, can_kprobe) {
+        (true, true) if nkfuncs > FENTRY_MAX => (kprobe_mech, Some(Mech::Fentry)),
+        (true, true) => (Mech::Fentry, Some(kprobe_mech)),
+        (true, false) => (Mech::Fentry, None),
+        (false, true) => (kprobe_mech, None),
+        (false, false) => {
+            path.unavailable = Some(if !kprobe_ok {
+                "in the kprobe blacklist, and fentry cannot be used".into()
+            } else if *offset > 0 {
+                "kprobes are refused, and fentry has no offsets".into()
+            } else {
+                "kprobes are refused, and fentry needs a vmlinux BTF prototype, which it lacks"
+                    .into()
+            });
+            (Mech::Kprobe, None)
+        }
+    };
+    Ok(Path::Kfunc(path))
+}
+
 /// Chooses the cheapest path that gives the same answer for this probe.
-fn choose_path(probe: &Probe, fields: &[&str], features: &Features) -> Path {
+fn choose_path(
+    probe: &Probe,
+    fields: &[&str],
+    features: &Features,
+    nkfuncs: usize,
+) -> Result<Path, Error> {
     let (subsys, event, syscall) = match &probe.kind {
         ProbeKind::Tracepoint {
             subsys,
@@ -277,11 +497,11 @@ fn choose_path(probe: &Probe, fields: &[&str], features: &Features) -> Path {
             ret,
             ..
         } => {
-            return Path::Uprobe {
+            return Ok(Path::Uprobe {
                 binary: binary.clone(),
                 offset: *offset,
                 ret: *ret,
-            }
+            })
         }
         ProbeKind::Usdt {
             binary,
@@ -289,12 +509,13 @@ fn choose_path(probe: &Probe, fields: &[&str], features: &Features) -> Path {
             name,
             ..
         } => {
-            return Path::Usdt {
+            return Ok(Path::Usdt {
                 binary: binary.clone(),
                 provider: provider.clone(),
                 name: name.clone(),
-            }
+            })
         }
+        ProbeKind::Kfunc { .. } => return kfunc_path(probe, features, nkfuncs),
     };
     let classic = Path::Tracepoint {
         subsys: subsys.clone(),
@@ -305,20 +526,20 @@ fn choose_path(probe: &Probe, fields: &[&str], features: &Features) -> Path {
         let all_args = fields
             .iter()
             .all(|f| probe.field(f).is_some_and(|f| f.arg_slot.is_some()));
-        return if all_args {
+        return Ok(if all_args {
             Path::Syscall(*sc)
         } else {
             classic
-        };
+        });
     }
     // raw_tp sees the tracepoint's arguments, not the record, so it only
     // serves probes that need no record field.
     if fields.is_empty() && features.raw_tp_cookie && features.has_raw_tp(event) {
-        return Path::RawTp {
+        return Ok(Path::RawTp {
             name: event.clone(),
-        };
+        });
     }
-    classic
+    Ok(classic)
 }
 
 /// Which probes of a latency pair evaluate a key part or the filter.
@@ -343,7 +564,9 @@ impl Side {
 
 fn resolvable(probe: &Probe, name: &str) -> bool {
     match field_part(name) {
-        Some(f) => probe.field(f).is_some(),
+        Some(f) => probe
+            .field(btf::split_path(f).map_or(f, |(base, _)| base))
+            .is_some(),
         None => builtin(name).is_some(),
     }
 }
@@ -411,6 +634,18 @@ pub fn build(
         ));
     }
 
+    let nkfuncs = probes
+        .iter()
+        .filter(|(p, _)| {
+            matches!(
+                p.kind,
+                ProbeKind::Kfunc {
+                    kind: KfuncKind::Kprobe | KfuncKind::Kretprobe,
+                    ..
+                }
+            )
+        })
+        .count();
     // What each probe reads, hence its path.
     let paths: Vec<Path> = probes
         .iter()
@@ -443,9 +678,9 @@ pub fn build(
                     fields.extend(list.iter().filter_map(|n| field_part(n)));
                 }
             }
-            choose_path(probe, &fields, features)
+            choose_path(probe, &fields, features, nkfuncs)
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
 
     // Key layout: each part's shape from the first probe that reads it.
     let mut layout: Vec<Slot> = Vec::new();
@@ -571,6 +806,11 @@ pub fn build(
                 } else {
                     bs_cfg_flags::BS_CFG_LAT_END.0
                 };
+                // A function's return runs in the task of its entry: only
+                // the traced tasks' returns need looking at.
+                if matches!(role, Role::End(_)) && s.end.is_none() {
+                    cfg.flags |= bs_cfg_flags::BS_CFG_SAME_TASK.0;
+                }
                 for (i, m) in matching.iter().enumerate() {
                     let (src, kind, _) =
                         name_src(&probe, &path, m).map_err(|e| usage!("--match: {e}"))?;

@@ -4,17 +4,19 @@
 //! detaches everything; nothing is pinned.
 
 use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{
-    Link, MapCore, MapFlags, OpenObject, RawTracepointOpts, TracepointCategory, TracepointOpts,
-    UprobeMultiOpts, UprobeOpts, UsdtOpts,
+    KprobeMultiOpts, KprobeOpts, Link, MapCore, MapFlags, OpenObject, RawTracepointOpts,
+    TracepointCategory, TracepointOpts, UprobeMultiOpts, UprobeOpts, UsdtOpts,
 };
 
-use crate::attach::features::Features;
+use crate::attach::features::{Features, Template};
+use crate::attach::kfunc::{self, ProgImage, RawLink};
 
-use crate::attach::plan::{Path, Plan};
+use crate::attach::plan::{KfuncPath, Mech, Path, Plan};
 use crate::attach::{libbpf_log, pod_bytes};
 use crate::bpf::abi::{bs_limits, bs_target_mode};
 use crate::bpf::trace::{TraceSkel, TraceSkelBuilder};
@@ -29,6 +31,34 @@ pub struct Session<'obj> {
     pub skel: TraceSkel<'obj>,
     links: Vec<Link>,
     uprobe_multi: bool,
+    /// Kernel function links, and the fentry/fexit program copies they run.
+    klinks: Vec<KLink>,
+    kprogs: Vec<OwnedFd>,
+    /// The loaded fentry and fexit programs, to load copies per function.
+    images: [Option<ProgImage>; 2],
+    template: Option<Template>,
+    /// The template fentry/fexit program was attached: a loaded tracing
+    /// program attaches to its load-time target once, later ones are copies.
+    template_used: [bool; 2],
+}
+
+/// A kernel function link, held to be dropped: dropping detaches.
+#[allow(dead_code, reason = "the links are only held, never read")]
+enum KLink {
+    Libbpf(Link),
+    Fd(OwnedFd),
+    Raw(RawLink),
+}
+
+/// What attaching gave.
+#[derive(Debug, Default)]
+pub struct Attached {
+    /// Probes live.
+    pub probes: usize,
+    /// (probe, reason) of probes that could not be attached.
+    pub skipped: Vec<(String, String)>,
+    /// How kernel functions were attached, for -v.
+    pub notes: Vec<String>,
 }
 
 impl<'obj> Session<'obj> {
@@ -103,6 +133,42 @@ impl<'obj> Session<'obj> {
         progs
             .bpfscope_fork
             .set_autoload(matches!(s.target, Target::Command { .. }));
+        // Kernel functions: what the plan tries first, and its fallbacks.
+        let uses = |m: Mech, ret: Option<bool>| {
+            plan.probes.iter().any(|p| {
+                matches!(&p.path, Path::Kfunc(k) if k.unavailable.is_none()
+                    && (k.mech == m || k.fallback == Some(m))
+                    && ret.is_none_or(|r| r == k.ret))
+            })
+        };
+        progs.bpfscope_kprobe.set_autoload(uses(Mech::Kprobe, None));
+        progs
+            .bpfscope_kmulti
+            .set_autoload(uses(Mech::KprobeMulti, None));
+        let (fentry, fexit) = (
+            uses(Mech::Fentry, Some(false)),
+            uses(Mech::Fentry, Some(true)),
+        );
+        let template = if fentry || fexit {
+            let t = features
+                .fentry()
+                .map_err(|e| anyhow::anyhow!("fentry is not available: {e}"))?;
+            Some(t.clone())
+        } else {
+            None
+        };
+        // fentry/fexit are aimed at the template function here; copies of
+        // the loaded instructions serve the real targets (attach/kfunc.rs).
+        for (prog, on) in [
+            (&mut progs.bpfscope_fentry, fentry),
+            (&mut progs.bpfscope_fexit, fexit),
+        ] {
+            prog.set_autoload(on);
+            if let (true, Some(t)) = (on, &template) {
+                prog.set_attach_target(0, Some(t.func.clone()))
+                    .context("aiming the fentry program")?;
+            }
+        }
 
         let skel = open.load().map_err(|e| {
             anyhow::anyhow!("{e}").context(format!(
@@ -110,10 +176,19 @@ impl<'obj> Session<'obj> {
                 libbpf_log::last_error_hint()
             ))
         })?;
+        let images = [
+            fentry.then(|| ProgImage::of(skel.object(), &skel.progs.bpfscope_fentry)),
+            fexit.then(|| ProgImage::of(skel.object(), &skel.progs.bpfscope_fexit)),
+        ];
         let session = Session {
             skel,
             links: Vec::new(),
             uprobe_multi: multi,
+            klinks: Vec::new(),
+            kprogs: Vec::new(),
+            images,
+            template,
+            template_used: [false; 2],
         };
         session.fill(plan)?;
         Ok(session)
@@ -162,9 +237,11 @@ impl<'obj> Session<'obj> {
             .context("adding the target process")
     }
 
-    /// Attaches every probe; returns how many probes are live.
+    /// Attaches every probe; says how many are live and which were skipped.
     /// `pid` restricts user probes to one process (-1: every process).
-    pub fn attach(&mut self, plan: &Plan, follow_forks: bool, pid: i32) -> Result<usize> {
+    pub fn attach(&mut self, plan: &Plan, follow_forks: bool, pid: i32) -> Result<Attached> {
+        let mut out = Attached::default();
+        self.attach_kfuncs(plan, &mut out);
         let progs = &self.skel.progs;
         let mut links = Vec::new();
         if plan
@@ -259,7 +336,7 @@ impl<'obj> Session<'obj> {
             // Cookie 0 means "no configuration", so indexes are shifted by one.
             let cookie = i as u64 + 1;
             match &p.path {
-                Path::Syscall(_) | Path::Uprobe { .. } => {}
+                Path::Syscall(_) | Path::Uprobe { .. } | Path::Kfunc(_) => {}
                 Path::Usdt {
                     binary,
                     provider,
@@ -314,8 +391,16 @@ impl<'obj> Session<'obj> {
                     .context("attaching the fork follower")?,
             );
         }
-        self.links = links;
-        Ok(plan.probes.len())
+        self.links.extend(links);
+        out.probes = plan.probes.len() - out.skipped.len();
+        if out.probes == 0 {
+            let (name, why) = out.skipped.first().cloned().unwrap_or_default();
+            return Err(crate::error::Error::Environment(format!(
+                "no probe could be attached ({name}: {why})"
+            ))
+            .into());
+        }
+        Ok(out)
     }
 
     /// Runs the kernel skipped because the same program was already running
@@ -348,12 +433,216 @@ impl<'obj> Session<'obj> {
     /// Detaches every probe; maps stay readable.
     pub fn detach(&mut self) {
         detach_all(std::mem::take(&mut self.links));
+        detach_all(std::mem::take(&mut self.klinks));
+        self.kprogs.clear();
+    }
+
+    /// Attaches the kernel function probes, each through its planned
+    /// mechanism, then its fallback for those that failed; the rest are skipped.
+    fn attach_kfuncs(&mut self, plan: &Plan, out: &mut Attached) {
+        let kpath = |i: usize| match &plan.probes[i].path {
+            Path::Kfunc(k) => Some(k),
+            _ => None,
+        };
+        let mut pending: Vec<(usize, Mech)> = Vec::new();
+        for (i, p) in plan.probes.iter().enumerate() {
+            if let Path::Kfunc(k) = &p.path {
+                match &k.unavailable {
+                    Some(why) => out.skipped.push((p.probe.name.clone(), why.clone())),
+                    None => pending.push((i, k.mech)),
+                }
+            }
+        }
+        for round in 0..2 {
+            if pending.is_empty() {
+                break;
+            }
+            let mut failed: Vec<(usize, Mech, String)> = Vec::new();
+            let items = |m: Mech, ret: bool| -> Vec<(usize, &KfuncPath)> {
+                pending
+                    .iter()
+                    .filter(|(_, pm)| *pm == m)
+                    .filter_map(|(i, _)| Some((*i, kpath(*i)?)))
+                    .filter(|(_, k)| k.ret == ret)
+                    .collect()
+            };
+            for ret in [false, true] {
+                for (i, e) in self.attach_fentry(&items(Mech::Fentry, ret), ret) {
+                    failed.push((i, Mech::Fentry, e));
+                }
+                for (i, e) in self.attach_multi(&items(Mech::KprobeMulti, ret), ret) {
+                    failed.push((i, Mech::KprobeMulti, e));
+                }
+                for (i, k) in items(Mech::Kprobe, ret) {
+                    if let Err(e) = self.attach_kprobe(i, k) {
+                        failed.push((i, Mech::Kprobe, e));
+                    }
+                }
+            }
+            pending.clear();
+            for (i, mech, err) in failed {
+                let name = plan.probes[i].probe.name.clone();
+                let Some(k) = kpath(i) else { continue };
+                match k.fallback {
+                    Some(fb) if round == 0 => {
+                        out.notes.push(format!(
+                            "{name}: {} failed ({err}); trying {}",
+                            mech.describe(k.ret),
+                            fb.describe(k.ret)
+                        ));
+                        pending.push((i, fb));
+                    }
+                    _ => out
+                        .skipped
+                        .push((name, format!("{}: {err}", mech.describe(k.ret)))),
+                }
+            }
+        }
+    }
+
+    /// Loads a copy of the fentry (or fexit) program per function and
+    /// attaches it; returns the failures. Loads run on several threads: the
+    /// verifier takes most of the time, and each function needs its own pass.
+    fn attach_fentry(&mut self, items: &[(usize, &KfuncPath)], ret: bool) -> Vec<(usize, String)> {
+        let mut failed = Vec::new();
+        if items.is_empty() {
+            return failed;
+        }
+        let Some(image) = &self.images[ret as usize] else {
+            return items
+                .iter()
+                .map(|(i, _)| (*i, "the fentry program is not loaded".to_string()))
+                .collect();
+        };
+        let mut todo: Vec<(usize, u32)> = Vec::new();
+        for (i, k) in items {
+            let cookie = *i as u64 + 1;
+            let Some(id) = k.btf_id else {
+                failed.push((*i, "no BTF prototype".to_string()));
+                continue;
+            };
+            // The template program is already aimed at this function.
+            if !self.template_used[ret as usize]
+                && self.template.as_ref().is_some_and(|t| t.btf_id == id)
+            {
+                self.template_used[ret as usize] = true;
+                let prog = if ret {
+                    &self.skel.progs.bpfscope_fexit
+                } else {
+                    &self.skel.progs.bpfscope_fentry
+                };
+                match kfunc::attach_tracing(prog.as_fd(), ret, cookie) {
+                    Ok(l) => self.klinks.push(KLink::Fd(l)),
+                    Err(e) => failed.push((*i, e.to_string())),
+                }
+                continue;
+            }
+            todo.push((*i, id));
+        }
+        type Loaded = (usize, Result<(OwnedFd, OwnedFd), String>);
+        let workers = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(1, 4);
+        let per = todo.len().div_ceil(workers).max(1);
+        let results: Vec<Loaded> = std::thread::scope(|sc| {
+            let handles: Vec<_> = todo
+                .chunks(per)
+                .map(|chunk| {
+                    sc.spawn(move || {
+                        chunk
+                            .iter()
+                            .map(|&(i, id)| {
+                                let r = image.load_for(id).and_then(|prog| {
+                                    let link =
+                                        kfunc::attach_tracing(prog.as_fd(), ret, i as u64 + 1)
+                                            .map_err(|e| format!("attaching: {e}"))?;
+                                    Ok((prog, link))
+                                });
+                                (i, r)
+                            })
+                            .collect::<Vec<Loaded>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        for (i, r) in results {
+            match r {
+                Ok((prog, link)) => {
+                    self.kprogs.push(prog);
+                    self.klinks.push(KLink::Fd(link));
+                }
+                Err(e) => failed.push((i, e)),
+            }
+        }
+        failed
+    }
+
+    /// One kprobe_multi link for all these functions; when the kernel
+    /// refuses the set, halves are tried until the functions it refuses are
+    /// found. Returns the failures.
+    fn attach_multi(&mut self, items: &[(usize, &KfuncPath)], ret: bool) -> Vec<(usize, String)> {
+        let mut failed = Vec::new();
+        let mut stack: Vec<&[(usize, &KfuncPath)]> = Vec::new();
+        if !items.is_empty() {
+            stack.push(items);
+        }
+        while let Some(set) = stack.pop() {
+            let opts = KprobeMultiOpts {
+                symbols: set.iter().map(|(_, k)| k.func.clone()).collect(),
+                cookies: set.iter().map(|(i, _)| *i as u64 + 1).collect(),
+                retprobe: ret,
+                ..Default::default()
+            };
+            match self
+                .skel
+                .progs
+                .bpfscope_kmulti
+                .attach_kprobe_multi_with_opts(opts)
+            {
+                Ok(l) => self.klinks.push(KLink::Libbpf(l)),
+                Err(e) if set.len() == 1 => failed.push((set[0].0, e.to_string())),
+                Err(_) => {
+                    let (a, b) = set.split_at(set.len() / 2);
+                    stack.push(a);
+                    stack.push(b);
+                }
+            }
+        }
+        failed
+    }
+
+    /// One kprobe or kretprobe.
+    fn attach_kprobe(&mut self, i: usize, k: &KfuncPath) -> Result<(), String> {
+        let cookie = i as u64 + 1;
+        let prog = &self.skel.progs.bpfscope_kprobe;
+        let link = if k.offset == 0 {
+            prog.attach_kprobe_with_opts(
+                k.ret,
+                &k.func,
+                KprobeOpts {
+                    cookie,
+                    ..Default::default()
+                },
+            )
+            .map(KLink::Libbpf)
+            .map_err(|e| e.to_string())?
+        } else {
+            kfunc::attach_kprobe_at(prog, &k.func, k.offset, k.ret, cookie)
+                .map(KLink::Raw)
+                .map_err(|e| e.to_string())?
+        };
+        self.klinks.push(link);
+        Ok(())
     }
 }
 
 /// Drops links in parallel: each perf-event tracepoint detach waits for an
 /// RCU grace period (tens of ms), and grace periods overlap across threads.
-pub fn detach_all(links: Vec<Link>) {
+pub fn detach_all<L: Send>(links: Vec<L>) {
     if links.len() < 4 {
         drop(links);
         return;
@@ -362,7 +651,7 @@ pub fn detach_all(links: Vec<Link>) {
     let mut links = links;
     std::thread::scope(|s| {
         while !links.is_empty() {
-            let chunk: Vec<Link> = links.drain(..per.min(links.len())).collect();
+            let chunk: Vec<L> = links.drain(..per.min(links.len())).collect();
             s.spawn(move || drop(chunk));
         }
     });

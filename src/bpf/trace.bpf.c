@@ -161,13 +161,14 @@ static __always_inline void bs_comm(char *dst)
 /*
  * Whether this event belongs to the traced processes. Latency ends are
  * exempt: they often run in another context (a block I/O completion in an
- * interrupt) and only count when a traced start is waiting for them.
+ * interrupt) and only count when a traced start is waiting for them;
+ * except function returns, which run in the task of their entry.
  */
 static __always_inline int bs_target_ok(const struct bs_probe_cfg *cfg)
 {
 	u32 tgid;
 
-	if (cfg->flags & BS_CFG_LAT_END)
+	if ((cfg->flags & BS_CFG_LAT_END) && !(cfg->flags & BS_CFG_SAME_TASK))
 		return 1;
 	tgid = bpf_get_current_task_btf()->tgid;
 	if (tgid == self_tgid)
@@ -189,6 +190,24 @@ static __always_inline u64 bs_extend(u64 raw, u8 size, u8 is_signed)
 	default:
 		return raw;
 	}
+}
+
+/*
+ * Address of a walked value: follows the pointers stored at each path
+ * offset from base, then adds the leaf offset. A failed read yields 0, and
+ * every later read from near 0 fails too, so a broken chain reads as 0 or "".
+ */
+static __always_inline u64 bs_walk(const struct bs_src *src, u64 base)
+{
+	for (int i = 0; i < BS_MAX_DEREF; i++) {
+		u64 next = 0;
+
+		if (i >= src->nderef)
+			break;
+		bpf_probe_read_kernel(&next, sizeof(next), (void *)(base + src->path[i]));
+		base = next;
+	}
+	return base + src->leaf_off;
 }
 
 static __always_inline u64 bs_read_num(void *ctx, const struct bs_src *src,
@@ -218,10 +237,33 @@ static __always_inline u64 bs_read_num(void *ctx, const struct bs_src *src,
 		return bs_extend(raw, src->size, src->is_signed);
 	}
 	case BS_SRC_ARG:
-		return bs_extend(s->args[src->off & (BS_NARGS - 1)], src->size, src->is_signed);
+		raw = s->args[src->off & (BS_NARGS - 1)];
+		if (src->walk) {
+			u64 addr = bs_walk(src, raw);
+			u32 n = src->size;
+
+			if (n > sizeof(raw))
+				n = sizeof(raw);
+			raw = 0;
+			bpf_probe_read_kernel(&raw, n, (void *)addr);
+		}
+		return bs_extend(raw, src->size, src->is_signed);
 	default:
 		return 0;
 	}
+}
+
+/*
+ * A string through a pointer. Without __user tags in the kernel's BTF a
+ * `char *` argument may point into user memory: a failed kernel read is
+ * retried as a user read.
+ */
+static __always_inline void bs_read_ptr_str(const struct bs_src *src, u64 ptr, char *dst)
+{
+	if (src->type == BS_T_STR_UPTR)
+		bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr);
+	else if (bpf_probe_read_kernel_str(dst, BS_STR_MAX, (void *)ptr) < 0)
+		bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr);
 }
 
 /* Reads a string source into dst (at least BS_STR_MAX bytes), zero-padded. */
@@ -236,6 +278,23 @@ static __always_inline void bs_read_str(void *ctx, const struct bs_src *src,
 		return;
 	}
 	__builtin_memset(dst, 0, BS_STR_MAX);
+	if (src->walk && src->kind == BS_SRC_ARG) {
+		u64 addr = bs_walk(src, s->args[src->off & (BS_NARGS - 1)]);
+
+		if (src->type == BS_T_STR_INLINE) {
+			/* A char array inside a kernel struct (e.g. net_device.name). */
+			n = src->size;
+			if (n > BS_STR_MAX - 1)
+				n = BS_STR_MAX - 1;
+			bpf_probe_read_kernel(dst, n, (void *)addr);
+			return;
+		}
+		bpf_probe_read_kernel(&ptr, sizeof(ptr), (void *)addr);
+		if (!ptr)
+			return;
+		bs_read_ptr_str(src, ptr, dst);
+		return;
+	}
 	switch (src->type) {
 	case BS_T_STR_INLINE:
 		if (src->kind != BS_SRC_CTX)
@@ -262,10 +321,7 @@ static __always_inline void bs_read_str(void *ctx, const struct bs_src *src,
 			ptr = s->args[src->off & (BS_NARGS - 1)];
 		if (!ptr)
 			return;
-		if (src->type == BS_T_STR_UPTR)
-			bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr);
-		else
-			bpf_probe_read_kernel_str(dst, BS_STR_MAX, (void *)ptr);
+		bs_read_ptr_str(src, ptr, dst);
 		return;
 	default:
 		return;
@@ -768,9 +824,8 @@ static __always_inline int bs_user_probe(struct pt_regs *ctx, u32 idx, int usdt)
 	return bs_handle(ctx, cfg, s, idx);
 }
 
-/* One uprobe or uretprobe per function (kernels without uprobe_multi). */
-SEC("uprobe")
-int bpfscope_uprobe(struct pt_regs *ctx)
+/* pt_regs programs configured by cookie: kprobes, uprobes, their multi links. */
+static __always_inline int bs_regs_cookie(struct pt_regs *ctx)
 {
 	u32 idx;
 
@@ -779,15 +834,84 @@ int bpfscope_uprobe(struct pt_regs *ctx)
 	return bs_user_probe(ctx, idx, 0);
 }
 
-/* Many functions of one binary in one link; each function's cookie names it. */
-SEC("uprobe.multi")
-int bpfscope_umulti(struct pt_regs *ctx)
+/* A kernel function through a kprobe or kretprobe; pt_regs as for uprobes. */
+SEC("kprobe")
+int bpfscope_kprobe(struct pt_regs *ctx)
 {
+	return bs_regs_cookie(ctx);
+}
+
+/* Many kernel functions in one kprobe_multi link; each function's cookie names it. */
+SEC("kprobe.multi")
+int bpfscope_kmulti(struct pt_regs *ctx)
+{
+	return bs_regs_cookie(ctx);
+}
+
+/*
+ * fentry/fexit: the trampoline passes the arguments as u64 slots, read
+ * with bpf_get_func_arg (and the return value with bpf_get_func_ret), so
+ * the same code serves every target. The target is fixed at load time:
+ * user space loads these instructions once per function (see
+ * attach/kfunc.rs) and attaches each copy with its cookie.
+ */
+static __always_inline int bs_tramp(void *ctx, int ret)
+{
+	struct bs_probe_cfg *cfg;
+	struct bs_scratch *s;
 	u32 idx;
 
 	if (!bs_cookie_probe(ctx, &idx))
 		return 0;
-	return bs_user_probe(ctx, idx, 0);
+	cfg = bpf_map_lookup_elem(&probes, &idx);
+	s = bs_scratch();
+	if (!cfg || !s || !bs_target_ok(cfg))
+		return 0;
+	if (cfg->flags & BS_CFG_NEED_ARGS) {
+		u64 n = bpf_get_func_arg_cnt(ctx);
+
+		for (int i = 0; i < 6; i++) {
+			u64 v = 0;
+
+			if (i >= n)
+				break;
+			bpf_get_func_arg(ctx, i, &v);
+			s->args[i] = v;
+		}
+		if (ret) {
+			u64 v = 0;
+
+			bpf_get_func_ret(ctx, &v);
+			s->args[BS_ARG_RET] = v;
+		}
+	}
+	return bs_handle(ctx, cfg, s, idx);
+}
+
+SEC("fentry")
+int bpfscope_fentry(void *ctx)
+{
+	return bs_tramp(ctx, 0);
+}
+
+SEC("fexit")
+int bpfscope_fexit(void *ctx)
+{
+	return bs_tramp(ctx, 1);
+}
+
+/* One uprobe or uretprobe per function (kernels without uprobe_multi). */
+SEC("uprobe")
+int bpfscope_uprobe(struct pt_regs *ctx)
+{
+	return bs_regs_cookie(ctx);
+}
+
+/* Many functions of one binary in one link; each function's cookie names it. */
+SEC("uprobe.multi")
+int bpfscope_umulti(struct pt_regs *ctx)
+{
+	return bs_regs_cookie(ctx);
 }
 
 /* USDT probes through libbpf's USDT support (arguments, semaphores). */

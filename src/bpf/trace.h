@@ -28,6 +28,8 @@ enum bs_limits {
 	BS_ARG_NR = 13,
 	/* Fields that pair a latency start with its end. */
 	BS_MAX_MATCH = 4,
+	/* Pointers followed by one BTF-typed access such as skb->dev->name. */
+	BS_MAX_DEREF = 4,
 };
 
 /* Where a value comes from. */
@@ -62,6 +64,17 @@ struct bs_src {
 	__u8 is_signed;
 	__u16 off;      /* record offset or argument slot */
 	__u16 out_off;  /* destination offset in the key or event data */
+	/*
+	 * Pointer walk from an argument (offsets resolved from BTF in user
+	 * space): when `walk` is set, the argument is a pointer; the pointers
+	 * stored at path[0..nderef) are followed in turn, and the value itself
+	 * is read at leaf_off from the last one, each step a bounded probe read.
+	 */
+	__u8 walk;
+	__u8 nderef;
+	__u16 leaf_off;
+	__u16 path[BS_MAX_DEREF];
+	__u32 pad;
 };
 
 enum bs_op {
@@ -102,6 +115,7 @@ enum bs_cfg_flags {
 	BS_CFG_NEED_ARGS = 1,  /* fill argument slots before evaluating */
 	BS_CFG_LAT_START = 2,  /* latency start: remember time and key by match key */
 	BS_CFG_LAT_END = 4,    /* latency end: value is the time since the matching start */
+	BS_CFG_SAME_TASK = 8,  /* latency end in its start's task (a function return): targeted too */
 };
 
 struct bs_probe_cfg {

@@ -53,7 +53,8 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
     /// Probes: tracepoint:SUBSYS:EVENT (t:), uprobe:PATH:FUNC[+OFF] (u:),
-    /// uretprobe:PATH:FUNC (ur:), usdt:PATH:PROVIDER:NAME (U:); globs with * and ?
+    /// uretprobe:PATH:FUNC (ur:), usdt:PATH:PROVIDER:NAME (U:), kprobe:FUNC[+OFF] (k:),
+    /// kretprobe:FUNC (kr:), fentry:FUNC (f:), fexit:FUNC (fr:); globs with * and ?
     #[arg(required = true, value_name = "PROBE")]
     pub probes: Vec<String>,
 
@@ -239,8 +240,8 @@ pub enum BpfCommand {
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Pattern: a probe with globs (tracepoint:..., uprobe:PATH:FUNC, usdt:PATH:*:*),
-    /// SUBSYS:EVENT, or an event name
+    /// Pattern: a probe with globs (tracepoint:..., uprobe:PATH:FUNC, usdt:PATH:*:*,
+    /// kprobe:FUNC with BTF signatures), SUBSYS:EVENT, or an event name
     pub pattern: Option<String>,
     /// Find library names among this process's mappings
     #[arg(short = 'p', long = "pid", value_name = "PID")]

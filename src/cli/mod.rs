@@ -211,7 +211,7 @@ impl Settings {
                     }
                     if t.probes.iter().any(|p| p.returning().is_none()) {
                         return Err(usage!(
-                            "latency with one probe needs a function entry (uprobe:PATH:FUNC); for events give START and END probes"
+                            "latency with one probe needs a function entry (uprobe:PATH:FUNC, kprobe:FUNC, fentry:FUNC); for events give START and END probes"
                         ));
                     }
                 }
@@ -339,13 +339,12 @@ fn trace_settings(
 }
 
 /// Field names are identifiers; `args.NAME` (bpftrace's spelling) names
-/// the event field even where a builtin has the same name.
+/// the event field even where a builtin has the same name. BTF-typed
+/// arguments take member paths: `skb->dev->name`, `file->f_path.dentry`.
 fn field_name(s: &str, opt: &str) -> Result<String, Error> {
     let s = s.trim();
     let bare = s.strip_prefix("args.").unwrap_or(s);
-    let ok = !bare.is_empty()
-        && bare.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !bare.starts_with(|c: char| c.is_ascii_digit());
+    let ok = crate::probe::btf::is_field_path(bare);
     if ok {
         Ok(s.to_string())
     } else {
@@ -468,5 +467,13 @@ mod tests {
         assert_eq!(field_name(" pid", "--by").unwrap(), "pid");
         assert!(field_name("a-b", "--by").is_err());
         assert!(field_name("1x", "--by").is_err());
+        assert_eq!(
+            field_name("skb->dev->name", "--by").unwrap(),
+            "skb->dev->name"
+        );
+        assert!(field_name("f.d_name.name", "--by").is_ok());
+        for bad in ["skb->", "skb->->x", "a..b", "a->1x"] {
+            assert!(field_name(bad, "--by").is_err(), "{bad}");
+        }
     }
 }

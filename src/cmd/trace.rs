@@ -28,7 +28,8 @@ pub fn run(s: TraceSettings) -> Result<()> {
     libbpf_log::init(s.verbose);
     super::require_privileges()?;
     let features = Features::detect();
-    let plan = plan::build(&s, resolve_roles(&s)?, &features)?;
+    let (roles, resolve_skipped) = resolve_roles(&s)?;
+    let plan = plan::build(&s, roles, &features)?;
     if s.verbose {
         eprintln!(
             "raw_tp cookies: {}",
@@ -50,7 +51,10 @@ pub fn run(s: TraceSettings) -> Result<()> {
         Target::Pid(p) => p as i32,
         _ => -1,
     };
-    let n = session.attach(&plan, gated.is_some(), user_pid)?;
+    let mut att = session.attach(&plan, gated.is_some(), user_pid)?;
+    att.skipped.extend(resolve_skipped);
+    report_skipped(&att, s.verbose);
+    let n = att.probes;
     eprintln!("Attached {n} probe{}", if n == 1 { "" } else { "s" });
     let t0 = super::monotonic_ns();
     if let Some(g) = gated {
@@ -70,15 +74,56 @@ pub fn run(s: TraceSettings) -> Result<()> {
     }
 }
 
+/// Says which probes could not be attached (with -v, why, and how
+/// kernel functions ended up attached).
+fn report_skipped(att: &crate::attach::session::Attached, verbose: bool) {
+    if verbose {
+        for n in &att.notes {
+            eprintln!("{n}");
+        }
+    }
+    if att.skipped.is_empty() {
+        return;
+    }
+    let n = att.skipped.len();
+    if verbose {
+        eprintln!("skipped {n} probe{}:", if n == 1 { "" } else { "s" });
+        for (name, why) in &att.skipped {
+            eprintln!("  {name}: {why}");
+        }
+        return;
+    }
+    const SHOWN: usize = 8;
+    let names: Vec<&str> = att
+        .skipped
+        .iter()
+        .take(SHOWN)
+        .map(|(p, _)| p.as_str())
+        .collect();
+    let more = if n > SHOWN { ", ..." } else { "" };
+    eprintln!(
+        "skipped {n} probe{} that cannot be attached: {}{more} (-v says why)",
+        if n == 1 { "" } else { "s" },
+        names.join(", ")
+    );
+}
+
+/// Probes in their latency roles, and (name, reason) of pattern matches that cannot be probed.
+type Roles = (Vec<(probe::Probe, Role)>, Vec<(String, String)>);
+
 /// Resolves the probes, and for latency the starts and ends they pair.
-fn resolve_roles(s: &TraceSettings) -> Result<Vec<(probe::Probe, Role)>> {
+fn resolve_roles(s: &TraceSettings) -> Result<Roles> {
     let pid = match s.target {
         Target::Pid(p) => Some(p),
         _ => None,
     };
-    let starts = probe::resolve(&s.probes, pid)?;
+    let resolved = probe::resolve_all(&s.probes, pid)?;
+    let (starts, skipped) = (resolved.probes, resolved.skipped);
     if !matches!(s.action, Action::Latency { .. }) {
-        return Ok(starts.into_iter().map(|p| (p, Role::Plain)).collect());
+        return Ok((
+            starts.into_iter().map(|p| (p, Role::Plain)).collect(),
+            skipped,
+        ));
     }
     let mut out = Vec::new();
     match &s.end {
@@ -99,7 +144,7 @@ fn resolve_roles(s: &TraceSettings) -> Result<Vec<(probe::Probe, Role)>> {
             }
         }
     }
-    Ok(out)
+    Ok((out, skipped))
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

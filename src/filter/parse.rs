@@ -7,7 +7,8 @@
 //! cmp     := NAME [op literal] | literal op NAME
 //! op      := '==' | '!=' | '<' | '<=' | '>' | '>='
 //! literal := integer (decimal, 0x hex, optional '-') | "string" (with \" and \\)
-//! NAME    := identifier, optionally prefixed with `args.`
+//! NAME    := identifier, optionally prefixed with `args.`, or a member
+//!            path through a BTF-typed argument: `skb->dev->name`, `f.a.b`
 //! ```
 
 use std::fmt;
@@ -236,16 +237,22 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
             }
             (c, _) if c.is_ascii_alphabetic() || c == '_' => {
                 let mut j = i;
-                while j < chars.len()
-                    && (chars[j].is_ascii_alphanumeric() || chars[j] == '_' || chars[j] == '.')
-                {
-                    j += 1;
+                // A name, or a member path through BTF-typed arguments: a->b.c
+                while j < chars.len() {
+                    let c = chars[j];
+                    if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+                        j += 1;
+                    } else if c == '-' && chars.get(j + 1) == Some(&'>') {
+                        j += 2;
+                    } else {
+                        break;
+                    }
                 }
                 let word: String = chars[i..j].iter().collect();
                 // bpftrace spells tracepoint fields args.NAME; that form is kept
                 // so it can name a field that shadows a builtin.
                 let bare = word.strip_prefix("args.").unwrap_or(&word);
-                if bare.is_empty() || bare.contains('.') {
+                if !crate::probe::btf::is_field_path(bare) {
                     return err(format!("bad name '{word}'"), col);
                 }
                 out.push((Tok::Name(word), col));
@@ -436,5 +443,23 @@ mod tests {
             8
         );
         assert_eq!(parse("pid # 3").unwrap_err().column, 5);
+        assert_eq!(parse("skb-> == 1").unwrap_err().column, 1);
+    }
+
+    #[test]
+    fn member_paths() {
+        assert_eq!(
+            parse(r#"skb->dev->name == "lo""#).unwrap(),
+            cmp("skb->dev->name", 1, CmpOp::Eq, Literal::Str("lo".into()))
+        );
+        assert_eq!(
+            parse("file->f_path.dentry->d_inode->i_ino>-1").unwrap(),
+            cmp(
+                "file->f_path.dentry->d_inode->i_ino",
+                1,
+                CmpOp::Gt,
+                Literal::Int(-1)
+            )
+        );
     }
 }

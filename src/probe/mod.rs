@@ -2,20 +2,23 @@
 //! concrete probes with the fields each one offers.
 
 pub mod binary;
+pub mod btf;
 pub mod elf;
 pub mod glob;
+pub mod kfunc;
 pub mod spec;
 pub mod syscalls;
 pub mod tracefs;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use crate::bpf::abi::bs_limits;
 
 use crate::error::Error;
 use crate::usage;
-pub use spec::ProbeSpec;
+pub use spec::{KfuncKind, ProbeSpec};
 
 /// How a field's bytes are interpreted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +33,8 @@ pub enum FieldKind {
     DataLocStr,
     /// Pointer to a user-space string (syscall `const char *` arguments).
     UserStr,
+    /// Pointer to a kernel string (`char *` arguments of kernel functions).
+    KernelStr,
     /// Arrays and other types bpfscope cannot use as keys, values or filters.
     Unsupported,
 }
@@ -38,7 +43,10 @@ impl FieldKind {
     pub fn is_str(self) -> bool {
         matches!(
             self,
-            FieldKind::InlineStr(_) | FieldKind::DataLocStr | FieldKind::UserStr
+            FieldKind::InlineStr(_)
+                | FieldKind::DataLocStr
+                | FieldKind::UserStr
+                | FieldKind::KernelStr
         )
     }
     pub fn is_num(self) -> bool {
@@ -60,6 +68,8 @@ pub struct Field {
     pub signed: bool,
     /// Argument slot (see BS_ARG_*) when the probe runs on the raw syscall path.
     pub arg_slot: Option<u8>,
+    /// BTF type id (kernel function arguments): members can be read through it.
+    pub btf: Option<u32>,
 }
 
 /// A syscall tracepoint that the raw_tp sys_enter/sys_exit path can serve.
@@ -92,6 +102,20 @@ pub enum ProbeKind {
         name: String,
         /// Guarded by a semaphore (libbpf maintains it through ref_ctr_offset).
         semaphore: bool,
+    },
+    /// A kernel function's entry (at `offset`) or return.
+    Kfunc {
+        func: String,
+        /// The module defining it (None: vmlinux).
+        module: Option<String>,
+        offset: u64,
+        kind: KfuncKind,
+        /// Its prototype, when vmlinux BTF describes it (needed for fentry/fexit).
+        sig: Option<btf::FuncSig>,
+        /// The C prototype, for listings.
+        signature: Option<String>,
+        /// Not in the kprobe blacklist.
+        kprobe_ok: bool,
     },
 }
 
@@ -128,6 +152,9 @@ struct Resolver {
     pid: Option<u32>,
     tracefs: Option<TracefsEvents>,
     elves: HashMap<PathBuf, elf::ElfInfo>,
+    kfuncs: Option<Rc<kfunc::Catalog>>,
+    /// Functions a pattern matched that cannot be probed, with the reason.
+    skipped: Vec<(String, String)>,
 }
 
 impl Resolver {
@@ -136,7 +163,99 @@ impl Resolver {
             pid,
             tracefs: None,
             elves: HashMap::new(),
+            kfuncs: None,
+            skipped: Vec::new(),
         }
+    }
+
+    fn kfuncs(&mut self) -> Result<Rc<kfunc::Catalog>, Error> {
+        if let Some(c) = &self.kfuncs {
+            return Ok(c.clone());
+        }
+        let c = Rc::new(kfunc::Catalog::read(btf::vmlinux().as_deref())?);
+        self.kfuncs = Some(c.clone());
+        Ok(c)
+    }
+
+    fn kernel_functions(
+        &mut self,
+        func: &str,
+        offset: u64,
+        kind: KfuncKind,
+    ) -> Result<Vec<Probe>, Error> {
+        let cat = self.kfuncs()?;
+        let k = btf::vmlinux();
+        let prefix = kind.prefix();
+        let names: Vec<&String> = if glob::is_glob(func) {
+            if cat.from_ftrace {
+                // Described by BTF but not traceable: inlined everywhere, or notrace.
+                if let Some(k) = &k {
+                    let mut gone: Vec<&str> = k
+                        .func_names()
+                        .filter(|n| glob::matches(func, n) && !cat.funcs.contains_key(*n))
+                        .collect();
+                    gone.sort_unstable();
+                    self.skipped.extend(gone.into_iter().map(|n| {
+                        (
+                            format!("{prefix}:{n}"),
+                            "not traceable (inlined or notrace)".to_string(),
+                        )
+                    }));
+                }
+            }
+            cat.funcs
+                .keys()
+                .filter(|n| glob::matches(func, n))
+                .collect()
+        } else {
+            match cat.funcs.get_key_value(func) {
+                Some((n, _)) => vec![n],
+                None if cat.from_ftrace
+                    && k.as_ref().is_some_and(|k| k.func(func).is_some()) =>
+                {
+                    return Err(usage!(
+                        "{prefix}:{func}: the kernel cannot trace this function (inlined or notrace)"
+                    ))
+                }
+                None => Vec::new(),
+            }
+        };
+        Ok(names
+            .into_iter()
+            .map(|n| {
+                let module = cat.funcs.get(n).cloned().flatten();
+                // Module functions are described by module BTF; bpfscope reads
+                // vmlinux's only, so they get untyped arguments.
+                let sig = if module.is_none() {
+                    k.as_ref().and_then(|k| k.func(n))
+                } else {
+                    None
+                };
+                let signature = sig.as_ref().zip(k.as_ref()).map(|(s, k)| k.signature(n, s));
+                let suffix = if offset > 0 {
+                    format!("+{offset:#x}")
+                } else {
+                    String::new()
+                };
+                Probe {
+                    name: format!("{prefix}:{n}{suffix}"),
+                    fields: kfunc::fields(
+                        if offset > 0 { None } else { sig.as_ref() },
+                        kind.is_ret(),
+                        kind != KfuncKind::Kretprobe,
+                    ),
+                    kind: ProbeKind::Kfunc {
+                        func: n.clone(),
+                        module,
+                        offset,
+                        kind,
+                        sig,
+                        signature,
+                        kprobe_ok: !cat.blacklist.contains(n.as_str()),
+                    },
+                }
+            })
+            .collect())
     }
 
     fn tracefs(&mut self) -> Result<&TracefsEvents, Error> {
@@ -253,6 +372,7 @@ impl Resolver {
                     })
                     .collect())
             }
+            ProbeSpec::Kfunc { func, offset, kind } => self.kernel_functions(func, *offset, *kind),
         }
     }
 
@@ -294,6 +414,14 @@ impl Resolver {
                 ),
                 Err(e) => return e,
             },
+            ProbeSpec::Kfunc { func, kind, .. } => match self.kfuncs() {
+                Ok(cat) => (
+                    func.clone(),
+                    cat.funcs.keys().cloned().collect(),
+                    format!("{}:", kind.prefix()),
+                ),
+                Err(e) => return e,
+            },
         };
         let mut scored: Vec<(f64, &String)> = names
             .iter()
@@ -321,6 +449,19 @@ impl Resolver {
 /// Resolves probe specs into probes, in the order given, without duplicates.
 /// `pid` lets library names be found among the target's mappings.
 pub fn resolve(specs: &[ProbeSpec], pid: Option<u32>) -> Result<Vec<Probe>, Error> {
+    resolve_all(specs, pid).map(|r| r.probes)
+}
+
+/// Probes, and what patterns matched that cannot be probed.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    pub probes: Vec<Probe>,
+    /// (probe name, reason) of matches skipped.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Like `resolve`, also returning what patterns matched that cannot be probed.
+pub fn resolve_all(specs: &[ProbeSpec], pid: Option<u32>) -> Result<Resolved, Error> {
     let mut r = Resolver::new(pid);
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
@@ -335,7 +476,10 @@ pub fn resolve(specs: &[ProbeSpec], pid: Option<u32>) -> Result<Vec<Probe>, Erro
             }
         }
     }
-    Ok(out)
+    Ok(Resolved {
+        probes: out,
+        skipped: r.skipped,
+    })
 }
 
 /// Lists probes matching a pattern: any probe spec, or for tracepoints
@@ -382,6 +526,30 @@ pub fn returning(p: &Probe) -> Option<Probe> {
             },
             fields: user_fields(true),
         }),
+        ProbeKind::Kfunc {
+            func,
+            module,
+            offset: 0,
+            kind: kind @ (KfuncKind::Kprobe | KfuncKind::Fentry),
+            sig,
+            signature,
+            kprobe_ok,
+        } => {
+            let kind = kind.returning();
+            Some(Probe {
+                name: format!("{}:{func}", kind.prefix()),
+                fields: kfunc::fields(sig.as_ref(), true, kind != KfuncKind::Kretprobe),
+                kind: ProbeKind::Kfunc {
+                    func: func.clone(),
+                    module: module.clone(),
+                    offset: 0,
+                    kind,
+                    sig: sig.clone(),
+                    signature: signature.clone(),
+                    kprobe_ok: *kprobe_ok,
+                },
+            })
+        }
         _ => None,
     }
 }
@@ -397,6 +565,7 @@ fn user_fields(ret: bool) -> Vec<Field> {
         size: 8,
         signed: true,
         arg_slot: Some(slot),
+        btf: None,
     };
     if ret {
         vec![field("retval".into(), bs_limits::BS_ARG_RET.0 as u8)]
@@ -418,6 +587,7 @@ fn usdt_fields(args: &[elf::UsdtArg]) -> Vec<Field> {
             size: a.size,
             signed: a.signed,
             arg_slot: Some(i as u8),
+            btf: None,
         })
         .collect()
 }
@@ -498,5 +668,6 @@ fn field_of(f: tracefs::RawField, is_syscall: bool, syscall: Option<SyscallTp>) 
         size,
         signed,
         arg_slot,
+        btf: None,
     }
 }

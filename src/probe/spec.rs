@@ -21,9 +21,58 @@ pub enum ProbeSpec {
         provider: String,
         name: String,
     },
+    /// `kprobe:FUNC[+OFFSET]` (`k:`), `kretprobe:FUNC` (`kr:`),
+    /// `fentry:FUNC` (`f:`), `fexit:FUNC` (`fr:`): a kernel function.
+    Kfunc {
+        func: String,
+        offset: u64,
+        kind: KfuncKind,
+    },
 }
 
-const KINDS: &str = "tracepoint (t), uprobe (u), uretprobe (ur), usdt (U)";
+/// What the user asked of a kernel function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KfuncKind {
+    /// Entry; fentry when the kernel allows it, else a kprobe.
+    Kprobe,
+    /// Return; fexit when the kernel allows it, else a kretprobe.
+    Kretprobe,
+    /// Entry through fentry only.
+    Fentry,
+    /// Return through fexit only.
+    Fexit,
+}
+
+impl KfuncKind {
+    pub fn prefix(self) -> &'static str {
+        match self {
+            KfuncKind::Kprobe => "kprobe",
+            KfuncKind::Kretprobe => "kretprobe",
+            KfuncKind::Fentry => "fentry",
+            KfuncKind::Fexit => "fexit",
+        }
+    }
+
+    /// At the function's return.
+    pub fn is_ret(self) -> bool {
+        matches!(self, KfuncKind::Kretprobe | KfuncKind::Fexit)
+    }
+
+    /// Only through fentry/fexit.
+    pub fn is_fentry(self) -> bool {
+        matches!(self, KfuncKind::Fentry | KfuncKind::Fexit)
+    }
+
+    /// The same mechanism at the return.
+    pub fn returning(self) -> KfuncKind {
+        match self {
+            KfuncKind::Kprobe | KfuncKind::Kretprobe => KfuncKind::Kretprobe,
+            KfuncKind::Fentry | KfuncKind::Fexit => KfuncKind::Fexit,
+        }
+    }
+}
+
+const KINDS: &str = "tracepoint (t), uprobe (u), uretprobe (ur), usdt (U), kprobe (k), kretprobe (kr), fentry (f), fexit (fr)";
 
 fn parse_offset(s: &str, probe: &str) -> Result<u64, Error> {
     let v = match s.strip_prefix("0x") {
@@ -92,6 +141,44 @@ impl ProbeSpec {
                     name: name.to_string(),
                 })
             }
+            "kprobe" | "k" | "kretprobe" | "kr" | "fentry" | "f" | "fexit" | "fr" => {
+                let kind = match kind {
+                    "kprobe" | "k" => KfuncKind::Kprobe,
+                    "kretprobe" | "kr" => KfuncKind::Kretprobe,
+                    "fentry" | "f" => KfuncKind::Fentry,
+                    _ => KfuncKind::Fexit,
+                };
+                let p = kind.prefix();
+                let bad = || usage!("probe '{s}': expected {p}:FUNC, e.g. {p}:vfs_read");
+                let (func, offset) = match rest.split_once('+') {
+                    Some((f, o)) => {
+                        if kind != KfuncKind::Kprobe {
+                            return Err(usage!(
+                                "probe '{s}': only kprobe: takes an offset (+OFFSET)"
+                            ));
+                        }
+                        (f, parse_offset(o, s)?)
+                    }
+                    None => (rest, 0),
+                };
+                let ok = !func.is_empty()
+                    && func
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '*' | '?'));
+                if !ok {
+                    return Err(bad());
+                }
+                if offset > 0 && super::glob::is_glob(func) {
+                    return Err(usage!(
+                        "probe '{s}': an offset needs one function, not a pattern"
+                    ));
+                }
+                Ok(ProbeSpec::Kfunc {
+                    func: func.to_string(),
+                    offset,
+                    kind,
+                })
+            }
             _ => Err(usage!(
                 "probe '{s}': unknown probe kind '{kind}' (supported: {KINDS})"
             )),
@@ -112,6 +199,15 @@ impl ProbeSpec {
                 offset: 0,
                 ret: true,
             }),
+            ProbeSpec::Kfunc {
+                func,
+                offset: 0,
+                kind: kind @ (KfuncKind::Kprobe | KfuncKind::Fentry),
+            } => Some(ProbeSpec::Kfunc {
+                func: func.clone(),
+                offset: 0,
+                kind: kind.returning(),
+            }),
             _ => None,
         }
     }
@@ -119,7 +215,7 @@ impl ProbeSpec {
 
 #[cfg(test)]
 mod tests {
-    use super::ProbeSpec;
+    use super::{KfuncKind, ProbeSpec};
 
     #[test]
     fn parses_tracepoints() {
@@ -165,5 +261,51 @@ mod tests {
             }
         );
         assert!(ProbeSpec::parse("usdt:./app:request").is_err());
+    }
+
+    #[test]
+    fn parses_kernel_functions() {
+        assert_eq!(
+            ProbeSpec::parse("k:tcp_*").unwrap(),
+            ProbeSpec::Kfunc {
+                func: "tcp_*".into(),
+                offset: 0,
+                kind: KfuncKind::Kprobe
+            }
+        );
+        assert_eq!(
+            ProbeSpec::parse("kprobe:vfs_read+0x8").unwrap(),
+            ProbeSpec::Kfunc {
+                func: "vfs_read".into(),
+                offset: 8,
+                kind: KfuncKind::Kprobe
+            }
+        );
+        let fr = ProbeSpec::parse("fr:vfs_read").unwrap();
+        assert_eq!(
+            fr,
+            ProbeSpec::Kfunc {
+                func: "vfs_read".into(),
+                offset: 0,
+                kind: KfuncKind::Fexit
+            }
+        );
+        assert_eq!(fr.returning(), None);
+        assert_eq!(
+            ProbeSpec::parse("fentry:vfs_read")
+                .unwrap()
+                .returning()
+                .unwrap(),
+            fr
+        );
+        for bad in [
+            "kretprobe:f+4",
+            "fentry:a+1",
+            "kprobe:",
+            "kprobe:a b",
+            "k:tcp_*+4",
+        ] {
+            assert!(ProbeSpec::parse(bad).is_err(), "{bad}");
+        }
     }
 }
