@@ -195,6 +195,16 @@ pub fn start_cmd(mut cmd: Command, ready: &str) -> Running {
     }
 }
 
+impl Drop for Running {
+    /// A test that panics must not leave bpfscope attached behind it.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl Running {
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
