@@ -408,6 +408,26 @@ fn user_probe_bad_input() {
             ],
             "must end in .svg",
         ),
+        (
+            vec![
+                "count".into(),
+                format!("uprobe:{}:work", w.display()),
+                "-o".into(),
+                "x.svg".into(),
+            ],
+            "add --by kstack or --by ustack",
+        ),
+        (
+            vec![
+                "count".into(),
+                format!("uprobe:{}:work", w.display()),
+                "--by".into(),
+                "ustack".into(),
+                "-o".into(),
+                "x.png".into(),
+            ],
+            ".folded or .svg",
+        ),
     ];
     for (args, want) in &cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -417,4 +437,105 @@ fn user_probe_bad_input() {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: want {want:?} in {err}");
     }
+}
+
+/// A user stack key names the caller chain, from build id + offset after the
+/// process is gone; -o writes the stacks as folded lines or a flame graph.
+#[test]
+fn user_stack_key_contains_the_caller() {
+    if !root("ustack_key") {
+        return;
+    }
+    // At a function's entry only a `push %rbp` prologue lets the kernel find
+    // the immediate caller: -O0 gives every function one.
+    let w = workload_with("uprobes", &["-O0"]);
+    let probe = format!("uprobe:{}:work", w.display());
+    let o = run(&[
+        "count",
+        &probe,
+        "--by",
+        "comm,ustack",
+        "--json",
+        "--",
+        w.to_str().unwrap(),
+        "stack",
+        "10",
+    ]);
+    let lines = json_lines(&ok(&o));
+    let c = lines.iter().find(|v| v["type"] == "count").unwrap();
+    assert_eq!(c["count"], 10);
+    let frames: Vec<&str> = c["key"]["ustack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        &frames[..4],
+        &["work", "middle", "outer", "main"],
+        "{frames:?}"
+    );
+
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let folded = dir.join("ustack.folded");
+    let svg = dir.join("ustack.svg");
+    for out in [&folded, &svg] {
+        ok(&run(&[
+            "count",
+            &probe,
+            "--by",
+            "ustack",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            w.to_str().unwrap(),
+            "stack",
+            "7",
+        ]));
+    }
+    let text = std::fs::read_to_string(&folded).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.ends_with(";main;outer;middle;work 7")),
+        "{text}"
+    );
+    let pic = std::fs::read_to_string(&svg).unwrap();
+    assert!(pic.contains("<svg") && pic.contains("middle"));
+}
+
+#[test]
+fn kernel_stack_key() {
+    if !root("kstack_key") {
+        return;
+    }
+    let w = workload("writer");
+    let o = run(&[
+        "count",
+        "tracepoint:syscalls:sys_enter_write",
+        "--by",
+        "kstack",
+        "--json",
+        "--filter",
+        "count == 321",
+        "--",
+        w.to_str().unwrap(),
+        "wr_kst",
+        "25",
+        "321",
+    ]);
+    let lines = json_lines(&ok(&o));
+    let total: u64 = lines
+        .iter()
+        .filter(|v| v["type"] == "count")
+        .map(|v| v["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 25);
+    let c = lines.iter().find(|v| v["type"] == "count").unwrap();
+    let frames: Vec<&str> = c["key"]["kstack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(frames.contains(&"do_syscall_64"), "{frames:?}");
 }

@@ -131,6 +131,10 @@ pub enum ValueKind {
     /// Pointers and addresses: hex.
     Hex,
     Str,
+    /// A stack id in the kernel (`user`: false) or user stack map.
+    Stack {
+        user: bool,
+    },
 }
 
 /// A key part or event field: name, how to show it, where its bytes are.
@@ -169,6 +173,18 @@ pub struct Plan {
     pub max_emit: usize,
 }
 
+impl Plan {
+    /// Whether a key holds kernel stacks, user stacks.
+    pub fn stacks(&self) -> (bool, bool) {
+        let has = |user| {
+            self.keys
+                .iter()
+                .any(|k| k.kind == ValueKind::Stack { user })
+        };
+        (has(false), has(true))
+    }
+}
+
 /// A name as the user wrote it: a builtin, or a field (possibly `args.`-prefixed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Builtin {
@@ -179,6 +195,8 @@ enum Builtin {
     Cpu,
     Uid,
     Cgroup,
+    KStack,
+    UStack,
 }
 
 fn builtin(name: &str) -> Option<Builtin> {
@@ -190,11 +208,13 @@ fn builtin(name: &str) -> Option<Builtin> {
         "cpu" => Builtin::Cpu,
         "uid" => Builtin::Uid,
         "cgroup" => Builtin::Cgroup,
+        "kstack" => Builtin::KStack,
+        "ustack" => Builtin::UStack,
         _ => return None,
     })
 }
 
-const BUILTINS: &str = "probe, comm, pid, tid, cpu, uid, cgroup";
+const BUILTINS: &str = "probe, comm, pid, tid, cpu, uid, cgroup, kstack, ustack";
 
 /// The field a name refers to, if it is not a builtin.
 fn field_part(name: &str) -> Option<&str> {
@@ -214,6 +234,16 @@ fn builtin_src(b: Builtin) -> (bs_src, ValueKind, usize) {
         Builtin::Cpu => (bs_src_kind::BS_SRC_CPU, ValueKind::Int { signed: false }, 8),
         Builtin::Uid => (bs_src_kind::BS_SRC_UID, ValueKind::Int { signed: false }, 8),
         Builtin::Cgroup => (bs_src_kind::BS_SRC_CGROUP, ValueKind::Cgroup, 8),
+        Builtin::KStack => (
+            bs_src_kind::BS_SRC_KSTACK,
+            ValueKind::Stack { user: false },
+            8,
+        ),
+        Builtin::UStack => (
+            bs_src_kind::BS_SRC_USTACK,
+            ValueKind::Stack { user: true },
+            8,
+        ),
     };
     let ty = if b == Builtin::Comm {
         bs_val_type::BS_T_STR_INLINE

@@ -99,6 +99,16 @@ impl<'obj> Session<'obj> {
             open.maps.starts.set_value_size(start_size)?;
             open.maps.starts.set_max_entries(STARTS_MAX)?;
         }
+        let (kst, ust) = plan.stacks();
+        if kst {
+            open.maps.kstacks.set_max_entries(s.max_stacks)?;
+        }
+        if ust {
+            open.maps.ustacks.set_max_entries(s.max_stacks)?;
+        }
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.use_stacks = u32::from(kst || ust);
+        }
         let tracing = matches!(s.action, Action::Trace { .. });
         open.maps
             .aggs

@@ -26,6 +26,8 @@ const volatile u64 wakeup_bytes = 65536;
 const volatile u32 max_filter_ops = BS_MAX_FILTER_OPS;
 const volatile u32 max_key_parts = BS_MAX_KEY_PARTS;
 const volatile u32 max_emit = BS_MAX_EMIT;
+/* Stack keys are in use: only then do the programs call bpf_get_stackid. */
+const volatile u32 use_stacks = 0;
 /* Bytes of a latency start record: timestamp + key data. */
 const volatile u32 start_size = 8;
 
@@ -92,6 +94,23 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20);
 } events SEC(".maps");
+
+/* Stack keys (--by kstack / ustack): ids into these maps, sized at load (1 when unused). */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(u32));
+	__uint(value_size, 127 * sizeof(u64));
+} kstacks SEC(".maps");
+
+/* User stacks as build id + file offset, symbolized later, even after the process exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(u32));
+	__uint(value_size, 127 * sizeof(struct bpf_stack_build_id));
+	__uint(map_flags, BPF_F_STACK_BUILD_ID);
+} ustacks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -228,6 +247,21 @@ static __always_inline u64 bs_read_num(void *ctx, const struct bs_src *src,
 		return (u32)bpf_get_current_uid_gid();
 	case BS_SRC_CGROUP:
 		return bpf_get_current_cgroup_id();
+	case BS_SRC_KSTACK:
+	case BS_SRC_USTACK: {
+		long id = -1;
+
+		/* One build-id lookup per program run succeeds: a key has at most one user stack. */
+		if (use_stacks) {
+			if (src->kind == BS_SRC_KSTACK)
+				id = bpf_get_stackid(ctx, &kstacks, 0);
+			else
+				id = bpf_get_stackid(ctx, &ustacks, BPF_F_USER_STACK);
+		}
+		if (id < 0)
+			bs_count(&lost, BS_LOST_STACKS);
+		return (u64)id;
+	}
 	case BS_SRC_CTX: {
 		u32 n = src->size;
 

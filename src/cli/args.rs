@@ -66,13 +66,22 @@ pub struct ProbeArgs {
 
 #[derive(Debug, Args)]
 pub struct KeyArgs {
-    /// Group by these keys: probe, comm, pid, tid, cpu, uid, cgroup or any event field
+    /// Group by these keys: probe, comm, pid, tid, cpu, uid, cgroup, kstack,
+    /// ustack or any event field
     #[arg(long = "by", value_name = "KEYS", value_delimiter = ',')]
     pub by: Vec<String>,
 
     /// Most distinct keys kept in the kernel; further keys are counted as lost
     #[arg(long, value_name = "N", default_value_t = 10240)]
     pub max_keys: u32,
+
+    /// Most distinct stacks kept per stack key (kstack: 1 KiB each, ustack: 4 KiB)
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub max_stacks: u32,
+
+    /// Write stack counts (with --by kstack or ustack) to FILE.folded or FILE.svg
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

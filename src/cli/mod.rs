@@ -70,6 +70,9 @@ pub struct TraceSettings {
     pub json: bool,
     pub verbose: bool,
     pub max_keys: u32,
+    pub max_stacks: u32,
+    /// Stack counts to write: .folded or .svg.
+    pub stack_output: Option<PathBuf>,
     pub ringbuf_bytes: u32,
     /// Latency: the END probe of a START/END pair (None: function returns).
     pub end: Option<ProbeSpec>,
@@ -303,10 +306,13 @@ fn trace_settings(
         .map(|p| ProbeSpec::parse(p))
         .collect::<Result<Vec<_>, _>>()?;
     let filter = probe.filter.as_deref().map(filter::parse).transpose()?;
-    let (keys, max_keys) = match keys {
+    let (keys, max_keys, max_stacks, stack_output) = match keys {
         Some(k) => {
             if k.max_keys == 0 {
                 return Err(usage!("--max-keys must be at least 1"));
+            }
+            if k.max_stacks == 0 {
+                return Err(usage!("--max-stacks must be at least 1"));
             }
             let mut names = Vec::new();
             for key in &k.by {
@@ -316,9 +322,24 @@ fn trace_settings(
                 }
                 names.push(key);
             }
-            (names, k.max_keys)
+            if let Some(o) = &k.output {
+                let ext = o.extension().and_then(|e| e.to_str()).unwrap_or("");
+                if !matches!(ext, "folded" | "svg") {
+                    return Err(usage!(
+                        "-o {}: stack counts go to a .folded or .svg file",
+                        o.display()
+                    ));
+                }
+                if !names.iter().any(|n| n == "kstack" || n == "ustack") {
+                    return Err(usage!(
+                        "-o {}: writes stack counts; add --by kstack or --by ustack",
+                        o.display()
+                    ));
+                }
+            }
+            (names, k.max_keys, k.max_stacks, k.output)
         }
-        None => (Vec::new(), 0),
+        None => (Vec::new(), 0, 0, None),
     };
     Ok(TraceSettings {
         action,
@@ -331,6 +352,8 @@ fn trace_settings(
         json: output.json,
         verbose: output.verbose,
         max_keys,
+        max_stacks,
+        stack_output,
         ringbuf_bytes,
         end: None,
         matching: Vec::new(),

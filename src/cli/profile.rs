@@ -265,6 +265,23 @@ pub fn sample_settings(a: SampleArgs) -> Result<SampleSettings, Error> {
     })
 }
 
+impl SymbolSettings {
+    /// Without options: the system's debug directories and DEBUGINFOD_URLS.
+    pub fn from_env() -> SymbolSettings {
+        SymbolSettings {
+            debug_dirs: Vec::new(),
+            debuginfod: std::env::var("DEBUGINFOD_URLS")
+                .map(|v| {
+                    v.split_whitespace()
+                        .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
 pub fn symbol_settings(a: SymbolArgs) -> Result<SymbolSettings, Error> {
     let mut urls = a.debuginfod;
     if !a.no_debuginfod {

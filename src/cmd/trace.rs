@@ -11,15 +11,18 @@ use libbpf_rs::RingBufferBuilder;
 use crate::attach::features::Features;
 use crate::attach::libbpf_log;
 use crate::attach::plan::{self, Plan, Role};
+use crate::attach::plan::{Path, ValueKind};
 use crate::attach::session::Session;
 use crate::attach::target::GatedChild;
 use crate::cli::{Action, Target, TraceSettings};
 use crate::collect::aggregate::KeyAgg;
+use crate::collect::stacks;
 use crate::collect::{aggregate, events, Lost, StopReason, Stopper};
 use crate::probe;
+use crate::render;
 use crate::render::heatmap::Heatmap;
 use crate::render::{Decoder, Output};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// How long in-flight program runs get to finish with the old epoch before it is read.
 const EPOCH_GRACE: Duration = Duration::from_millis(10);
@@ -62,11 +65,11 @@ pub fn run(s: TraceSettings) -> Result<()> {
     }
 
     let mut out = Output::new(s.json);
-    let dec = Decoder::new(&plan);
+    let mut dec = Decoder::new(&plan);
     let result = if matches!(s.action, Action::Trace { .. }) {
         run_events(&mut session, &plan, &stopper, &mut out, &dec, t0)
     } else {
-        run_aggregates(&mut session, &plan, &s, &stopper, &mut out, &dec)
+        run_aggregates(&mut session, &plan, &s, &stopper, &mut out, &mut dec)
     };
     match result {
         Err(e) if is_broken_pipe(&e) => Ok(()),
@@ -211,7 +214,7 @@ fn run_aggregates(
     s: &TraceSettings,
     stopper: &Stopper,
     out: &mut Output,
-    dec: &Decoder,
+    dec: &mut Decoder,
 ) -> Result<()> {
     let signed = plan.value.as_ref().is_some_and(|v| v.1);
     let mut interval_no = 0u64;
@@ -249,6 +252,7 @@ fn run_aggregates(
         set_epoch(session, epoch + 1);
         std::thread::sleep(EPOCH_GRACE);
         let data = aggregate::read(&session.skel.maps.aggs, Some(epoch), signed, true)?;
+        name_stacks(session, plan, &data, dec);
         if let Some(h) = &mut heat {
             h.add(started.elapsed().as_secs_f64(), &data);
             aggregate::merge_into(&mut total, &data, signed);
@@ -269,6 +273,7 @@ fn run_aggregates(
     // Detach first so the final numbers are complete and stable.
     session.detach();
     let data = aggregate::read(&session.skel.maps.aggs, None, signed, false)?;
+    name_stacks(session, plan, &data, dec);
     let interval = s.interval.map(|_| interval_no + 1);
     if let Some(h) = &mut heat {
         h.add(started.elapsed().as_secs_f64(), &data);
@@ -292,11 +297,86 @@ fn run_aggregates(
     } else {
         out.aggregates(plan, &s.action, &data, dec, interval)?;
     }
+    if let Some(path) = &s.stack_output {
+        let lines = render::folded_stacks(plan, &data, dec);
+        let mut bytes = Vec::new();
+        if path.extension().and_then(|e| e.to_str()) == Some("svg") {
+            let title = plan
+                .probes
+                .iter()
+                .map(|p| p.probe.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            render::flame::svg(
+                &lines,
+                &format!("bpfscope: {title}"),
+                "events",
+                false,
+                &mut bytes,
+            )?;
+        } else {
+            for l in &lines {
+                bytes.extend_from_slice(l.as_bytes());
+                bytes.push(b'\n');
+            }
+        }
+        write_atomic(path, &bytes)?;
+    }
     let mut lost = Lost::read(&session.skel.maps.lost)?;
     lost.nested = session.recursion_misses();
     out.lost(lost.since(lost_before), interval)?;
     out.flush()?;
     Ok(())
+}
+
+/// Names the stacks that stack keys refer to (the maps keep them after detaching).
+fn name_stacks(
+    session: &Session<'_>,
+    plan: &Plan,
+    data: &BTreeMap<Vec<u8>, KeyAgg>,
+    dec: &mut Decoder,
+) {
+    let (k, u) = plan.stacks();
+    if !(k || u) {
+        return;
+    }
+    let (mut kids, mut uids) = (BTreeSet::new(), BTreeSet::new());
+    for key in data.keys() {
+        for slot in &plan.keys {
+            let ValueKind::Stack { user } = slot.kind else {
+                continue;
+            };
+            let Some(b) = key.get(slot.off..slot.off + 8) else {
+                continue;
+            };
+            let id = i64::from_ne_bytes(b.try_into().unwrap_or([0xff; 8]));
+            if let Ok(id) = u32::try_from(id) {
+                if user { &mut uids } else { &mut kids }.insert(id);
+            }
+        }
+    }
+    let probed: Vec<&std::path::Path> = plan
+        .probes
+        .iter()
+        .filter_map(|p| match &p.path {
+            Path::Uprobe { binary, .. } | Path::Usdt { binary, .. } => Some(binary.as_path()),
+            _ => None,
+        })
+        .collect();
+    let table = stacks::resolve(
+        &session.skel.maps.kstacks,
+        &session.skel.maps.ustacks,
+        &kids,
+        &uids,
+        &probed,
+    );
+    if table.unresolved > 0 {
+        eprintln!(
+            "bpfscope: {} user frames had no build id (shown as [unknown ADDR])",
+            table.unresolved
+        );
+    }
+    dec.set_stacks(table);
 }
 
 /// Writes a file under a temporary name and renames it, so readers never see half a file.

@@ -3,6 +3,7 @@
 
 pub mod aggregate;
 pub mod events;
+pub mod stacks;
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};

@@ -365,7 +365,7 @@ pub fn to_recording(s: &SampleSettings, sampled: &Sampled, in_process: bool) -> 
 
 /// Build ids are 20 bytes in the kernel's record; shorter ones (e.g. MD5
 /// style, 16 bytes) are zero-padded there.
-fn trim_build_id(id: &[u8; 20]) -> &[u8] {
+pub fn trim_build_id(id: &[u8; 20]) -> &[u8] {
     let n = id.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
     if n <= 16 {
         &id[..16]

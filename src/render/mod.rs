@@ -2,6 +2,7 @@
 //! profiles as folded stacks, flame graphs, pprof, JSON or a top table.
 
 pub mod cgroup;
+pub mod flame;
 pub mod heatmap;
 pub mod hist;
 pub mod pprof;
@@ -17,6 +18,7 @@ use crate::attach::plan::{Plan, Slot, ValueKind};
 use crate::cli::{Action, Buckets};
 use crate::collect::aggregate::{AggVal, KeyAgg};
 use crate::collect::events::{c_str, Event};
+use crate::collect::stacks::StackTable;
 use crate::collect::Lost;
 
 /// One decoded key part or field.
@@ -26,6 +28,8 @@ pub enum Cell {
     UInt(u64),
     Hex(u64),
     Str(String),
+    /// Stack frames, leaf first.
+    Frames(Vec<String>),
 }
 
 impl Cell {
@@ -35,6 +39,15 @@ impl Cell {
             Cell::UInt(v) => v.to_string(),
             Cell::Hex(v) => format!("{v:#x}"),
             Cell::Str(s) => s.clone(),
+            Cell::Frames(f) => f.join("\n"),
+        }
+    }
+
+    /// On one line: stacks as `leaf <- caller <- ...`.
+    pub fn inline(&self) -> String {
+        match self {
+            Cell::Frames(f) => f.join(" <- "),
+            c => c.text(),
         }
     }
 
@@ -44,6 +57,7 @@ impl Cell {
             Cell::UInt(v) => json!(v),
             Cell::Hex(v) => json!(format!("{v:#x}")),
             Cell::Str(s) => json!(s),
+            Cell::Frames(f) => json!(f),
         }
     }
 }
@@ -52,6 +66,7 @@ impl Cell {
 pub struct Decoder {
     probe_names: Vec<String>,
     cgroups: OnceCell<HashMap<u64, String>>,
+    stacks: StackTable,
 }
 
 fn word(b: &[u8]) -> u64 {
@@ -66,7 +81,13 @@ impl Decoder {
         Decoder {
             probe_names: plan.probes.iter().map(|p| p.probe.name.clone()).collect(),
             cgroups: OnceCell::new(),
+            stacks: StackTable::default(),
         }
+    }
+
+    /// Named stacks for stack keys, read after the run.
+    pub fn set_stacks(&mut self, stacks: StackTable) {
+        self.stacks = stacks;
     }
 
     pub fn probe_name(&self, idx: u32) -> &str {
@@ -93,6 +114,20 @@ impl Decoder {
             ValueKind::Int { signed: false } => Cell::UInt(word(b)),
             ValueKind::Hex => Cell::Hex(word(b)),
             ValueKind::Str => Cell::Str(c_str(b)),
+            ValueKind::Stack { user } => {
+                let id = word(b) as i64;
+                let table = if user {
+                    &self.stacks.user
+                } else {
+                    &self.stacks.kernel
+                };
+                match u32::try_from(id).ok().and_then(|i| table.get(&i)) {
+                    Some(f) => Cell::Frames(f.clone()),
+                    // A failed stack capture is counted as lost.
+                    None if id < 0 => Cell::Frames(vec!["[stack not captured]".into()]),
+                    None => Cell::Frames(vec!["[stack gone]".into()]),
+                }
+            }
         }
     }
 
@@ -251,6 +286,13 @@ impl Output {
             }
             return Ok(());
         }
+        if plan
+            .keys
+            .iter()
+            .any(|k| matches!(k.kind, ValueKind::Stack { .. }))
+        {
+            return self.stack_blocks(plan, rows, stats, signed);
+        }
         let mut header: Vec<String> = plan.keys.iter().map(|k| k.name.to_uppercase()).collect();
         header.push("COUNT".into());
         if stats {
@@ -302,6 +344,48 @@ impl Output {
         Ok(())
     }
 
+    /// Rows whose keys hold stacks: a block per key, frames one per line, leaf first.
+    fn stack_blocks(
+        &mut self,
+        plan: &Plan,
+        rows: &[(Vec<Cell>, &KeyAgg, AggVal)],
+        stats: bool,
+        signed: bool,
+    ) -> io::Result<()> {
+        for (cells, _, v) in rows {
+            let flat: Vec<String> = plan
+                .keys
+                .iter()
+                .zip(cells)
+                .filter(|(_, c)| !matches!(c, Cell::Frames(_)))
+                .map(|(k, c)| format!("{}={}", k.name, c.text()))
+                .collect();
+            writeln!(self.w, "@[{}]:", flat.join(", "))?;
+            for (k, c) in plan.keys.iter().zip(cells) {
+                if let Cell::Frames(f) = c {
+                    writeln!(self.w, "  {}:", k.name)?;
+                    for frame in f {
+                        writeln!(self.w, "    {frame}")?;
+                    }
+                }
+            }
+            if stats {
+                writeln!(
+                    self.w,
+                    "  count {}, sum {}, min {}, max {}, avg {:.2}\n",
+                    v.count,
+                    num_text(v.sum, signed),
+                    num_text(v.min, signed),
+                    num_text(v.max, signed),
+                    avg(v, signed)
+                )?;
+            } else {
+                writeln!(self.w, "  count {}\n", v.count)?;
+            }
+        }
+        Ok(())
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn hist(
         &mut self,
@@ -334,7 +418,7 @@ impl Output {
             .keys
             .iter()
             .zip(cells)
-            .map(|(k, c)| format!("{}={}", k.name, c.text()))
+            .map(|(k, c)| format!("{}={}", k.name, c.inline()))
             .collect();
         let name = if h.unit == "ns" {
             format!("{value}_ns")
@@ -451,6 +535,44 @@ impl Output {
         }
         Ok(())
     }
+}
+
+/// Stack counts as folded lines: the other key parts are the root frame
+/// (`all` without any), then user frames and kernel frames (`_[k]`), root
+/// first, then the count. Identical stacks are summed.
+pub fn folded_stacks(plan: &Plan, data: &BTreeMap<Vec<u8>, KeyAgg>, dec: &Decoder) -> Vec<String> {
+    let mut agg: BTreeMap<String, u64> = BTreeMap::new();
+    for (k, a) in data {
+        let cells = dec.key(plan, k);
+        let root: Vec<String> = plan
+            .keys
+            .iter()
+            .zip(&cells)
+            .filter(|(s, _)| !matches!(s.kind, ValueKind::Stack { .. }))
+            .map(|(_, c)| c.inline().replace([';', ' '], "_"))
+            .collect();
+        let mut frames = vec![if root.is_empty() {
+            "all".to_string()
+        } else {
+            root.join(",")
+        }];
+        for user in [true, false] {
+            for (s, c) in plan.keys.iter().zip(&cells) {
+                if let (ValueKind::Stack { user: u }, Cell::Frames(f)) = (s.kind, c) {
+                    if u == user {
+                        let suffix = if user { "" } else { "_[k]" };
+                        frames.extend(
+                            f.iter()
+                                .rev()
+                                .map(|n| format!("{}{suffix}", n.replace([';', ' '], "_"))),
+                        );
+                    }
+                }
+            }
+        }
+        *agg.entry(frames.join(";")).or_default() += a.total(false).count;
+    }
+    agg.into_iter().map(|(k, v)| format!("{k} {v}")).collect()
 }
 
 /// Bucket bounds as JSON integers.

@@ -88,25 +88,13 @@ impl Profile {
     }
 
     pub fn write_svg(&self, w: &mut dyn Write) -> io::Result<()> {
-        use inferno::flamegraph::{self, color, Options};
-        let lines = self.folded();
-        let mut opts = Options::default();
-        opts.title = if self.off_cpu() {
-            "bpfscope off-CPU time".into()
+        let title = if self.off_cpu() {
+            "bpfscope off-CPU time".to_string()
         } else {
             format!("bpfscope CPU profile ({} Hz)", self.frequency_hz)
         };
-        opts.count_name = if self.off_cpu() { "us" } else { "samples" }.into();
-        if self.off_cpu() {
-            opts.colors = color::Palette::Basic(color::BasicPalette::Io);
-        }
-        if lines.is_empty() {
-            // inferno refuses empty input; an empty graph still says what happened.
-            return flamegraph::from_lines(&mut opts, ["no samples 0"], w)
-                .map_err(io::Error::other);
-        }
-        flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
-            .map_err(io::Error::other)
+        let count = if self.off_cpu() { "us" } else { "samples" };
+        super::flame::svg(&self.folded(), &title, count, self.off_cpu(), w)
     }
 
     /// Self and total weight per function, heaviest self first.
