@@ -7,23 +7,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// BPF program ids held by a process, from its fdinfo.
-fn prog_ids_of(pid: i32) -> Vec<u64> {
-    let mut ids: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("prog_id:"))
-                .map(|v| v.trim().parse().unwrap())
-        })
-        .collect();
-    ids.sort();
-    ids.dedup();
-    ids
-}
-
 fn stats_sysctl() -> String {
     std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
         .unwrap()

@@ -16,16 +16,7 @@ fn tmp(name: &str) -> PathBuf {
 
 /// (id, tag) of the programs a process holds, from its fdinfo and `bpf list`.
 fn progs_of(pid: i32) -> Vec<(u64, String, String)> {
-    let ids: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("prog_id:"))
-                .map(|v| v.trim().parse().unwrap())
-        })
-        .collect();
+    let ids = prog_ids_of(pid);
     let list = ok(&run(&["bpf", "list", "--json"]));
     json_lines(&list)
         .into_iter()

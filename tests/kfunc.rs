@@ -16,7 +16,6 @@ use std::sync::{mpsc, OnceLock};
 use std::time::Duration;
 
 use common::*;
-use serde_json::Value;
 
 const VIA: &str = "BPFSCOPE_KFUNC_VIA";
 
@@ -98,28 +97,6 @@ fn target_file(tag: &str) -> (String, String) {
     let name = format!("kf_{tag}_{}", std::process::id());
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&name);
     (name, path.to_str().unwrap().to_string())
-}
-
-fn sum_counts(lines: &[Value]) -> u64 {
-    lines
-        .iter()
-        .filter(|v| v["type"] == "count")
-        .map(|v| v["count"].as_u64().unwrap())
-        .sum()
-}
-
-fn by_key(lines: &[Value], key: &str) -> BTreeMap<String, u64> {
-    lines
-        .iter()
-        .filter(|v| v["type"] == "count")
-        .map(|v| {
-            let k = match &v["key"][key] {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            (k, v["count"].as_u64().unwrap())
-        })
-        .collect()
 }
 
 /// N of "Attached N probes".
@@ -328,7 +305,7 @@ fn glob_attaches_hundreds_of_functions_with_a_cookie_each() {
     let attached = attached(&err);
     assert!(attached >= 100, "{err}");
     // Each function has its own cookie: the counts land on the right names.
-    let c = by_key(&json_lines(&out), "probe");
+    let c = counts_by(&json_lines(&out), "probe");
     assert_eq!(c.get("kprobe:vfs_write"), Some(&432), "{c:?}");
     assert!(!c.contains_key("kprobe:vfs_writev"), "{c:?}");
     // Globs take kprobes (one kprobe_multi link where the kernel has it).
@@ -359,7 +336,7 @@ fn fentry_glob_loads_one_program_per_function() {
         "99",
         "8",
     ]);
-    let c = by_key(&json_lines(&ok(&o)), "probe");
+    let c = counts_by(&json_lines(&ok(&o)), "probe");
     assert_eq!(c.get("fentry:vfs_write"), Some(&99), "{c:?}");
     let err = stderr(&o);
     let attached = attached(&err);
@@ -390,7 +367,7 @@ fn loopback_packets_by_device_name() {
         .expect("running ping (apt-get install iputils-ping)");
     assert!(st.status.success(), "{st:?}");
     let (out, err) = r.interrupt();
-    let c = by_key(&json_lines(&out), "skb->dev->name");
+    let c = counts_by(&json_lines(&out), "skb->dev->name");
     assert_eq!(c, BTreeMap::from([("lo".to_string(), 10)]), "{err}");
 }
 

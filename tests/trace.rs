@@ -12,21 +12,6 @@ use serde_json::Value;
 
 const WRITE: &str = "tracepoint:syscalls:sys_enter_write";
 
-/// count objects by the given key field.
-fn counts_by(lines: &[Value], key: &str) -> BTreeMap<String, u64> {
-    lines
-        .iter()
-        .filter(|v| v["type"] == "count")
-        .map(|v| {
-            let k = match &v["key"][key] {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            (k, v["count"].as_u64().unwrap())
-        })
-        .collect()
-}
-
 #[test]
 fn exact_count_of_sized_writes_by_a_named_process() {
     if !root("exact_count") {
@@ -559,23 +544,7 @@ fn bad_input_is_one_line_and_exit_2() {
     }
 }
 
-/// BPF program ids held by a process, from its fdinfo.
-fn prog_ids_of(pid: i32) -> Vec<u32> {
-    let mut ids = Vec::new();
-    let dir = format!("/proc/{pid}/fdinfo");
-    for e in std::fs::read_dir(&dir).unwrap().flatten() {
-        if let Ok(s) = std::fs::read_to_string(e.path()) {
-            if let Some(id) = s.lines().find_map(|l| l.strip_prefix("prog_id:")) {
-                ids.push(id.trim().parse().unwrap());
-            }
-        }
-    }
-    ids.sort();
-    ids.dedup();
-    ids
-}
-
-fn prog_exists(id: u32) -> bool {
+fn prog_exists(id: u64) -> bool {
     Command::new("bpftool")
         .args(["prog", "show", "id", &id.to_string()])
         .output()

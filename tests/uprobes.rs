@@ -4,34 +4,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
 use common::*;
-use serde_json::Value;
-
-fn sum_counts(lines: &[Value]) -> u64 {
-    lines
-        .iter()
-        .filter(|v| v["type"] == "count")
-        .map(|v| v["count"].as_u64().unwrap())
-        .sum()
-}
-
-fn by_probe(lines: &[Value]) -> BTreeMap<String, u64> {
-    lines
-        .iter()
-        .filter(|v| v["type"] == "count")
-        .map(|v| {
-            (
-                v["key"]["probe"].as_str().unwrap().to_string(),
-                v["count"].as_u64().unwrap(),
-            )
-        })
-        .collect()
-}
 
 #[test]
 fn uprobe_counts_exact_calls() {
@@ -112,7 +89,7 @@ fn usdt_without_and_with_semaphore() {
         "usdt",
         "333",
     ]);
-    let c = by_probe(&json_lines(&ok(&o)));
+    let c = counts_by(&json_lines(&ok(&o)), "probe");
     let name = |n: &str| {
         let canon = w.canonicalize().unwrap();
         format!("usdt:{}:bpfscope_test:{n}", canon.display())
@@ -159,7 +136,7 @@ fn glob_becomes_one_multi_attachment_with_a_cookie_per_function() {
         "25",
     ]);
     let lines = json_lines(&ok(&o));
-    let c = by_probe(&lines);
+    let c = counts_by(&lines, "probe");
     let get = |f: &str| {
         c.iter()
             .find(|(k, _)| k.ends_with(&format!(":{f}")))

@@ -361,17 +361,9 @@ struct TempMount(&'static CStr);
 
 impl TempMount {
     fn new(src: &CStr, target: &'static CStr, fstype: &CStr) -> Option<TempMount> {
-        // SAFETY: valid NUL-terminated strings; data is null.
-        let rc = unsafe {
-            libc::mount(
-                src.as_ptr(),
-                target.as_ptr(),
-                fstype.as_ptr(),
-                0,
-                std::ptr::null(),
-            )
-        };
-        (rc == 0).then_some(TempMount(target))
+        crate::probe::tracefs::mount_fs(src, target, fstype)
+            .ok()
+            .map(|()| TempMount(target))
     }
 }
 

@@ -261,13 +261,5 @@ int bpfscope_exec(void *ctx)
 SEC("raw_tp/sched_process_fork")
 int BPF_PROG(bpfscope_fork, struct task_struct *parent, struct task_struct *child)
 {
-	u32 ptgid = BPF_CORE_READ(parent, tgid);
-	u32 ctgid;
-	u8 one = 1;
-
-	if (!bpf_map_lookup_elem(&tracked, &ptgid))
-		return 0;
-	ctgid = BPF_CORE_READ(child, tgid);
-	bpf_map_update_elem(&tracked, &ctgid, &one, BPF_ANY);
-	return 0;
+	return bs_follow_fork(&tracked, parent, child);
 }

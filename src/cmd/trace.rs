@@ -286,12 +286,7 @@ fn run_aggregates(
             out.aggregates(plan, &s.action, &data, dec, interval)?;
         }
         if let Some(path) = &s.heatmap {
-            let title = plan
-                .probes
-                .iter()
-                .map(|p| p.probe.name.as_str())
-                .collect::<Vec<_>>()
-                .join(" -> ");
+            let title = probe_names(plan, " -> ");
             write_atomic(path, h.svg(&format!("latency: {title}")).as_bytes())?;
         }
     } else {
@@ -301,12 +296,7 @@ fn run_aggregates(
         let lines = render::folded_stacks(plan, &data, dec);
         let mut bytes = Vec::new();
         if path.extension().and_then(|e| e.to_str()) == Some("svg") {
-            let title = plan
-                .probes
-                .iter()
-                .map(|p| p.probe.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ");
+            let title = probe_names(plan, ", ");
             render::flame::svg(
                 &lines,
                 &format!("bpfscope: {title}"),
@@ -327,6 +317,15 @@ fn run_aggregates(
     out.lost(lost.since(lost_before), interval)?;
     out.flush()?;
     Ok(())
+}
+
+/// The probes' names, for titles.
+fn probe_names(plan: &Plan, sep: &str) -> String {
+    plan.probes
+        .iter()
+        .map(|p| p.probe.name.as_str())
+        .collect::<Vec<_>>()
+        .join(sep)
 }
 
 /// Names the stacks that stack keys refer to (the maps keep them after detaching).

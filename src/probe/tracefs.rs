@@ -1,6 +1,6 @@
 //! tracefs: where tracepoints are listed and their record formats described.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -20,9 +20,8 @@ pub fn root() -> Result<PathBuf, Error> {
     Ok(PathBuf::from(TRACEFS))
 }
 
-fn mount_tracefs() -> Result<(), Error> {
-    let c = |s: &str| CString::new(s).map_err(|_| Error::Environment("bad path".into()));
-    let (src, target, fstype) = (c("tracefs")?, c(TRACEFS)?, c("tracefs")?);
+/// Mounts one of the kernel's pseudo filesystems (tracefs, securityfs).
+pub fn mount_fs(src: &CStr, target: &CStr, fstype: &CStr) -> std::io::Result<()> {
     // SAFETY: all pointers are valid NUL-terminated strings for the call's duration; data is null.
     let rc = unsafe {
         libc::mount(
@@ -34,7 +33,14 @@ fn mount_tracefs() -> Result<(), Error> {
         )
     };
     if rc != 0 {
-        let err = std::io::Error::last_os_error();
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn mount_tracefs() -> Result<(), Error> {
+    let target = CString::new(TRACEFS).map_err(|_| Error::Environment("bad path".into()))?;
+    if let Err(err) = mount_fs(c"tracefs", &target, c"tracefs") {
         return Err(Error::Environment(format!(
             "tracefs is not mounted and mounting it at {TRACEFS} failed ({err}): run bpfscope as root, or mount it with 'mount -t tracefs tracefs {TRACEFS}'"
         )));

@@ -266,6 +266,50 @@ pub fn ok(o: &Output) -> String {
     stdout(o)
 }
 
+/// Sum of all `count` objects.
+pub fn sum_counts(lines: &[serde_json::Value]) -> u64 {
+    lines
+        .iter()
+        .filter(|v| v["type"] == "count")
+        .map(|v| v["count"].as_u64().unwrap())
+        .sum()
+}
+
+/// `count` objects by one key's value (strings as they are, other values as JSON).
+pub fn counts_by(
+    lines: &[serde_json::Value],
+    key: &str,
+) -> std::collections::BTreeMap<String, u64> {
+    lines
+        .iter()
+        .filter(|v| v["type"] == "count")
+        .map(|v| {
+            let k = match &v["key"][key] {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k, v["count"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+/// BPF program ids a process holds, from its fdinfo.
+pub fn prog_ids_of(pid: i32) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
 /// Names of loaded BPF programs (from bpftool), to check nothing of ours is left.
 pub fn loaded_prog_names() -> Vec<String> {
     let out = Command::new("bpftool")
