@@ -185,7 +185,11 @@ fn run_events(
             if let Some(e) = write_failed.take() {
                 return Err(e.into());
             }
-            polled.context("reading events")?;
+            match polled {
+                // A signal (Ctrl-C, or SIGSTOP/SIGCONT) only wakes the loop.
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
+                r => r.context("reading events")?,
+            }
             if let Some(reason) = stopper.poll() {
                 if reason == StopReason::OutputClosed {
                     return Ok(());

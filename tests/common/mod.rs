@@ -210,11 +210,18 @@ impl Running {
         self.child.id() as i32
     }
 
-    /// Sends SIGINT (what Ctrl-C does) and collects the output.
+    /// Sends SIGINT (what Ctrl-C does), collects the output and checks
+    /// that bpfscope ended cleanly (exit status 0).
     pub fn interrupt(mut self) -> (String, String) {
         // SAFETY: kill has no memory-safety preconditions.
         unsafe { libc::kill(self.pid(), libc::SIGINT) };
-        self.finish()
+        let (out, err) = self.finish();
+        let status = self.child.wait().expect("waiting");
+        assert!(
+            status.success(),
+            "bpfscope ended with {status} after Ctrl-C: {err}"
+        );
+        (out, err)
     }
 
     /// Waits for exit; returns (stdout, stderr).
