@@ -35,12 +35,12 @@ fn top_counts_every_run_of_a_known_program() {
     std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "0").unwrap();
     let w = workload("uprobes");
     // 300 calls, 2 ms apart: about 500 runs per second for ~0.7 s.
-    let mut wl = Command::new(&w)
-        .args(["paced", "300", "2000"])
-        .env("DELAY_MS", "2500")
-        .spawn()
-        .unwrap();
-    let pid = wl.id().to_string();
+    let mut wl = Gated::spawn({
+        let mut c = Command::new(&w);
+        c.args(["paced", "300", "2000"]);
+        c
+    });
+    let pid = wl.pid();
     let counter = start(&["count", &format!("uprobe:{}:work", w.display()), "-p", &pid]);
     let ids = prog_ids_of(counter.pid());
     assert_eq!(ids.len(), 1, "one program counts the calls: {ids:?}");
@@ -61,7 +61,7 @@ fn top_counts_every_run_of_a_known_program() {
 
     let top = start_top();
     let during = stats_sysctl();
-    wl.wait().unwrap();
+    wl.go_and_wait();
     std::thread::sleep(Duration::from_millis(400));
     let (out, _) = top.interrupt();
     let (mut total, mut time, mut intervals) = (0u64, 0u64, 0);

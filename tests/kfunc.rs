@@ -92,9 +92,17 @@ fn kfunc_workload() -> PathBuf {
     workload_with("kfunc", &["-static"])
 }
 
-/// A file name unique to this test, in the target directory.
+/// A file name unique to this test, in the target directory. Guests booted
+/// at once share that directory and may hand out the same pids, hence the
+/// kernel release in the name.
 fn target_file(tag: &str) -> (String, String) {
-    let name = format!("kf_{tag}_{}", std::process::id());
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release: String = release
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let name = format!("kf_{tag}_{release}_{}", std::process::id());
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&name);
     (name, path.to_str().unwrap().to_string())
 }

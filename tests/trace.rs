@@ -204,6 +204,33 @@ fn filters_keep_and_drop() {
     assert_eq!(count("count"), 21);
 }
 
+/// A command that fails still gets its results, and a note saying how it ended.
+#[test]
+fn failed_command_is_noted_not_fatal() {
+    if !root("failed_command") {
+        return;
+    }
+    let w = workload("writer");
+    // Size 2^21 is over the workload's buffer: it writes nothing, exits 2.
+    let o = run(&[
+        "count",
+        WRITE,
+        "--json",
+        "--",
+        w.to_str().unwrap(),
+        "wr_fail",
+        "5",
+        "2097152",
+    ]);
+    let out = ok(&o);
+    assert_eq!(sum_counts(&json_lines(&out)), 0, "{out}");
+    assert!(
+        stderr(&o).contains("note: the command ended with exit status: 2"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn command_target_follows_forks() {
     if !root("follow_forks") {
@@ -242,18 +269,15 @@ fn pid_target() {
         return;
     }
     let w = workload("writer");
-    // The delay covers bpfscope's start, slow in emulated guests.
-    let mut wl = Command::new(&w)
-        .args(["wr_pidt", "40", "8"])
-        .env("DELAY_MS", "4000")
-        .spawn()
-        .unwrap();
-    let pid = wl.id().to_string();
-    let mut other = Command::new(&w)
-        .args(["wr_pidt", "40", "8"])
-        .env("DELAY_MS", "4000")
-        .spawn()
-        .unwrap();
+    // Both wait until bpfscope has attached, however slow its start.
+    let gated = || {
+        let mut c = Command::new(&w);
+        c.args(["wr_pidt", "40", "8"]);
+        Gated::spawn(c)
+    };
+    let mut wl = gated();
+    let pid = wl.pid();
+    let mut other = gated();
     let r = start(&[
         "count",
         WRITE,
@@ -265,8 +289,8 @@ fn pid_target() {
         "--duration",
         "60",
     ]);
-    wl.wait().unwrap();
-    other.wait().unwrap();
+    wl.go_and_wait();
+    other.go_and_wait();
     let (out, _) = r.interrupt();
     let c = counts_by(&json_lines(&out), "pid");
     assert_eq!(c, BTreeMap::from([(pid, 40)]));

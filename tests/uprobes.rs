@@ -189,14 +189,14 @@ fn pid_target_for_uprobes() {
         return;
     }
     let w = workload("uprobes");
-    let mut child = Command::new(&w)
-        .args(["calls", "500"])
-        .env("DELAY_MS", "1500")
-        .spawn()
-        .unwrap();
-    let pid = child.id().to_string();
+    let mut child = Gated::spawn({
+        let mut c = Command::new(&w);
+        c.args(["calls", "500"]);
+        c
+    });
+    let pid = child.pid();
     let r = start(&["count", "uprobe:uprobes:work", "-p", &pid, "--json"]);
-    child.wait().unwrap();
+    child.go_and_wait();
     let (out, _) = r.interrupt();
     assert_eq!(sum_counts(&json_lines(&out)), 500);
 }

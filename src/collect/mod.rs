@@ -6,6 +6,7 @@ pub mod events;
 pub mod stacks;
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -131,7 +132,14 @@ impl Stopper {
         let tx = self.tx.clone();
         let wake = self.wake.clone();
         std::thread::spawn(move || {
-            let _ = child.wait();
+            // A failed command explains an empty result: say so (the
+            // results are still printed; bpfscope itself did not fail).
+            if let Ok(status) = child.wait() {
+                let status = std::process::ExitStatus::from_raw(status);
+                if !status.success() {
+                    eprintln!("note: the command ended with {status}");
+                }
+            }
             let _ = tx.send(StopReason::ChildExited);
             notify(&wake);
         });

@@ -332,3 +332,46 @@ pub fn loaded_prog_names() -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// A workload started with GATE=1: it waits, stopped before its work, until
+/// `go` closes its stdin. Tests that attach by pid use it instead of a
+/// fixed delay, which emulated guests can outrun.
+pub struct Gated {
+    pub child: Child,
+}
+
+impl Gated {
+    pub fn spawn(mut cmd: Command) -> Gated {
+        let child = cmd
+            .env("GATE", "1")
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("starting the workload");
+        Gated { child }
+    }
+
+    pub fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    /// Lets the workload run (closing stdin ends its wait).
+    pub fn go(&mut self) {
+        drop(self.child.stdin.take());
+    }
+
+    /// Lets it run and waits for it to finish successfully.
+    pub fn go_and_wait(&mut self) {
+        self.go();
+        let st = self.child.wait().expect("waiting for the workload");
+        assert!(st.success(), "workload ended with {st}");
+    }
+}
+
+impl Drop for Gated {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -6,7 +6,8 @@
  *   sleep K M: calls nap(1) K times and nap(20) M times (ms)
  *   stack N: calls work() N times through outer() -> middle()
  *   paced N US: calls work() N times, sleeping US microseconds after each
- * DELAY_MS=n sleeps before starting (so a tracer can attach to the pid).
+ * GATE=1 waits for stdin to close (or carry a byte) before starting, so a
+ * tracer can attach to the pid first however slow its start.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -70,8 +71,11 @@ int main(int argc, char **argv)
 {
 	if (argc < 3)
 		return 2;
-	if (getenv("DELAY_MS"))
-		usleep(atol(getenv("DELAY_MS")) * 1000);
+	if (getenv("GATE")) {
+		char c;
+		if (read(0, &c, 1) < 0)
+			return 1;
+	}
 	long n = atol(argv[2]);
 	if (!strcmp(argv[1], "calls")) {
 		for (long i = 0; i < n; i++)

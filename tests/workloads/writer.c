@@ -1,8 +1,10 @@
 /*
  * writer NAME N SIZE...: renames itself NAME (the comm the kernel reports),
  * then writes to /dev/null N times for each SIZE given, in order.
- * Environment: FORK=1 does the writes in a forked child; DELAY_MS=n sleeps
- * before the first write; PAUSE_US=n sleeps between writes.
+ * Environment: FORK=1 does the writes in a forked child; GATE=1 waits for
+ * stdin to close (or carry a byte) before the first write, so a tracer can
+ * attach to the pid first however slow its start; PAUSE_US=n sleeps between
+ * writes.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -28,8 +30,11 @@ int main(int argc, char **argv)
 	}
 	long n = atol(argv[2]);
 	long pause_us = getenv("PAUSE_US") ? atol(getenv("PAUSE_US")) : 0;
-	if (getenv("DELAY_MS"))
-		usleep(atol(getenv("DELAY_MS")) * 1000);
+	if (getenv("GATE")) {
+		char c;
+		if (read(0, &c, 1) < 0)
+			return 1;
+	}
 	int fd = open("/dev/null", O_WRONLY);
 	if (fd < 0)
 		return 1;
