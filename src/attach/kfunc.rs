@@ -186,6 +186,17 @@ pub struct RawLink(NonNull<libbpf_sys::bpf_link>);
 // SAFETY: the link is only destroyed (once, in Drop) and never shared.
 unsafe impl Send for RawLink {}
 
+impl RawLink {
+    /// The link's descriptor, while the link lives.
+    pub fn as_fd(&self) -> Option<BorrowedFd<'_>> {
+        // SAFETY: the pointer came from libbpf and is valid until Drop.
+        let fd = unsafe { libbpf_sys::bpf_link__fd(self.0.as_ptr()) };
+        // SAFETY: libbpf owns fd (>= 0) for as long as the link, which the
+        // returned borrow cannot outlive.
+        (fd >= 0).then(|| unsafe { BorrowedFd::borrow_raw(fd) })
+    }
+}
+
 impl Drop for RawLink {
     fn drop(&mut self) {
         // SAFETY: the pointer came from libbpf, is valid and destroyed only here.

@@ -425,11 +425,23 @@ fn filter_names(e: &Expr, out: &mut Vec<String>) {
 /// loaded and verified once per function.
 const FENTRY_MAX: usize = 8;
 
+/// Return probes share one kprobe_multi link from this many functions on
+/// (see `kfunc_path`).
+const RET_MULTI_MIN: usize = 5;
+
+/// How many kprobe:/kretprobe: functions a plan has, and of them returns.
+#[derive(Debug, Clone, Copy, Default)]
+struct KfuncCount {
+    all: usize,
+    rets: usize,
+}
+
 /// How a kernel function probe is attached: fentry/fexit when the kernel
 /// allows it and BTF describes the function (cheaper per event), kprobes
 /// otherwise, each the fallback of the other; kprobe_multi for many
-/// functions. `nkfuncs` counts the plan's kprobe:/kretprobe: functions.
-fn kfunc_path(probe: &Probe, features: &Features, nkfuncs: usize) -> Result<Path, Error> {
+/// functions. `n` counts the plan's kprobe:/kretprobe: functions.
+fn kfunc_path(probe: &Probe, features: &Features, n: KfuncCount) -> Result<Path, Error> {
+    let nkfuncs = n.all;
     let ProbeKind::Kfunc {
         func,
         offset,
@@ -483,7 +495,17 @@ fn kfunc_path(probe: &Probe, features: &Features, nkfuncs: usize) -> Result<Path
     }
     let can_fentry = fentry.is_ok() && btf_id.is_some() && *offset == 0;
     let can_kprobe = kprobe.is_ok() && *kprobe_ok;
-    let kprobe_mech = if *offset == 0 && nkfuncs > 1 && features.kprobe_multi() {
+    // Before 6.14 the kernel gives a kprobe_multi return link 2 x CPUs x
+    // functions return instances in all, while a lone kretprobe gets at
+    // least 10: a return link of a few functions (vfs_read with a few
+    // threads blocked in it) would run out and miss returns. Such few
+    // returns take one kretprobe each instead.
+    let multi_ok = if ret {
+        n.rets >= RET_MULTI_MIN
+    } else {
+        nkfuncs > 1
+    };
+    let kprobe_mech = if *offset == 0 && multi_ok && features.kprobe_multi() {
         Mech::KprobeMulti
     } else {
         Mech::Kprobe
@@ -513,7 +535,7 @@ fn choose_path(
     probe: &Probe,
     fields: &[&str],
     features: &Features,
-    nkfuncs: usize,
+    nkfuncs: KfuncCount,
 ) -> Result<Path, Error> {
     let (subsys, event, syscall) = match &probe.kind {
         ProbeKind::Tracepoint {
@@ -664,18 +686,17 @@ pub fn build(
         ));
     }
 
-    let nkfuncs = probes
-        .iter()
-        .filter(|(p, _)| {
-            matches!(
-                p.kind,
-                ProbeKind::Kfunc {
-                    kind: KfuncKind::Kprobe | KfuncKind::Kretprobe,
-                    ..
-                }
-            )
-        })
-        .count();
+    let mut nkfuncs = KfuncCount::default();
+    for (p, _) in &probes {
+        if let ProbeKind::Kfunc {
+            kind: kind @ (KfuncKind::Kprobe | KfuncKind::Kretprobe),
+            ..
+        } = p.kind
+        {
+            nkfuncs.all += 1;
+            nkfuncs.rets += usize::from(kind.is_ret());
+        }
+    }
     // What each probe reads, hence its path.
     let paths: Vec<Path> = probes
         .iter()

@@ -34,6 +34,8 @@ pub struct Session<'obj> {
     /// Kernel function links, and the fentry/fexit program copies they run.
     klinks: Vec<KLink>,
     kprogs: Vec<OwnedFd>,
+    /// kprobe_misses() as it was when the links were dropped.
+    missed_at_detach: u64,
     /// The loaded fentry and fexit programs, to load copies per function.
     images: [Option<ProgImage>; 2],
     template: Option<Template>,
@@ -196,6 +198,7 @@ impl<'obj> Session<'obj> {
             uprobe_multi: multi,
             klinks: Vec::new(),
             kprogs: Vec::new(),
+            missed_at_detach: 0,
             images,
             template,
             template_used: [false; 2],
@@ -440,8 +443,36 @@ impl<'obj> Session<'obj> {
             .sum()
     }
 
+    /// Hits the kernel's kprobe machinery missed on this session's kprobe
+    /// links (counted by the kernel from 6.7 on; 0 before).
+    pub fn kprobe_misses(&self) -> u64 {
+        use libbpf_rs::query::{LinkInfo, LinkTypeInfo, PerfEventType};
+        let live: u64 = self
+            .klinks
+            .iter()
+            .filter_map(|l| {
+                let info = match l {
+                    KLink::Libbpf(l) => l.info().ok()?,
+                    KLink::Raw(r) => LinkInfo::from_fd(r.as_fd()?).ok()?,
+                    KLink::Fd(_) => return None, // fentry/fexit: no such counter
+                };
+                match info.info {
+                    LinkTypeInfo::KprobeMulti(k) => Some(k.missed),
+                    LinkTypeInfo::PerfEvent(p) => match p.event_type {
+                        PerfEventType::Kprobe { missed, .. } => Some(missed),
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            })
+            .sum();
+        // The counters go with the links: detach keeps their last value.
+        self.missed_at_detach + live
+    }
+
     /// Detaches every probe; maps stay readable.
     pub fn detach(&mut self) {
+        self.missed_at_detach = self.kprobe_misses();
         detach_all(std::mem::take(&mut self.links));
         detach_all(std::mem::take(&mut self.klinks));
         self.kprogs.clear();

@@ -207,6 +207,7 @@ fn run_events(
     }
     let mut lost = Lost::read(&session.skel.maps.lost)?;
     lost.nested = session.recursion_misses();
+    lost.missed = session.kprobe_misses();
     out.lost(lost, None)?;
     out.flush()?;
     Ok(())
@@ -270,6 +271,7 @@ fn run_aggregates(
         }
         let mut lost = Lost::read(&session.skel.maps.lost)?;
         lost.nested = session.recursion_misses();
+        lost.missed = session.kprobe_misses();
         out.lost(lost.since(lost_before), Some(interval_no))?;
         lost_before = lost;
         out.flush()?;
@@ -318,6 +320,7 @@ fn run_aggregates(
     }
     let mut lost = Lost::read(&session.skel.maps.lost)?;
     lost.nested = session.recursion_misses();
+    lost.missed = session.kprobe_misses();
     out.lost(lost.since(lost_before), interval)?;
     out.flush()?;
     Ok(())

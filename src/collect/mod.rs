@@ -39,6 +39,9 @@ pub struct Lost {
     pub unmatched: u64,
     /// Runs the kernel skipped because the program was already running on that CPU.
     pub nested: u64,
+    /// Kernel function hits the kprobe machinery itself missed (no return
+    /// instance free, or a probe hit inside another probe's handler).
+    pub missed: u64,
 }
 
 impl Lost {
@@ -61,6 +64,7 @@ impl Lost {
             stacks: slot(bs_lost::BS_LOST_STACKS.0)?,
             unmatched: slot(bs_lost::BS_LOST_UNMATCHED.0)?,
             nested: 0,
+            missed: 0,
         })
     }
 
@@ -72,6 +76,7 @@ impl Lost {
             stacks: self.stacks.saturating_sub(earlier.stacks),
             unmatched: self.unmatched.saturating_sub(earlier.unmatched),
             nested: self.nested.saturating_sub(earlier.nested),
+            missed: self.missed.saturating_sub(earlier.missed),
         }
     }
 }

@@ -501,6 +501,11 @@ impl Output {
                 "nested",
                 "events fired while the same program was running on that CPU (the kernel skips them)",
             ),
+            (
+                lost.missed,
+                "missed",
+                "kernel function hits the kprobe machinery missed (all return instances in use, or a probe inside a probe)",
+            ),
         ];
         if lost.unmatched > 0 {
             // Not a loss: ends whose start was not traced (filtered, before attach, other processes).
