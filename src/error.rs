@@ -12,6 +12,10 @@ pub enum Error {
     /// Missing privileges or a kernel facility.
     #[error("{0}")]
     Environment(String),
+    /// A termination signal arrived before the run could start; the
+    /// command ends quietly (exit status 0, like Ctrl-C during a run).
+    #[error("interrupted")]
+    Interrupted,
 }
 
 /// Shorthand for returning a usage error.
@@ -25,9 +29,41 @@ macro_rules! usage {
 /// Exit status for an error chain: 2 when any link is a usage or
 /// environment error, 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
-    if err.chain().any(|e| e.downcast_ref::<Error>().is_some()) {
+    if err
+        .chain()
+        .any(|e| matches!(e.downcast_ref::<Error>(), Some(Error::Interrupted)))
+    {
+        0
+    } else if err.chain().any(|e| {
+        e.downcast_ref::<Error>().is_some()
+            || e.downcast_ref::<crate::sys::outfile::OutputError>()
+                .is_some()
+    }) {
         2
     } else {
         1
     }
+}
+
+/// What the kernel refused while setting up a run, as an environment error
+/// (exit 2) in one line, with the fix when the cause is a known one.
+pub fn refused(err: anyhow::Error) -> Error {
+    let errno = err.chain().find_map(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            .or_else(|| {
+                // libbpf-rs errors carry the errno in their message only.
+                let s = c.to_string();
+                let n = s.rsplit_once("(os error ")?.1.trim_end_matches(')');
+                n.parse().ok()
+            })
+    });
+    let hint = match errno {
+        Some(libc::EMFILE) | Some(libc::ENFILE) => {
+            " (each probe needs a file descriptor: raise the open-file limit with 'ulimit -n', or attach fewer probes)"
+        }
+        Some(libc::ENOMEM) => " (the kernel is out of memory for BPF objects: lower --max-keys or attach fewer probes)",
+        _ => "",
+    };
+    Error::Environment(format!("{err:#}{hint}"))
 }

@@ -20,3 +20,4 @@ pub mod probe;
 pub mod profile;
 pub mod render;
 pub mod symbolize;
+pub mod sys;

@@ -40,8 +40,9 @@ fn top_counts_every_run_of_a_known_program() {
         c.args(["paced", "300", "2000"]);
         c
     });
-    let pid = wl.pid();
-    let counter = start(&["count", &format!("uprobe:{}:work", w.display()), "-p", &pid]);
+    // Not `-p`: that run would end with the workload, unloading the
+    // program before top's last look. Only this workload runs the binary.
+    let counter = start(&["count", &format!("uprobe:{}:work", w.display())]);
     let ids = prog_ids_of(counter.pid());
     assert_eq!(ids.len(), 1, "one program counts the calls: {ids:?}");
     // bpf list names it and says where it is attached.

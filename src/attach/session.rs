@@ -27,6 +27,9 @@ const PAGE: u32 = 4096;
 const STARTS_MAX: u32 = 65536;
 
 /// Loaded programs and maps of one tracing run, and its links.
+/// Probe counts from which attaching is announced before it starts.
+const SLOW_ATTACH: usize = 200;
+
 pub struct Session<'obj> {
     pub skel: TraceSkel<'obj>,
     links: Vec<Link>,
@@ -345,55 +348,67 @@ impl<'obj> Session<'obj> {
                     })?,
             );
         }
+        // Attaching thousands of tracepoints takes seconds: say so, and stop
+        // at once when a signal asks for it.
+        if plan.probes.len() >= SLOW_ATTACH {
+            eprintln!("Attaching {} probes...", plan.probes.len());
+        }
         for (i, p) in plan.probes.iter().enumerate() {
+            if crate::sys::signals::interrupted() {
+                return Err(crate::error::Error::Interrupted.into());
+            }
             // Cookie 0 means "no configuration", so indexes are shifted by one.
             let cookie = i as u64 + 1;
-            match &p.path {
-                Path::Syscall(_) | Path::Uprobe { .. } | Path::Kfunc(_) => {}
+            let link = match &p.path {
+                Path::Syscall(_) | Path::Uprobe { .. } | Path::Kfunc(_) => continue,
                 Path::Usdt {
                     binary,
                     provider,
                     name,
-                } => links.push(
-                    progs
-                        .bpfscope_usdt
-                        .attach_usdt_with_opts(
-                            pid,
-                            binary,
-                            provider,
-                            name,
-                            UsdtOpts {
-                                cookie,
-                                ..Default::default()
-                            },
-                        )
-                        .with_context(|| format!("attaching {}", p.probe.name))?,
-                ),
-                Path::RawTp { name } => links.push(
-                    progs
-                        .bpfscope_rawtp
-                        .attach_raw_tracepoint_with_opts(
-                            name,
-                            RawTracepointOpts {
-                                cookie,
-                                ..Default::default()
-                            },
-                        )
-                        .with_context(|| format!("attaching {} (raw_tp {name})", p.probe.name))?,
-                ),
-                Path::Tracepoint { subsys, event } => links.push(
-                    progs
-                        .bpfscope_tp
-                        .attach_tracepoint_with_opts(
-                            TracepointCategory::Custom(subsys.clone()),
-                            event,
-                            TracepointOpts {
-                                cookie,
-                                ..Default::default()
-                            },
-                        )
-                        .with_context(|| format!("attaching {}", p.probe.name))?,
-                ),
+                } => progs
+                    .bpfscope_usdt
+                    .attach_usdt_with_opts(
+                        pid,
+                        binary,
+                        provider,
+                        name,
+                        UsdtOpts {
+                            cookie,
+                            ..Default::default()
+                        },
+                    )
+                    .with_context(|| format!("attaching {}", p.probe.name)),
+                Path::RawTp { name } => progs
+                    .bpfscope_rawtp
+                    .attach_raw_tracepoint_with_opts(
+                        name,
+                        RawTracepointOpts {
+                            cookie,
+                            ..Default::default()
+                        },
+                    )
+                    .with_context(|| format!("attaching {} (raw_tp {name})", p.probe.name)),
+                Path::Tracepoint { subsys, event } => progs
+                    .bpfscope_tp
+                    .attach_tracepoint_with_opts(
+                        TracepointCategory::Custom(subsys.clone()),
+                        event,
+                        TracepointOpts {
+                            cookie,
+                            ..Default::default()
+                        },
+                    )
+                    .with_context(|| format!("attaching {}", p.probe.name)),
+            };
+            match link {
+                Ok(l) => links.push(l),
+                // One event of many that the kernel refuses is skipped and
+                // named (as kernel-function globs do); running out of
+                // descriptors or memory would refuse the rest too.
+                Err(e) if plan.probes.len() > 1 && !exhausted(&e) => {
+                    out.skipped.push((p.probe.name.clone(), format!("{e:#}")));
+                }
+                Err(e) => return Err(e),
             }
         }
         if follow_forks {
@@ -696,4 +711,13 @@ pub fn detach_all<L: Send>(links: Vec<L>) {
             s.spawn(move || drop(chunk));
         }
     });
+}
+
+/// True when an attach failed for lack of a resource (descriptors,
+/// memory) that every further attach would lack too.
+fn exhausted(e: &anyhow::Error) -> bool {
+    let msg = format!("{e:#}");
+    [libc::EMFILE, libc::ENFILE, libc::ENOMEM]
+        .iter()
+        .any(|n| msg.contains(&format!("(os error {n})")))
 }

@@ -81,27 +81,20 @@ impl GatedChild {
         }
         // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
         let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
 
         // SAFETY: fork has no memory-safety preconditions; the child branch
-        // below only makes async-signal-safe calls (read, execv, _exit).
+        // below only makes async-signal-safe calls (prctl, getppid, close,
+        // read, execv, _exit) on memory allocated before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(io::Error::last_os_error()).context("forking the command");
         }
         if pid == 0 {
-            let mut b = 0u8;
-            // SAFETY: async-signal-safe calls on valid buffers; execv's argv
-            // is a NULL-terminated array of NUL-terminated strings kept alive
-            // by this (copied) address space. _exit never returns.
-            unsafe {
-                let n = libc::read(rd.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
-                if n != 1 {
-                    // bpfscope went away before releasing us: never run untraced.
-                    libc::_exit(127);
-                }
-                libc::execv(prog.as_ptr(), argv.as_ptr());
-                libc::_exit(127);
-            }
+            // SAFETY: see above; every pointer passed is to memory that this
+            // (copied) address space keeps alive until execv or _exit.
+            unsafe { gated_child(rd.as_raw_fd(), wr.as_raw_fd(), parent, &prog, &argv) }
         }
         drop(rd);
         Ok(GatedChild {
@@ -130,11 +123,122 @@ impl GatedChild {
 }
 
 impl Drop for GatedChild {
-    /// Never released (an error came first): closing the gate makes it exit; reap it.
+    /// Never released (an error or a signal came first): the command must
+    /// not run untraced, so end it and reap it. Closing the gate alone
+    /// would do; the kill makes the wait certain to end.
     fn drop(&mut self) {
         self.gate.take();
         if self.pid > 0 {
+            // SAFETY: kill has no memory-safety preconditions; the pid is our
+            // own unreaped child, so it cannot name another process.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
             let _ = RunningChild { pid: self.pid }.wait();
         }
     }
+}
+
+/// The child side of the gate: dies with bpfscope, holds nothing of it,
+/// waits for the release byte, then runs the command.
+///
+/// # Safety
+/// Must only be called in a freshly forked child, with `rd`/`wr` the gate
+/// pipe's descriptors and `argv` a NULL-terminated array of pointers into
+/// `prog`'s and the arguments' live CStrings. Never returns.
+unsafe fn gated_child(
+    rd: i32,
+    wr: i32,
+    parent: libc::pid_t,
+    prog: &CString,
+    argv: &[*const libc::c_char],
+) -> ! {
+    // The write end must not stay open here, or the EOF that tells a
+    // never-released child to give up could never come.
+    libc::close(wr);
+    // Killed with bpfscope, even by SIGKILL, while still held at the gate;
+    // checked afterwards, since the parent may already have died.
+    if libc::prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        0,
+        0,
+        0,
+    ) != 0
+        || libc::getppid() != parent
+    {
+        libc::_exit(127);
+    }
+    // Descriptors bpfscope opened are close-on-exec, but this child lives
+    // before exec: drop every one of them now (stdio and the gate stay),
+    // so a child left behind could never hold a BPF object.
+    close_cloexec_fds(rd);
+    let mut b = 0u8;
+    let n = libc::read(rd, (&mut b as *mut u8).cast(), 1);
+    if n != 1 {
+        // bpfscope went away or gave up before releasing us: never run untraced.
+        libc::_exit(127);
+    }
+    libc::close(rd);
+    // Released: from here the command is the user's, and outlives
+    // bpfscope like any command would.
+    libc::prctl(libc::PR_SET_PDEATHSIG, 0 as libc::c_ulong, 0, 0, 0);
+    libc::execv(prog.as_ptr(), argv.as_ptr());
+    libc::_exit(127);
+}
+
+/// Closes the descriptors marked close-on-exec, except `keep`, without
+/// allocating (getdents64 into a stack buffer): async-signal-safe for a
+/// forked child. Descriptors the user handed down without the flag stay.
+///
+/// # Safety
+/// Only for a forked child before exec: it closes descriptors that other
+/// owners in the parent's address space believe open.
+unsafe fn close_cloexec_fds(keep: i32) {
+    let dir = libc::open(
+        c"/proc/self/fd".as_ptr(),
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+    );
+    if dir < 0 {
+        return;
+    }
+    let mut buf = [0u8; 4096];
+    let mut victims = [0i32; 512];
+    loop {
+        let n = libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len());
+        if n <= 0 {
+            break;
+        }
+        let mut nv = 0;
+        let mut off = 0usize;
+        while off + 19 < n as usize && nv < victims.len() {
+            // struct linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name.
+            let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+            if reclen == 0 {
+                break;
+            }
+            let mut fd: i32 = 0;
+            let mut digits = false;
+            for &c in &buf[off + 19..(off + reclen).min(n as usize)] {
+                if c.is_ascii_digit() {
+                    fd = fd.saturating_mul(10).saturating_add((c - b'0') as i32);
+                    digits = true;
+                } else {
+                    break;
+                }
+            }
+            if digits && fd > 2 && fd != keep && fd != dir {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags >= 0 && flags & libc::FD_CLOEXEC != 0 {
+                    victims[nv] = fd;
+                    nv += 1;
+                }
+            }
+            off += reclen;
+        }
+        // Closing while reading the directory is allowed, but closing after
+        // each batch keeps the listing simple to reason about.
+        for &fd in &victims[..nv] {
+            libc::close(fd);
+        }
+    }
+    libc::close(dir);
 }

@@ -2,7 +2,9 @@
 //! offline symbolization and the profile outputs.
 
 use std::io::{self, BufWriter, Read, Write};
-use std::path::Path;
+use std::path::PathBuf;
+
+use crate::sys::outfile::PendingFile;
 
 use anyhow::{Context, Result};
 
@@ -15,16 +17,35 @@ use crate::render::pprof;
 use crate::symbolize::{self, kernel, Line, Profile, Resolver};
 
 pub fn profile(s: ProfileSettings) -> Result<()> {
-    let sampled = crate::profile::sample(&s.sample)?;
+    // A bad output path fails now, not after the whole run.
+    let output = reserve(s.output.as_ref())?;
+    let sampled = match crate::profile::sample(&s.sample) {
+        Err(e) if is_interrupted(&e) => {
+            eprintln!("bpfscope: interrupted before sampling; nothing gathered");
+            return Ok(());
+        }
+        r => r?,
+    };
+    // Symbolizing has nothing partial worth printing: a signal now ends the process.
+    crate::sys::signals::die_on_next();
     // `sampled` (and the descriptors it holds) lives until symbolizing is done.
     let rec = crate::profile::to_recording(&s.sample, &sampled, true);
-    emit(&rec, s.output.as_ref(), &s.symbols, s.sample.verbose)
+    emit(&rec, output, &s.symbols, s.sample.verbose)
 }
 
 pub fn record(s: RecordSettings) -> Result<()> {
-    let sampled = crate::profile::sample(&s.sample)?;
+    let output = PendingFile::reserve(&s.output)?;
+    let sampled = match crate::profile::sample(&s.sample) {
+        Err(e) if is_interrupted(&e) => {
+            eprintln!("bpfscope: interrupted before sampling; nothing gathered");
+            return Ok(());
+        }
+        r => r?,
+    };
+    crate::sys::signals::die_on_next();
     let rec = crate::profile::to_recording(&s.sample, &sampled, false);
-    format::write(&s.output, &rec)
+    output
+        .commit(&format::encode(&rec))
         .with_context(|| format!("writing the recording {}", s.output.display()))?;
     let total: u64 = rec.stacks.iter().map(|s| s.count).sum();
     eprintln!(
@@ -43,8 +64,25 @@ pub fn record(s: RecordSettings) -> Result<()> {
 }
 
 pub fn report(s: ReportSettings) -> Result<()> {
+    let output = reserve(s.output.as_ref())?;
     let rec = format::read(&s.input).map_err(|e| crate::usage!("{e}"))?;
-    emit(&rec, s.output.as_ref(), &s.symbols, s.verbose)
+    emit(&rec, output, &s.symbols, s.verbose)
+}
+
+/// Opens the output file of `-o` before any work, so a bad path fails first.
+fn reserve(output: Option<&(PathBuf, Format)>) -> Result<Option<(PendingFile, Format)>> {
+    output
+        .map(|(p, f)| Ok((PendingFile::reserve(p)?, *f)))
+        .transpose()
+}
+
+fn is_interrupted(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<crate::error::Error>(),
+            Some(crate::error::Error::Interrupted)
+        )
+    })
 }
 
 fn report_lost(rec: &Recording) {
@@ -62,7 +100,7 @@ fn report_lost(rec: &Recording) {
 /// Symbolizes a recording and writes the chosen output.
 fn emit(
     rec: &Recording,
-    output: Option<&(std::path::PathBuf, Format)>,
+    output: Option<(PendingFile, Format)>,
     symbols: &SymbolSettings,
     verbose: bool,
 ) -> Result<()> {
@@ -91,8 +129,9 @@ fn emit(
     // With an output file, a short top list still says at a glance where time went.
     let top = match output {
         None => 25,
-        Some((path, fmt)) => {
-            write_output(&profile, path, *fmt)?;
+        Some((file, fmt)) => {
+            let path = file.path().to_path_buf();
+            write_output(&profile, file, fmt)?;
             eprintln!(
                 "Wrote {} ({} {}, {} unique stacks)",
                 path.display(),
@@ -110,7 +149,7 @@ fn emit(
     }
 }
 
-fn write_output(p: &Profile, path: &Path, fmt: Format) -> Result<()> {
+fn write_output(p: &Profile, file: PendingFile, fmt: Format) -> Result<()> {
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
     match fmt {
         Format::Folded => p.write_folded(&mut buf)?,
@@ -121,7 +160,8 @@ fn write_output(p: &Profile, path: &Path, fmt: Format) -> Result<()> {
             buf.push(b'\n');
         }
     }
-    format::write_atomic(path, &buf).with_context(|| format!("writing {}", path.display()))
+    let path = file.path().display().to_string();
+    file.commit(&buf).with_context(|| format!("writing {path}"))
 }
 
 /// One output line of `symbolize`.

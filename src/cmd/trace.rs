@@ -1,6 +1,6 @@
 //! `bpfscope count|hist|stats|trace`: the tracing engine's pipeline.
 
-use std::cell::Cell as StdCell;
+use std::cell::{Cell as StdCell, RefCell};
 use std::io;
 use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
@@ -18,10 +18,12 @@ use crate::cli::{Action, Target, TraceSettings};
 use crate::collect::aggregate::KeyAgg;
 use crate::collect::stacks;
 use crate::collect::{aggregate, events, Lost, StopReason, Stopper};
+use crate::error::Error;
 use crate::probe;
 use crate::render;
 use crate::render::heatmap::Heatmap;
 use crate::render::{Decoder, Output};
+use crate::sys::outfile::PendingFile;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How long in-flight program runs get to finish with the old epoch before it is read.
@@ -43,10 +45,25 @@ pub fn run(s: TraceSettings) -> Result<()> {
         }
     }
 
+    // Output files are opened before anything is loaded: a bad path must
+    // not throw a whole run away at its end.
+    let heatmap_file = s.heatmap.as_deref().map(PendingFile::reserve).transpose()?;
+    let stack_file = s
+        .stack_output
+        .as_deref()
+        .map(PendingFile::reserve)
+        .transpose()?;
+
+    crate::sys::signals::install().context("installing signal handlers")?;
+    let stopper = Stopper::new(s.duration)?;
+    // The command is forked before any BPF object exists, so it can never
+    // hold one; it waits at its gate until the probes are attached.
+    let (gated, tracked) = GatedChild::for_target(&s.target)?;
+    if let Target::Pid(pid) = s.target {
+        stopper.watch_pid(pid)?;
+    }
     let mut storage = MaybeUninit::uninit();
     let mut session = Session::load(&mut storage, &plan, &s, &features)?;
-    let stopper = Stopper::new(s.duration)?;
-    let (gated, tracked) = GatedChild::for_target(&s.target)?;
     if let Some(pid) = tracked {
         session.track(pid)?;
     }
@@ -54,7 +71,18 @@ pub fn run(s: TraceSettings) -> Result<()> {
         Target::Pid(p) => p as i32,
         _ => -1,
     };
-    let mut att = session.attach(&plan, gated.is_some(), user_pid)?;
+    if stopper.poll().is_some() {
+        eprintln!("bpfscope: interrupted before attaching; nothing gathered");
+        return Ok(());
+    }
+    let mut att = match session.attach(&plan, gated.is_some(), user_pid) {
+        Err(e) if is_interrupted(&e) => {
+            eprintln!("bpfscope: interrupted while attaching; nothing gathered");
+            return Ok(());
+        }
+        // Whatever the kernel refused, the run cannot start: one line, exit 2.
+        r => r.map_err(crate::error::refused)?,
+    };
     att.skipped.extend(resolve_skipped);
     report_skipped(&att, s.verbose);
     let n = att.probes;
@@ -69,7 +97,11 @@ pub fn run(s: TraceSettings) -> Result<()> {
     let result = if matches!(s.action, Action::Trace { .. }) {
         run_events(&mut session, &plan, &stopper, &mut out, &dec, t0)
     } else {
-        run_aggregates(&mut session, &plan, &s, &stopper, &mut out, &mut dec)
+        let files = OutFiles {
+            heatmap: heatmap_file,
+            stacks: stack_file,
+        };
+        run_aggregates(&mut session, &plan, &s, &stopper, &mut out, &mut dec, files)
     };
     match result {
         Err(e) if is_broken_pipe(&e) => Ok(()),
@@ -150,6 +182,17 @@ fn resolve_roles(s: &TraceSettings) -> Result<Roles> {
     Ok((out, skipped))
 }
 
+fn is_interrupted(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| matches!(c.downcast_ref::<Error>(), Some(Error::Interrupted)))
+}
+
+/// Output files reserved before the run.
+struct OutFiles {
+    heatmap: Option<PendingFile>,
+    stacks: Option<PendingFile>,
+}
+
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<io::Error>()
@@ -167,11 +210,14 @@ fn run_events(
 ) -> Result<()> {
     let write_failed: StdCell<Option<io::Error>> = StdCell::new(None);
     {
+        // The callback and the loop both write: the loop flushes after each
+        // batch, so a pipe gets every line within one poll period, not when
+        // a 64 KiB buffer fills.
+        let shared = RefCell::new(&mut *out);
         let mut builder = RingBufferBuilder::new();
-        let out_ref = &mut *out;
         builder.add(&session.skel.maps.events, |data: &[u8]| {
             if let Some(ev) = events::decode(data) {
-                if let Err(e) = out_ref.event(plan, &ev, dec, t0) {
+                if let Err(e) = shared.borrow_mut().event(plan, &ev, dec, t0) {
                     write_failed.set(Some(e));
                     return -1;
                 }
@@ -189,6 +235,22 @@ fn run_events(
                 // A signal (Ctrl-C, or SIGSTOP/SIGCONT) only wakes the loop.
                 Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
                 r => r.context("reading events")?,
+            }
+            // The program asks for a wakeup only once 64 KiB wait (a wakeup
+            // per event costs more than the event): a slow trickle is read
+            // here, so each line is out within one poll period.
+            let consumed = rb.consume();
+            if let Some(e) = write_failed.take() {
+                return Err(e.into());
+            }
+            consumed.context("reading events")?;
+            {
+                let mut o = shared.borrow_mut();
+                o.flush()?;
+                // The reader went away (`| head` exited) while nothing was written.
+                if o.closed() {
+                    return Ok(());
+                }
             }
             if let Some(reason) = stopper.poll() {
                 if reason == StopReason::OutputClosed {
@@ -220,6 +282,7 @@ fn run_aggregates(
     stopper: &Stopper,
     out: &mut Output,
     dec: &mut Decoder,
+    files: OutFiles,
 ) -> Result<()> {
     let signed = plan.value.as_ref().is_some_and(|v| v.1);
     let mut interval_no = 0u64;
@@ -291,14 +354,15 @@ fn run_aggregates(
         } else {
             out.aggregates(plan, &s.action, &data, dec, interval)?;
         }
-        if let Some(path) = &s.heatmap {
+        if let Some(f) = files.heatmap {
             let title = probe_names(plan, " -> ");
-            write_atomic(path, h.svg(&format!("latency: {title}")).as_bytes())?;
+            commit(f, h.svg(&format!("latency: {title}")).as_bytes())?;
         }
     } else {
         out.aggregates(plan, &s.action, &data, dec, interval)?;
     }
-    if let Some(path) = &s.stack_output {
+    if let Some(f) = files.stacks {
+        let path = f.path().to_path_buf();
         let lines = render::folded_stacks(plan, &data, dec);
         let mut bytes = Vec::new();
         if path.extension().and_then(|e| e.to_str()) == Some("svg") {
@@ -316,7 +380,7 @@ fn run_aggregates(
                 bytes.push(b'\n');
             }
         }
-        write_atomic(path, &bytes)?;
+        commit(f, &bytes)?;
     }
     let mut lost = Lost::read(&session.skel.maps.lost)?;
     lost.nested = session.recursion_misses();
@@ -385,11 +449,10 @@ fn name_stacks(
     dec.set_stacks(table);
 }
 
-/// Writes a file under a temporary name and renames it, so readers never see half a file.
-fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+/// Gives a reserved output file its contents.
+fn commit(f: PendingFile, bytes: &[u8]) -> Result<()> {
+    let path = f.path().display().to_string();
+    f.commit(bytes).with_context(|| format!("writing {path}"))
 }
 
 fn set_epoch(session: &mut Session<'_>, epoch: u32) {

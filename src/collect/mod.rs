@@ -22,6 +22,8 @@ pub enum StopReason {
     Signal,
     ChildExited,
     Duration,
+    /// The process of `-p PID` exited.
+    TargetExited,
     /// The output went away (e.g. a closed pipe).
     OutputClosed,
 }
@@ -124,12 +126,61 @@ impl Stopper {
                 notify(&swake);
             }
         });
+        // A signal that came before the handlers above (while loading) counts too.
+        if crate::sys::signals::interrupted() {
+            let _ = tx.send(StopReason::Signal);
+            notify(&wake);
+        }
         Ok(Stopper {
             tx,
             rx,
             wake,
             deadline: duration.map(|d| Instant::now() + d),
         })
+    }
+
+    /// Stops the run when process `pid` exits (the target of `-p`).
+    /// Fails with a usage error when there is no such process.
+    pub fn watch_pid(&self, pid: u32) -> Result<()> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                return Err(
+                    crate::usage!("no process with pid {pid}: check the pid (pgrep NAME)").into(),
+                );
+            }
+            return Err(e).with_context(|| format!("watching process {pid}"));
+        }
+        // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let tx = self.tx.clone();
+        let wake = self.wake.clone();
+        std::thread::spawn(move || {
+            // A pidfd becomes readable when the process exits.
+            let mut p = libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            loop {
+                // SAFETY: p is one valid pollfd.
+                let r = unsafe { libc::poll(&mut p, 1, -1) };
+                if r > 0 {
+                    break;
+                }
+                if r < 0
+                    && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+                {
+                    return;
+                }
+            }
+            eprintln!("note: process {pid} exited");
+            let _ = tx.send(StopReason::TargetExited);
+            notify(&wake);
+        });
+        Ok(())
     }
 
     /// Stops the run when the child exits (reaping it).

@@ -53,10 +53,16 @@ pub struct Sampled {
 pub fn sample(s: &SampleSettings) -> Result<Sampled> {
     libbpf_log::init(s.verbose);
     crate::cmd::require_privileges()?;
+    crate::sys::signals::install().context("installing signal handlers")?;
+    let stopper = Stopper::new(Some(s.duration))?;
+    // The command is forked before any BPF object exists, so it can never
+    // hold one; it waits at its gate until sampling runs.
+    let (gated, tracked) = GatedChild::for_target(&s.target)?;
+    if let Target::Pid(pid) = s.target {
+        stopper.watch_pid(pid)?;
+    }
     let mut storage = MaybeUninit::uninit();
     let mut session = ProfileSession::load(&mut storage, s)?;
-    let stopper = Stopper::new(Some(s.duration))?;
-    let (gated, tracked) = GatedChild::for_target(&s.target)?;
     if let Some(pid) = tracked {
         session.track(pid)?;
     }
@@ -69,7 +75,12 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
             None
         }
     };
-    let n = session.attach(s, gated.is_some())?;
+    if crate::sys::signals::interrupted() {
+        return Err(crate::error::Error::Interrupted.into());
+    }
+    let n = session
+        .attach(s, gated.is_some())
+        .map_err(crate::error::refused)?;
     let start_unix_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)

@@ -197,6 +197,19 @@ impl Output {
         self.w.flush()
     }
 
+    /// True when stdout is a pipe whose reader has gone (poll reports
+    /// POLLERR on the write end), so a quiet run can end without writing.
+    pub fn closed(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: libc::STDOUT_FILENO,
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: p is one valid pollfd; a zero timeout never blocks.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        r > 0 && p.revents & libc::POLLERR != 0
+    }
+
     /// A line of plain text.
     pub fn raw_line(&mut self, s: &str) -> io::Result<()> {
         writeln!(self.w, "{s}")?;

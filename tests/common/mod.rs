@@ -86,8 +86,17 @@ pub fn run_env(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Output
             cmd.env(k, v);
         }
     }
+    cmd.args(args);
+    run_cmd_timeout(&mut cmd, timeout)
+}
+
+/// Runs any command to completion, killing it (and failing) after `timeout`.
+pub fn run_cmd_timeout(cmd: &mut Command, timeout: Duration) -> Output {
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let mut child = cmd
-        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,0 +1,200 @@
+//! Output files created before a run and filled after it: a bad path
+//! (a directory, a read-only place, a missing folder) fails before
+//! anything is attached, and the final name only ever holds a whole file.
+//!
+//! The data goes to an unnamed file (O_TMPFILE) that is linked into the
+//! directory when complete, so even a SIGKILL leaves no temporary file
+//! behind; filesystems without O_TMPFILE get a named temporary file,
+//! removed on drop.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// A reserved output file: opened now, given its name by [`commit`](Self::commit).
+#[derive(Debug)]
+pub struct PendingFile {
+    path: PathBuf,
+    file: File,
+    /// The named temporary file when O_TMPFILE was unavailable (removed on drop).
+    named_tmp: Option<PathBuf>,
+}
+
+/// Why an output path cannot be used, in one line with the fix.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {}: {reason}", path.display())]
+pub struct OutputError {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+impl PendingFile {
+    /// Checks that `path` can be written, reserving a file for it.
+    pub fn reserve(path: &Path) -> Result<PendingFile, OutputError> {
+        let fail = |reason: String| OutputError {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if path.is_dir() {
+            return Err(fail("it is a directory; give a file name".into()));
+        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !dir.is_dir() {
+            return Err(fail(format!(
+                "the directory {} does not exist; create it first",
+                dir.display()
+            )));
+        }
+        let explain = |e: io::Error| {
+            let hint = match e.raw_os_error() {
+                Some(libc::EACCES) | Some(libc::EPERM) => {
+                    "no permission to write there; choose another path"
+                }
+                Some(libc::EROFS) => "the filesystem is read-only; choose another path",
+                Some(libc::ENOSPC) | Some(libc::EDQUOT) => "no space left; free some first",
+                _ => "choose another path",
+            };
+            fail(format!("{e} ({hint})"))
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_TMPFILE)
+            .mode(0o644)
+            .open(&dir)
+        {
+            Ok(file) => Ok(PendingFile {
+                path: path.to_path_buf(),
+                file,
+                named_tmp: None,
+            }),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
+                ) =>
+            {
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "out".into());
+                let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+                let file = File::create(&tmp).map_err(explain)?;
+                Ok(PendingFile {
+                    path: path.to_path_buf(),
+                    file,
+                    named_tmp: Some(tmp),
+                })
+            }
+            Err(e) => Err(explain(e)),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `bytes` and gives the file its name (replacing an older file).
+    pub fn commit(mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all(bytes)?;
+        self.file.sync_all()?;
+        if let Some(tmp) = self.named_tmp.take() {
+            let r = std::fs::rename(&tmp, &self.path);
+            if r.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            return r;
+        }
+        // linkat cannot replace a file: link under a temporary name, then rename over.
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "out".into());
+        let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        let src = CString::new(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+            .map_err(io::Error::other)?;
+        let dst = CString::new(tmp.as_os_str().as_bytes()).map_err(io::Error::other)?;
+        // SAFETY: both paths are valid NUL-terminated strings; linkat only
+        // reads them. AT_SYMLINK_FOLLOW resolves the /proc magic link to the
+        // unnamed file.
+        let rc = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                src.as_ptr(),
+                libc::AT_FDCWD,
+                dst.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let r = std::fs::rename(&tmp, &self.path);
+        if r.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        r
+    }
+}
+
+impl Drop for PendingFile {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.named_tmp.take() {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directory_refused_before_any_write() {
+        let d = std::env::temp_dir();
+        let e = PendingFile::reserve(&d).unwrap_err();
+        assert!(e.to_string().contains("is a directory"), "{e}");
+    }
+
+    #[test]
+    fn missing_directory_refused() {
+        let p = Path::new("/nonexistent-bpfscope-dir/x.svg");
+        let e = PendingFile::reserve(p).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+    }
+
+    #[test]
+    fn commit_makes_the_whole_file_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("bpfscope-outfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("out.txt");
+        std::fs::write(&p, b"old").unwrap();
+        let f = PendingFile::reserve(&p).unwrap();
+        // Nothing visible before commit: the old file is untouched.
+        assert_eq!(std::fs::read(&p).unwrap(), b"old");
+        f.commit(b"new contents").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new contents");
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        // Dropped without commit: no file appears.
+        let q = dir.join("never.txt");
+        drop(PendingFile::reserve(&q).unwrap());
+        assert!(!q.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

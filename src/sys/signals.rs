@@ -1,0 +1,46 @@
+//! Termination signals as a flag the stages check, so that Ctrl-C or
+//! SIGTERM ends a run at any stage (loading, attaching, running) instead
+//! of only while the collect loop is waiting.
+//!
+//! The first SIGINT, SIGTERM or SIGHUP sets the flag; the stages notice it
+//! and end the run, printing what was gathered. A second one (or any one
+//! after [`die_on_next`]) gets the default action: the process ends at
+//! once, and the kernel closes every BPF descriptor, so nothing stays
+//! attached.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+const SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// Installs the handlers (once; later calls do nothing).
+pub fn install() -> io::Result<()> {
+    if FLAG.get().is_some() {
+        return Ok(());
+    }
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in SIGNALS {
+        // Order matters: the default action is armed by the flag of an
+        // earlier signal, so it must run before this signal sets the flag.
+        signal_hook::flag::register_conditional_default(sig, flag.clone())?;
+        signal_hook::flag::register(sig, flag.clone())?;
+    }
+    let _ = FLAG.set(flag);
+    Ok(())
+}
+
+/// True once a termination signal arrived.
+pub fn interrupted() -> bool {
+    FLAG.get().is_some_and(|f| f.load(Ordering::SeqCst))
+}
+
+/// From now on the next termination signal ends the process at once:
+/// for stages that have nothing to print if interrupted half-way.
+pub fn die_on_next() {
+    if let Some(f) = FLAG.get() {
+        f.store(true, Ordering::SeqCst);
+    }
+}
