@@ -300,3 +300,42 @@ fn trace_into_a_pipe_is_prompt_and_ends_with_its_reader() {
     assert!(ended, "bpfscope ran on after its reader went away");
     assert!(t.elapsed() < Duration::from_secs(5));
 }
+
+/// `profile -p PID` ends when the process exits too, and still writes
+/// what it sampled.
+#[test]
+fn profile_of_a_pid_ends_with_it() {
+    if !root("profile_of_a_pid_ends_with_it") {
+        return;
+    }
+    let w = workload("split");
+    // Not gated (split has no gate): 5 s outlasts even an emulated start.
+    let mut wl = Command::new(&w).args(["wl_prof_pid", "5"]).spawn().unwrap();
+    let pid = wl.id().to_string();
+    let dir = scratch("profile_pid");
+    let out = dir.join("p.folded");
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "profile",
+        "-F",
+        "199",
+        "-p",
+        &pid,
+        "--duration",
+        "120",
+        "-o",
+    ])
+    .arg(&out);
+    let mut r = start_cmd(cmd, "Attached");
+    let t = Instant::now();
+    assert!(wl.wait().unwrap().success());
+    let (_, err) = r.finish();
+    assert!(
+        t.elapsed() < Duration::from_secs(60),
+        "ran on after the target exited"
+    );
+    assert!(r.child.wait().unwrap().success(), "{err}");
+    assert!(err.contains(&format!("process {pid} exited")), "{err}");
+    let folded = std::fs::read_to_string(&out).unwrap();
+    assert!(!folded.is_empty(), "{err}");
+}
