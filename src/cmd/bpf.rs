@@ -340,6 +340,7 @@ fn top(interval: Duration, duration: Option<Duration>, json: bool, rows: usize) 
     let json = json || !tty;
     let _stats = StatsGuard::enable()?;
     let stopper = Stopper::new(duration)?;
+    stopper.start();
     let mut prev: BTreeMap<u32, (u64, u64)> = stats::snapshot()
         .into_iter()
         .map(|p| (p.id, (p.run_cnt, p.run_time_ns)))

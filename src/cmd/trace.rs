@@ -87,6 +87,7 @@ pub fn run(s: TraceSettings) -> Result<()> {
     report_skipped(&att, s.verbose);
     let n = att.probes;
     eprintln!("Attached {n} probe{}", if n == 1 { "" } else { "s" });
+    stopper.start();
     let t0 = super::monotonic_ns();
     if let Some(g) = gated {
         stopper.watch_child(g.release()?);

@@ -97,7 +97,10 @@ pub struct Stopper {
     /// Readable once a reason was sent: lets a loop sleep in poll(2) on its
     /// own descriptors and this one instead of waking up to check.
     wake: Arc<OwnedFd>,
-    deadline: Option<Instant>,
+    /// Set by `start`: the --duration counts from when the run really
+    /// starts, not from before loading (slow on emulated or busy machines).
+    deadline: std::cell::Cell<Option<Instant>>,
+    duration: Option<Duration>,
 }
 
 impl Stopper {
@@ -135,8 +138,14 @@ impl Stopper {
             tx,
             rx,
             wake,
-            deadline: duration.map(|d| Instant::now() + d),
+            deadline: std::cell::Cell::new(None),
+            duration,
         })
+    }
+
+    /// Starts the --duration clock: call once everything is attached.
+    pub fn start(&self) {
+        self.deadline.set(self.duration.map(|d| Instant::now() + d));
     }
 
     /// Stops the run when process `pid` exits (the target of `-p`).
@@ -203,7 +212,7 @@ impl Stopper {
 
     /// Waits up to `timeout` for a reason to stop.
     pub fn wait(&self, timeout: Duration) -> Option<StopReason> {
-        let timeout = match self.deadline {
+        let timeout = match self.deadline.get() {
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -217,6 +226,7 @@ impl Stopper {
             Ok(r) => Some(r),
             Err(RecvTimeoutError::Timeout) => self
                 .deadline
+                .get()
                 .filter(|d| Instant::now() >= *d)
                 .map(|_| StopReason::Duration),
             Err(RecvTimeoutError::Disconnected) => None,
@@ -231,12 +241,13 @@ impl Stopper {
     /// Time left until the --duration deadline, if there is one.
     pub fn remaining(&self) -> Option<Duration> {
         self.deadline
+            .get()
             .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
     /// Checks without waiting.
     pub fn poll(&self) -> Option<StopReason> {
-        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+        if self.deadline.get().is_some_and(|d| Instant::now() >= d) {
             return Some(StopReason::Duration);
         }
         self.rx.try_recv().ok()

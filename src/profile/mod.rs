@@ -85,6 +85,7 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
+    stopper.start();
     let t0 = Instant::now();
     match s.mode {
         Mode::Cpu => eprintln!(
