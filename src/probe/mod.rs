@@ -301,6 +301,7 @@ impl Resolver {
                 ret,
             } => {
                 let info = self.elf(path)?;
+                let bin_path = info.path.clone();
                 let kind = if *ret { "uretprobe" } else { "uprobe" };
                 let mut matched: Vec<elf::Func> = info
                     .funcs
@@ -325,6 +326,50 @@ impl Resolver {
                 });
                 matched.dedup_by_key(|f| f.file_offset);
                 matched.sort_by(|a, b| a.name.cmp(&b.name));
+                if *offset > 0 {
+                    // An offset must start an instruction of the function: a
+                    // breakpoint inside one corrupts it (the program dies of
+                    // SIGILL), and past the end it is not this function.
+                    let path = info.path.clone();
+                    let size_at = |f: &elf::Func| {
+                        // A resolved IFUNC's size is its resolver's: take the implementation's.
+                        info.funcs
+                            .iter()
+                            .filter(|g| g.file_offset == f.file_offset && !g.ifunc)
+                            .map(|g| g.size)
+                            .max()
+                            .unwrap_or(if f.ifunc { 0 } else { f.size })
+                    };
+                    let checked: Vec<(elf::Func, Result<(), String>)> = matched
+                        .into_iter()
+                        .map(|f| {
+                            let r = elf::check_offset(&path, f.file_offset, size_at(&f), *offset);
+                            (f, r)
+                        })
+                        .collect();
+                    matched = Vec::new();
+                    for (f, r) in checked {
+                        match r {
+                            Ok(()) => matched.push(f),
+                            Err(why) if !glob::is_glob(func) => {
+                                return Err(usage!(
+                                    "{kind}:{}:{}+{offset:#x}: {why}",
+                                    path.display(),
+                                    f.name
+                                ))
+                            }
+                            Err(why) => self.skipped.push((
+                                format!("{kind}:{}:{}+{offset:#x}", path.display(), f.name),
+                                why,
+                            )),
+                        }
+                    }
+                }
+                let info = self
+                    .elves
+                    .values()
+                    .find(|i| i.path == bin_path)
+                    .ok_or_else(|| usage!("cannot read {}", bin_path.display()))?;
                 Ok(matched
                     .iter()
                     .map(|f| {
