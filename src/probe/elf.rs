@@ -333,6 +333,67 @@ pub fn insn_at(path: &Path, file_offset: u64) -> Option<Insn> {
     decode(&code).into_iter().next()
 }
 
+/// First instructions at many file offsets of one file, read through one
+/// descriptor.
+pub fn insns_at(path: &Path, offsets: &[u64]) -> Vec<Option<Insn>> {
+    use std::os::unix::fs::FileExt;
+    let Ok(f) = std::fs::File::open(path) else {
+        return vec![None; offsets.len()];
+    };
+    offsets
+        .iter()
+        .map(|&off| {
+            let mut buf = [0u8; 15];
+            let n = f.read_at(&mut buf, off).ok()?;
+            decode(&buf[..n]).into_iter().next()
+        })
+        .collect()
+}
+
+/// Opcode bytes Linux's x86 uprobes take for jumps when deciding to
+/// emulate an instruction instead of single-stepping it
+/// (branch_setup_xol_ops: jcc 0x70-0x7f, nop 0x90, call 0xe8, jmp 0xe9/0xeb).
+/// The check reads the opcode byte without looking at a VEX/EVEX/XOP
+/// prefix, so `vpbroadcastb %esi,%ymm16` (EVEX opcode 0x7a, "jp") or
+/// `vpcmpeqb` (VEX 0x74, "je") is "emulated" as a jump: never executed,
+/// and the probed program goes on with stale registers (memset and strchr
+/// of the C library on AVX-512 machines return garbage, in every process).
+fn kernel_takes_for_branch(op: u8) -> bool {
+    matches!(op, 0x70..=0x7f | 0x90 | 0xe8 | 0xe9 | 0xeb)
+}
+
+/// Why a uprobe must not go on this instruction although the kernel
+/// accepts it, if so.
+pub fn misemulated(i: &Insn) -> Option<String> {
+    let b = &i.bytes;
+    let mut p = 0;
+    while b.get(p).is_some_and(|x| {
+        matches!(
+            x,
+            0x66 | 0x67 | 0xf2 | 0xf3 | 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65
+        )
+    }) {
+        p += 1;
+    }
+    // The opcode byte's place after each prefix: c5 (2-byte VEX) R.vvvv.L.pp;
+    // c4 (3-byte VEX) and 8f (XOP) two payload bytes; 62 (EVEX) three.
+    let at = match (b.get(p)?, b.get(p + 1)?) {
+        (0xc5, _) => p + 2,
+        (0xc4, _) => p + 3,
+        // 8f with ModRM.reg = 0 is pop, not XOP.
+        (0x8f, m) if m & 0x1f >= 8 => p + 3,
+        (0x62, _) => p + 4,
+        _ => return None,
+    };
+    let op = *b.get(at)?;
+    kernel_takes_for_branch(op).then(|| {
+        format!(
+            "the kernel would take the instruction there, {}, for a jump (opcode byte {op:#04x} behind a VEX/EVEX prefix) and skip it instead of running it, corrupting the traced program",
+            i.describe()
+        )
+    })
+}
+
 /// Why `+offset` of a function of `size` bytes (0: unknown) starting at
 /// `file_offset` cannot take a uprobe: outside the function, or inside an
 /// instruction (a uprobe there corrupts the instruction: SIGILL or worse).
@@ -400,6 +461,28 @@ mod tests {
         let offs: Vec<(u64, u64)> = decode(&code).iter().map(|i| (i.offset, i.len)).collect();
         assert_eq!(offs, vec![(0, 1), (1, 3), (4, 4), (8, 1)]);
         assert_eq!(decode(&code)[2].describe(), "vpxor (c5 f9 ef c0)");
+    }
+
+    #[test]
+    fn vex_opcodes_the_kernel_takes_for_jumps() {
+        let first = |b: &[u8]| decode(b).into_iter().next().unwrap();
+        // vpbroadcastb %esi,%ymm16 (EVEX 0x7a), vpcmpeqb (VEX 0x74), vpor (0xeb): refused.
+        for b in [
+            &[0x62, 0xe2, 0x7d, 0x28, 0x7a, 0xc6][..],
+            &[0xc5, 0xf9, 0x74, 0xc0],
+            &[0xc5, 0xe1, 0xeb, 0xc2],
+        ] {
+            assert!(misemulated(&first(b)).is_some(), "{b:x?}");
+        }
+        // vpaddb (VEX 0xfc), a real jp, mov, pop (8f /0): fine.
+        for b in [
+            &[0xc5, 0xe1, 0xfc, 0xc2][..],
+            &[0x7a, 0x02],
+            &[0x48, 0x89, 0xf8],
+            &[0x8f, 0x00],
+        ] {
+            assert!(misemulated(&first(b)).is_none(), "{b:x?}");
+        }
     }
 
     #[test]

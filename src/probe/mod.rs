@@ -365,6 +365,41 @@ impl Resolver {
                         }
                     }
                 }
+                // Instructions the kernel accepts but mis-emulates (see
+                // elf::misemulated) would corrupt every process running them.
+                let at: Vec<u64> = matched.iter().map(|f| f.file_offset + offset).collect();
+                let insns = elf::insns_at(&bin_path, &at);
+                let mut kept = Vec::new();
+                for (f, insn) in matched.into_iter().zip(insns) {
+                    let suffix = if *offset > 0 {
+                        format!("+{offset:#x}")
+                    } else {
+                        String::new()
+                    };
+                    match insn.as_ref().and_then(elf::misemulated) {
+                        None => kept.push(f),
+                        Some(why) if !glob::is_glob(func) => {
+                            let hint = if *ret {
+                                "; trace another function's return".to_string()
+                            } else {
+                                format!(
+                                    "; probe another function, or this one past that instruction (+{:#x})",
+                                    offset + insn.map_or(0, |i| i.len)
+                                )
+                            };
+                            return Err(usage!(
+                                "{kind}:{}:{}{suffix}: {why}{hint}",
+                                bin_path.display(),
+                                f.name
+                            ));
+                        }
+                        Some(why) => self.skipped.push((
+                            format!("{kind}:{}:{}{suffix}", bin_path.display(), f.name),
+                            why,
+                        )),
+                    }
+                }
+                let matched = kept;
                 let info = self
                     .elves
                     .values()
@@ -511,8 +546,9 @@ pub fn resolve_all(specs: &[ProbeSpec], pid: Option<u32>) -> Result<Resolved, Er
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for spec in specs {
+        let before = r.skipped.len();
         let matched = r.matches(spec)?;
-        if matched.is_empty() {
+        if matched.is_empty() && r.skipped.len() == before {
             return Err(r.unknown(spec));
         }
         for p in matched {
@@ -520,6 +556,18 @@ pub fn resolve_all(specs: &[ProbeSpec], pid: Option<u32>) -> Result<Resolved, Er
                 out.push(p);
             }
         }
+    }
+    if out.is_empty() {
+        // Everything matched was skipped: say why, as attaching would.
+        let (name, why) = r.skipped.first().cloned().unwrap_or_default();
+        return Err(if r.skipped.len() == 1 {
+            usage!("{name}: {why}")
+        } else {
+            usage!(
+                "none of the {} matching probes can be attached ({name}: {why})",
+                r.skipped.len()
+            )
+        });
     }
     Ok(Resolved {
         probes: out,

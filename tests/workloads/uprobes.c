@@ -9,6 +9,8 @@
  *   zeroframe N: calls work() N times with %rbp pointing at a frame record
  *            of zeros, so a frame-pointer walk from work() meets return
  *            address 0 (where frame chains end)
+ *   vexones N: calls vex_ones() N times (needs AVX); exits 3 if it ever
+ *            returns anything but all ones
  * refused_lock() and refused_vex() begin with instructions x86 uprobes
  * refuse (a lock prefix; a VEX opcode byte of the in/out range); they are
  * never called, so the program runs on CPUs without AVX too.
@@ -83,6 +85,16 @@ __attribute__((naked, noinline)) void refused_vex(void)
 	__asm__ volatile("vpxor %xmm0, %xmm0, %xmm0\n\tret");
 }
 
+/*
+ * Stores 16 bytes of ones. Its first instruction, vpcmpeqb (VEX opcode byte
+ * 0x74), is one Linux's x86 uprobes accept but take for "je" and skip.
+ */
+__attribute__((naked, noinline)) void vex_ones(char *b)
+{
+	__asm__ volatile("vpcmpeqb %xmm0, %xmm0, %xmm0\n\t"
+			 "vmovdqu %xmm0, (%rdi)\n\tret");
+}
+
 /* Zeros: {saved %rbp, return address}. */
 static long zero_frame_rec[2];
 
@@ -128,6 +140,16 @@ int main(int argc, char **argv)
 		for (long i = 0; i < n; i++) {
 			work(i);
 			usleep(us);
+		}
+	} else if (!strcmp(argv[1], "vexones")) {
+		for (long i = 0; i < n; i++) {
+			unsigned char b[16] = { 0 };
+			/* A skipped vpcmpeqb would leave these zeros. */
+			__asm__ volatile("vpxor %%xmm0, %%xmm0, %%xmm0" ::: "xmm0");
+			vex_ones((char *)b);
+			for (int j = 0; j < 16; j++)
+				if (b[j] != 0xff)
+					return 3;
 		}
 	} else if (!strcmp(argv[1], "zeroframe")) {
 		for (long i = 0; i < n; i++)
