@@ -517,3 +517,357 @@ fn kernel_stack_key() {
         .collect();
     assert!(frames.contains(&"do_syscall_64"), "{frames:?}");
 }
+
+/// The attached-probe count bpfscope printed.
+fn attached_count(err: &str) -> usize {
+    err.lines()
+        .find_map(|l| {
+            l.strip_prefix("Attached ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no Attached line: {err}"))
+}
+
+/// Functions whose first instruction x86 uprobes refuse are skipped,
+/// counted and named; the rest of the glob attaches and counts exactly.
+/// The workload is not running yet when bpfscope attaches (`-- CMD`), so
+/// this also shows the refusal is found at attach time, not lost at exec.
+#[test]
+fn refused_functions_of_a_glob_are_skipped_and_named() {
+    if !root("uprobe_refused_glob") {
+        return;
+    }
+    let w = workload("uprobes");
+    let o = run(&[
+        "count",
+        &format!("uprobe:{}:*", w.display()),
+        "--by",
+        "probe",
+        "--json",
+        "-v",
+        "--",
+        w.to_str().unwrap(),
+        "calls",
+        "7",
+    ]);
+    let lines = json_lines(&ok(&o));
+    let c = counts_by(&lines, "probe");
+    let get = |f: &str| {
+        c.iter()
+            .find(|(k, _)| k.ends_with(&format!(":{f}")))
+            .map(|(_, v)| *v)
+    };
+    assert_eq!(get("work"), Some(7), "{c:?}");
+    assert_eq!(get("main"), Some(1), "{c:?}");
+    let err = stderr(&o);
+    assert!(err.contains("skipped 3 probes:"), "{err}");
+    for (f, insn) in [
+        ("refused_lock", "lock inc"),
+        ("refused_vex", "vpxor"),
+        ("vex_ones", "vpcmpeqb"),
+    ] {
+        let line = err
+            .lines()
+            .find(|l| l.contains(&format!(":{f}: the kernel")))
+            .unwrap_or_else(|| panic!("{f} not named: {err}"));
+        assert!(
+            (line.contains("cannot place a uprobe") || line.contains("for a jump"))
+                && line.contains(insn),
+            "{line}"
+        );
+    }
+    let total = lines.iter().filter(|v| v["type"] == "count").count();
+    assert!(attached_count(&err) >= total.max(5), "{err}");
+    // Without -v: the count and the names on one line.
+    let o = run(&[
+        "count",
+        &format!("uprobe:{}:refused_*", w.display()),
+        &format!("uprobe:{}:work", w.display()),
+        "--json",
+        "--",
+        w.to_str().unwrap(),
+        "calls",
+        "3",
+    ]);
+    assert_eq!(sum_counts(&json_lines(&ok(&o))), 3);
+    let err = stderr(&o);
+    assert!(
+        err.contains("skipped 2 probes that cannot be attached")
+            && err.contains(":refused_lock")
+            && err.contains(":refused_vex"),
+        "{err}"
+    );
+    assert_eq!(attached_count(&err), 1, "{err}");
+}
+
+/// One named function the kernel cannot probe: exit 2, one line saying why
+/// and what to do, for entry probes, return probes and latency alike.
+#[test]
+fn a_refused_function_is_a_clear_error() {
+    if !root("uprobe_refused_one") {
+        return;
+    }
+    let w = workload("uprobes");
+    let cases: Vec<(Vec<String>, &str)> =
+        vec![
+        (
+            vec!["count".into(), format!("uprobe:{}:refused_vex", w.display())],
+            "vpxor (c5 f9 ef c0); probe another function, or this one past that instruction (+0x4)",
+        ),
+        (
+            vec!["count".into(), format!("uretprobe:{}:refused_lock", w.display())],
+            "trace another function's return",
+        ),
+        (
+            vec!["latency".into(), format!("uprobe:{}:refused_lock", w.display())],
+            "the kernel cannot place a uprobe on the instruction there, lock inc",
+        ),
+    ];
+    for (mut args, want) in cases {
+        // System-wide: nothing runs the workload, bpfscope itself maps it.
+        args.extend(["--duration".into(), "5".into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = run(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want {want:?} in {err}");
+    }
+}
+
+/// Debian's C library: pthread_spin_lock begins with `lock decl (%rdi)`,
+/// and the AVX2 string functions (`__strchr_avx2`: vmovd) with VEX
+/// instructions uprobes refuse, whatever this CPU's IFUNCs pick.
+#[test]
+fn refused_libc_functions() {
+    if !root("uprobe_refused_libc") {
+        return;
+    }
+    let w = workload("uprobes");
+    let mut child = Gated::spawn({
+        let mut c = Command::new(&w);
+        c.args(["calls", "1"]);
+        c
+    });
+    let pid = child.pid();
+    let o = run(&["count", "uprobe:libc:pthread_spin_lock", "-p", &pid]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("libc.so.6:pthread_spin_lock: the kernel cannot place a uprobe")
+            && err.contains("lock dec"),
+        "{err}"
+    );
+    // Local symbols need the debug file (libc6-dbg).
+    let listed = ok(&run(&["list", "uprobe:libc:__strchr*", "--names"]));
+    if !listed.contains(":__strchr_avx2\n") {
+        eprintln!("SKIP refused_libc_functions glob: no __strchr_avx2 (libc6-dbg missing?)");
+        return;
+    }
+    let r = start(&["count", "uprobe:libc:__strchr*", "-p", &pid, "-v", "--json"]);
+    child.go_and_wait();
+    let seen = r.stderr_seen.join("\n");
+    let (_, err) = r.interrupt();
+    assert!(
+        err.lines().any(
+            |l| l.contains(":__strchr_avx2: the kernel cannot place a uprobe")
+                && l.contains("vmovd")
+        ),
+        "{seen}\n{err}"
+    );
+    let listed = listed.lines().count();
+    let skipped: usize = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("skipped ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{seen}"));
+    assert!(skipped >= 1, "{seen}");
+    // Nothing dropped silently: what `list` shows attached or was skipped
+    // (aliases at one address are one probe).
+    assert!(attached_count(&seen) + skipped >= listed, "{seen}");
+    assert!(attached_count(&seen) >= 1, "{seen}");
+}
+
+/// The boundaries a disassembler peer (objdump) sees in a function, as
+/// offsets from its start.
+fn objdump_boundaries(bin: &Path, func: &str) -> Option<Vec<u64>> {
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(format!("--disassemble={func}"))
+        .arg(bin)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let addrs: Vec<u64> = text
+        .lines()
+        .filter_map(|l| {
+            let (a, _) = l.trim().split_once(":\t")?;
+            u64::from_str_radix(a, 16).ok()
+        })
+        .collect();
+    let first = *addrs.first()?;
+    Some(addrs.iter().map(|a| a - first).collect())
+}
+
+/// `+OFFSET` must start an instruction of the function: inside one it is
+/// refused with the nearest boundaries (a breakpoint there kills the
+/// program with SIGILL), past the end with the function's size; a real
+/// boundary counts every call.
+#[test]
+fn offsets_must_be_instruction_boundaries() {
+    if !root("uprobe_offsets") {
+        return;
+    }
+    let w = workload("uprobes");
+    let o = run(&[
+        "count",
+        &format!("uprobe:{}:work+1", w.display()),
+        "--duration",
+        "5",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("offset 0x1 falls inside the"), "{err}");
+    let next: u64 = err
+        .split("nearest instruction boundaries are +0x0 and +0x")
+        .nth(1)
+        .and_then(|s| u64::from_str_radix(s.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    if let Some(b) = objdump_boundaries(&w, "work") {
+        assert_eq!(b.get(1), Some(&next), "objdump sees {b:?}");
+    }
+    let o = run(&[
+        "count",
+        &format!("uprobe:{}:work+99999", w.display()),
+        "--duration",
+        "5",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("offset 0x1869f is outside the function, which is"),
+        "{err}"
+    );
+    // The second instruction: every call passes it, the program is unharmed.
+    let o = run(&[
+        "count",
+        &format!("uprobe:{}:work+{next}", w.display()),
+        "--json",
+        "--",
+        w.to_str().unwrap(),
+        "calls",
+        "321",
+    ]);
+    assert_eq!(sum_counts(&json_lines(&ok(&o))), 321);
+}
+
+/// A frame-pointer walk that meets return address 0 (where frame chains
+/// end) must not show a frame: the kernel stores it as a "valid" build id
+/// with a wrapped negative offset (0 minus the start of the mapping above).
+#[test]
+fn user_stack_ends_at_a_zero_return_address() {
+    if !root("ustack_zero") {
+        return;
+    }
+    let w = workload("uprobes");
+    let o = run(&[
+        "count",
+        &format!("uprobe:{}:work", w.display()),
+        "--by",
+        "ustack",
+        "--json",
+        "--",
+        w.to_str().unwrap(),
+        "zeroframe",
+        "6",
+    ]);
+    let lines = json_lines(&ok(&o));
+    let c: Vec<&serde_json::Value> = lines.iter().filter(|v| v["type"] == "count").collect();
+    assert_eq!(c.len(), 1, "{lines:?}");
+    assert_eq!(c[0]["count"], 6);
+    assert_eq!(
+        c[0]["key"]["ustack"],
+        serde_json::json!(["work"]),
+        "{lines:?}"
+    );
+}
+
+/// Linux's x86 uprobes accept a probe on `vpcmpeqb` (VEX opcode byte 0x74)
+/// but emulate it as `je`: the instruction never runs and the program goes
+/// on with stale registers (on AVX-512 machines the C library's memset and
+/// strchr begin with such instructions: every process calling them
+/// computed garbage, bpfscope included). bpfscope refuses such probes.
+#[test]
+fn instructions_the_kernel_mistakes_for_jumps_are_refused() {
+    if !root("uprobe_misemulated") {
+        return;
+    }
+    let w = workload("uprobes");
+    let avx = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .split_whitespace()
+        .any(|f| f == "avx");
+    if avx {
+        let o = run(&[
+            "count",
+            &format!("uprobe:{}:vex_*", w.display()),
+            &format!("uprobe:{}:main", w.display()),
+            "-v",
+            "--json",
+            "--",
+            w.to_str().unwrap(),
+            "vexones",
+            "50",
+        ]);
+        let err = stderr(&o);
+        // The workload exits 3 when vpcmpeqb did not run.
+        assert!(o.status.success(), "{err}");
+        assert_eq!(sum_counts(&json_lines(&stdout(&o))), 1, "{err}");
+        assert!(
+            err.lines()
+                .any(|l| l.contains(":vex_ones: the kernel would take")
+                    && l.contains("vpcmpeqb (c5 f9 74 c0)")),
+            "{err}"
+        );
+    } else {
+        eprintln!("SKIP instructions_the_kernel_mistakes_for_jumps run: no AVX");
+    }
+    let o = run(&[
+        "count",
+        &format!("uprobe:{}:vex_ones", w.display()),
+        "--duration",
+        "5",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("for a jump") && err.contains("(+0x4)"),
+        "{err}"
+    );
+    // Debian's C library: the EVEX memset begins with vpbroadcastb (0x7a, "jp").
+    let listed = ok(&run(&["list", "uprobe:libc:__memset_evex*", "--names"]));
+    let o = run(&[
+        "count",
+        "uprobe:libc:__memset_evex_unaligned_erms",
+        "--duration",
+        "5",
+    ]);
+    let err = stderr(&o);
+    if listed.contains(":__memset_evex_unaligned") || err.contains("for a jump") {
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("vpbroadcastb") && err.contains("0x7a"),
+            "{err}"
+        );
+    } else {
+        eprintln!(
+            "SKIP instructions_the_kernel_mistakes_for_jumps libc: no __memset_evex_unaligned_erms"
+        );
+    }
+}

@@ -55,6 +55,9 @@ enum KLink {
     Raw(RawLink),
 }
 
+/// The uprobes of one binary and direction: (probe index, file offset) each.
+type UprobeGroup<'a> = (&'a std::path::Path, bool, Vec<(usize, u64)>);
+
 /// What attaching gave.
 #[derive(Debug, Default)]
 pub struct Attached {
@@ -285,7 +288,7 @@ impl<'obj> Session<'obj> {
             );
         }
         // One uprobe_multi link per binary and direction, a cookie per function.
-        let mut groups: Vec<(&std::path::Path, bool, Vec<usize>, Vec<u64>)> = Vec::new();
+        let mut groups: Vec<UprobeGroup> = Vec::new();
         for (i, p) in plan.probes.iter().enumerate() {
             if let Path::Uprobe {
                 binary,
@@ -293,66 +296,41 @@ impl<'obj> Session<'obj> {
                 ret,
             } = &p.path
             {
-                let cookie = i as u64 + 1;
-                if self.uprobe_multi {
-                    match groups
-                        .iter_mut()
-                        .find(|g| g.0 == binary.as_path() && g.1 == *ret)
-                    {
-                        Some(g) => {
-                            g.2.push(*offset as usize);
-                            g.3.push(cookie);
-                        }
-                        None => groups.push((binary, *ret, vec![*offset as usize], vec![cookie])),
-                    }
-                } else {
-                    links.push(
-                        progs
-                            .bpfscope_uprobe
-                            .attach_uprobe_with_opts(
-                                pid,
-                                binary,
-                                *offset as usize,
-                                UprobeOpts {
-                                    cookie,
-                                    retprobe: *ret,
-                                    ..Default::default()
-                                },
-                            )
-                            .with_context(|| format!("attaching {}", p.probe.name))?,
-                    );
+                match groups
+                    .iter_mut()
+                    .find(|g| g.0 == binary.as_path() && g.1 == *ret)
+                {
+                    Some(g) => g.2.push((i, *offset)),
+                    None => groups.push((binary, *ret, vec![(i, *offset)])),
                 }
             }
         }
-        for (binary, ret, offsets, cookies) in groups {
-            let n = offsets.len();
-            links.push(
-                progs
-                    .bpfscope_umulti
-                    .attach_uprobe_multi_with_opts(
-                        pid,
-                        binary,
-                        "",
-                        UprobeMultiOpts {
-                            offsets,
-                            cookies,
-                            retprobe: ret,
-                            ..Default::default()
-                        },
-                    )
-                    .with_context(|| {
-                        format!(
-                            "attaching {n} uprobes to {} (uprobe_multi)",
-                            binary.display()
-                        )
-                    })?,
-            );
+        for (binary, ret, items) in groups {
+            // With no pid filter, the kernel checks each probed instruction
+            // as it installs the breakpoint in every process mapping the
+            // file. Mapped here too, the file gets that check now, where a
+            // refusal can be reported, not at a later exec where the kernel
+            // drops it silently (a `-- CMD` not started yet).
+            let _view = (pid < 0).then(|| ExecView::new(binary)).flatten();
+            let failed = if self.uprobe_multi {
+                self.attach_umulti(binary, ret, &items, pid)
+            } else {
+                self.attach_uprobes(binary, ret, &items, pid)
+            };
+            for (i, err) in failed {
+                let offset = items.iter().find(|(j, _)| *j == i).map_or(0, |x| x.1);
+                out.skipped.push((
+                    plan.probes[i].probe.name.clone(),
+                    uprobe_refusal(binary, offset, ret, &err),
+                ));
+            }
         }
         // Attaching thousands of tracepoints takes seconds: say so, and stop
         // at once when a signal asks for it.
         if plan.probes.len() >= SLOW_ATTACH {
             eprintln!("Attaching {} probes...", plan.probes.len());
         }
+        let progs = &self.skel.progs;
         for (i, p) in plan.probes.iter().enumerate() {
             if crate::sys::signals::interrupted() {
                 return Err(crate::error::Error::Interrupted.into());
@@ -423,9 +401,11 @@ impl<'obj> Session<'obj> {
         out.probes = plan.probes.len() - out.skipped.len();
         if out.probes == 0 {
             let (name, why) = out.skipped.first().cloned().unwrap_or_default();
-            return Err(crate::error::Error::Environment(format!(
-                "no probe could be attached ({name}: {why})"
-            ))
+            return Err(crate::error::Error::Environment(if out.skipped.len() == 1 {
+                format!("{name}: {why}")
+            } else {
+                format!("no probe could be attached ({name}: {why})")
+            })
             .into());
         }
         Ok(out)
@@ -671,6 +651,83 @@ impl<'obj> Session<'obj> {
         failed
     }
 
+    /// One uprobe_multi link for these (probe index, file offset) pairs of
+    /// one binary, each with its probe's cookie. When the kernel refuses the
+    /// set for a reason that belongs to one function (an instruction it
+    /// cannot probe, an offset outside the file), halves are tried until
+    /// the refused functions are found. Returns the failures.
+    fn attach_umulti(
+        &mut self,
+        binary: &std::path::Path,
+        ret: bool,
+        items: &[(usize, u64)],
+        pid: i32,
+    ) -> Vec<(usize, libbpf_rs::Error)> {
+        let mut failed = Vec::new();
+        let mut stack: Vec<&[(usize, u64)]> = Vec::new();
+        if !items.is_empty() {
+            stack.push(items);
+        }
+        while let Some(set) = stack.pop() {
+            let opts = UprobeMultiOpts {
+                offsets: set.iter().map(|(_, o)| *o as usize).collect(),
+                cookies: set.iter().map(|(i, _)| *i as u64 + 1).collect(),
+                retprobe: ret,
+                ..Default::default()
+            };
+            match self
+                .skel
+                .progs
+                .bpfscope_umulti
+                .attach_uprobe_multi_with_opts(pid, binary, "", opts)
+            {
+                Ok(l) => self.links.push(l),
+                Err(e) if set.len() > 1 && per_function(&e) => {
+                    let (a, b) = set.split_at(set.len() / 2);
+                    stack.push(b);
+                    stack.push(a);
+                }
+                Err(e) => {
+                    // Shared by the whole set (no such file, no permission):
+                    // every function in it fails the same way.
+                    let why = e.to_string();
+                    failed.extend(
+                        set.iter()
+                            .map(|(i, _)| (*i, libbpf_rs::Error::from(io_like(&e, &why)))),
+                    );
+                }
+            }
+        }
+        failed
+    }
+
+    /// One uprobe perf link per function (kernels without uprobe_multi).
+    fn attach_uprobes(
+        &mut self,
+        binary: &std::path::Path,
+        ret: bool,
+        items: &[(usize, u64)],
+        pid: i32,
+    ) -> Vec<(usize, libbpf_rs::Error)> {
+        let mut failed = Vec::new();
+        for &(i, offset) in items {
+            match self.skel.progs.bpfscope_uprobe.attach_uprobe_with_opts(
+                pid,
+                binary,
+                offset as usize,
+                UprobeOpts {
+                    cookie: i as u64 + 1,
+                    retprobe: ret,
+                    ..Default::default()
+                },
+            ) {
+                Ok(l) => self.links.push(l),
+                Err(e) => failed.push((i, e)),
+            }
+        }
+        failed
+    }
+
     /// One kprobe or kretprobe.
     fn attach_kprobe(&mut self, i: usize, k: &KfuncPath) -> Result<(), String> {
         let cookie = i as u64 + 1;
@@ -693,6 +750,106 @@ impl<'obj> Session<'obj> {
         };
         self.klinks.push(link);
         Ok(())
+    }
+}
+
+/// The errno behind a libbpf error, if any. libbpf-rs keeps the
+/// io::Error private inside its own error chain, and only its text shows
+/// the number: "... (os error 524)".
+fn errno(e: &libbpf_rs::Error) -> Option<i32> {
+    let text = format!("{e:?}");
+    let at = text.rfind("(os error ")?;
+    text[at + 10..].split(')').next()?.parse().ok()
+}
+
+/// ENOTSUPP: the kernel's uprobe code cannot handle the instruction
+/// (not in errno.h: a kernel-internal value that reaches user space).
+const ENOTSUPP: i32 = 524;
+
+/// Whether a refused uprobe_multi link may be down to some of its
+/// functions (the instruction, the offset), so that smaller sets can work.
+fn per_function(e: &libbpf_rs::Error) -> bool {
+    matches!(
+        errno(e),
+        Some(ENOTSUPP | libc::EINVAL | libc::ENOEXEC | libc::EFAULT | libc::EEXIST)
+    )
+}
+
+/// The same error again, for each function of a set that failed as a whole.
+fn io_like(e: &libbpf_rs::Error, why: &str) -> std::io::Error {
+    match errno(e) {
+        Some(n) => std::io::Error::from_raw_os_error(n),
+        None => std::io::Error::other(why.to_string()),
+    }
+}
+
+/// Why the kernel refused a uprobe, in words, with what to do.
+fn uprobe_refusal(
+    binary: &std::path::Path,
+    offset: u64,
+    ret: bool,
+    e: &libbpf_rs::Error,
+) -> String {
+    match errno(e) {
+        Some(ENOTSUPP) => {
+            let insn = crate::probe::elf::insn_at(binary, offset);
+            match insn {
+                // A return probe needs the entry: only another function will do.
+                Some(i) if ret => format!(
+                    "the kernel cannot place a uprobe on the instruction there, {}; trace another function's return",
+                    i.describe()
+                ),
+                Some(i) => format!(
+                    "the kernel cannot place a uprobe on the instruction there, {}; probe another function, or this one past that instruction (+{:#x})",
+                    i.describe(),
+                    i.len
+                ),
+                None => "the kernel cannot place a uprobe on the instruction there; probe another function".to_string(),
+            }
+        }
+        Some(libc::EINVAL) => {
+            format!("the kernel refused a uprobe at file offset {offset:#x} (EINVAL)")
+        }
+        _ => format!("attaching failed: {e}"),
+    }
+}
+
+/// A binary mapped executable, read-only and private, into this process
+/// while its uprobes are registered (see `attach`); unmapped on drop.
+struct ExecView {
+    addr: *mut libc::c_void,
+    len: usize,
+}
+
+impl ExecView {
+    fn new(path: &std::path::Path) -> Option<ExecView> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(path).ok()?;
+        let len = usize::try_from(f.metadata().ok()?.len()).ok()?;
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: a new private read+exec mapping of an open file at an
+        // address the kernel picks; nothing in this process uses it (it is
+        // never read or run), and Drop unmaps exactly this range.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        (addr != libc::MAP_FAILED).then_some(ExecView { addr, len })
+    }
+}
+
+impl Drop for ExecView {
+    fn drop(&mut self) {
+        // SAFETY: addr/len are the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.addr, self.len) };
     }
 }
 

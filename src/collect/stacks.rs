@@ -75,6 +75,14 @@ enum UserFrame {
     Ip(u64),
 }
 
+/// The frames of a user stack, up to the first empty slot. A frame-pointer
+/// walk ends on a return address that is no code address (0, where a frame
+/// chain ends, or garbage from code without frame pointers); the kernel
+/// still looks it up with find_vma(), which returns the next mapping
+/// *above* the address, and stores `address - mapping start + file offset`
+/// as VALID: a negative offset, wrapped (0 - 0x5648bbd29000 gives
+/// 0xffffa9b7442d7000). No file has offsets that large: the stack ends
+/// there, like perf's does at such a frame.
 fn user_frames(b: &[u8]) -> Vec<UserFrame> {
     b.chunks_exact(32)
         .map_while(|e| {
@@ -83,6 +91,7 @@ fn user_frames(b: &[u8]) -> Vec<UserFrame> {
             id.copy_from_slice(&e[4..24]);
             let v = u64::from_ne_bytes(e[24..32].try_into().ok()?);
             match status as u32 {
+                libbpf_sys::BPF_STACK_BUILD_ID_VALID if v > i64::MAX as u64 => None,
                 libbpf_sys::BPF_STACK_BUILD_ID_VALID => {
                     Some(UserFrame::BuildId(trim_build_id(&id).to_vec(), v))
                 }
@@ -212,5 +221,41 @@ pub fn resolve(
         kernel: kernel_stacks(kmap, kernel_ids),
         user: user_stacks(umap, user_ids, probed, &mut unresolved),
         unresolved,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(status: u32, id: u8, v: u64) -> Vec<u8> {
+        let mut e = (status as i32).to_ne_bytes().to_vec();
+        e.extend([id; 20]);
+        e.extend(v.to_ne_bytes());
+        e
+    }
+
+    #[test]
+    fn a_wrapped_offset_ends_the_user_stack() {
+        let mut b = entry(libbpf_sys::BPF_STACK_BUILD_ID_VALID, 7, 0x1139);
+        b.extend(entry(
+            libbpf_sys::BPF_STACK_BUILD_ID_IP,
+            0,
+            0x7f00_0000_1000,
+        ));
+        // ip 0 below a PIE mapped at 0x5648bbd29000, as the kernel stores it.
+        b.extend(entry(
+            libbpf_sys::BPF_STACK_BUILD_ID_VALID,
+            7,
+            0u64.wrapping_sub(0x5648_bbd2_9000),
+        ));
+        b.extend(entry(libbpf_sys::BPF_STACK_BUILD_ID_VALID, 7, 0x2000));
+        b.extend(entry(libbpf_sys::BPF_STACK_BUILD_ID_EMPTY, 0, 0));
+        let f = user_frames(&b);
+        assert_eq!(f.len(), 2);
+        assert!(matches!(&f[0], UserFrame::BuildId(id, 0x1139) if id.len() == 20));
+        assert!(matches!(f[1], UserFrame::Ip(0x7f00_0000_1000)));
+        // Empty slots end it too.
+        assert!(user_frames(&entry(libbpf_sys::BPF_STACK_BUILD_ID_EMPTY, 0, 0)).is_empty());
     }
 }

@@ -262,6 +262,175 @@ pub fn resolve_ifunc(binary: &Path, name: &str) -> Option<u64> {
         .map(|(a, _, off)| addr - a + off)
 }
 
+/// One decoded instruction of a function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Insn {
+    /// Offset from the function's entry.
+    pub offset: u64,
+    pub len: u64,
+    /// Lower-case mnemonic, e.g. `vpxor`.
+    pub mnemonic: String,
+    pub bytes: Vec<u8>,
+}
+
+impl Insn {
+    /// `vpxor (c5 f9 ef c0)`, for messages.
+    pub fn describe(&self) -> String {
+        let hex: Vec<String> = self.bytes.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{} ({})", self.mnemonic, hex.join(" "))
+    }
+}
+
+/// Reads up to `len` bytes of code at `file_offset` of `path`.
+pub fn read_code(path: &Path, file_offset: u64, len: u64) -> Result<Vec<u8>, Error> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f =
+        std::fs::File::open(path).map_err(|e| usage!("cannot read {}: {e}", path.display()))?;
+    f.seek(SeekFrom::Start(file_offset))
+        .map_err(|e| usage!("cannot read {}: {e}", path.display()))?;
+    let mut buf = Vec::new();
+    f.take(len)
+        .read_to_end(&mut buf)
+        .map_err(|e| usage!("cannot read {}: {e}", path.display()))?;
+    Ok(buf)
+}
+
+/// Decodes x86-64 code from a function's entry, instruction by instruction,
+/// until the bytes end or stop being valid code (data after a jump table).
+pub fn decode(code: &[u8]) -> Vec<Insn> {
+    use iced_x86::{Decoder, DecoderOptions};
+    let mut d = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut out = Vec::new();
+    while d.can_decode() {
+        let i = d.decode();
+        if i.is_invalid() {
+            break;
+        }
+        let (start, len) = (i.ip(), i.len() as u64);
+        out.push(Insn {
+            offset: start,
+            len,
+            mnemonic: format!(
+                "{}{:?}",
+                if i.has_lock_prefix() { "lock " } else { "" },
+                i.mnemonic()
+            )
+            .to_lowercase(),
+            bytes: code
+                .get(start as usize..(start + len) as usize)
+                .unwrap_or_default()
+                .to_vec(),
+        });
+    }
+    out
+}
+
+/// The instruction at `file_offset` of `path`, for saying why the kernel
+/// refuses a uprobe there.
+pub fn insn_at(path: &Path, file_offset: u64) -> Option<Insn> {
+    // 15 bytes: the longest x86 instruction.
+    let code = read_code(path, file_offset, 15).ok()?;
+    decode(&code).into_iter().next()
+}
+
+/// First instructions at many file offsets of one file, read through one
+/// descriptor.
+pub fn insns_at(path: &Path, offsets: &[u64]) -> Vec<Option<Insn>> {
+    use std::os::unix::fs::FileExt;
+    let Ok(f) = std::fs::File::open(path) else {
+        return vec![None; offsets.len()];
+    };
+    offsets
+        .iter()
+        .map(|&off| {
+            let mut buf = [0u8; 15];
+            let n = f.read_at(&mut buf, off).ok()?;
+            decode(&buf[..n]).into_iter().next()
+        })
+        .collect()
+}
+
+/// Opcode bytes Linux's x86 uprobes take for jumps when deciding to
+/// emulate an instruction instead of single-stepping it
+/// (branch_setup_xol_ops: jcc 0x70-0x7f, nop 0x90, call 0xe8, jmp 0xe9/0xeb).
+/// The check reads the opcode byte without looking at a VEX/EVEX/XOP
+/// prefix, so `vpbroadcastb %esi,%ymm16` (EVEX opcode 0x7a, "jp") or
+/// `vpcmpeqb` (VEX 0x74, "je") is "emulated" as a jump: never executed,
+/// and the probed program goes on with stale registers (memset and strchr
+/// of the C library on AVX-512 machines return garbage, in every process).
+fn kernel_takes_for_branch(op: u8) -> bool {
+    matches!(op, 0x70..=0x7f | 0x90 | 0xe8 | 0xe9 | 0xeb)
+}
+
+/// Why a uprobe must not go on this instruction although the kernel
+/// accepts it, if so.
+pub fn misemulated(i: &Insn) -> Option<String> {
+    let b = &i.bytes;
+    let mut p = 0;
+    while b.get(p).is_some_and(|x| {
+        matches!(
+            x,
+            0x66 | 0x67 | 0xf2 | 0xf3 | 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65
+        )
+    }) {
+        p += 1;
+    }
+    // The opcode byte's place after each prefix: c5 (2-byte VEX) R.vvvv.L.pp;
+    // c4 (3-byte VEX) and 8f (XOP) two payload bytes; 62 (EVEX) three.
+    let at = match (b.get(p)?, b.get(p + 1)?) {
+        (0xc5, _) => p + 2,
+        (0xc4, _) => p + 3,
+        // 8f with ModRM.reg = 0 is pop, not XOP.
+        (0x8f, m) if m & 0x1f >= 8 => p + 3,
+        (0x62, _) => p + 4,
+        _ => return None,
+    };
+    let op = *b.get(at)?;
+    kernel_takes_for_branch(op).then(|| {
+        format!(
+            "the kernel would take the instruction there, {}, for a jump (opcode byte {op:#04x} behind a VEX/EVEX prefix) and skip it instead of running it, corrupting the traced program",
+            i.describe()
+        )
+    })
+}
+
+/// Why `+offset` of a function of `size` bytes (0: unknown) starting at
+/// `file_offset` cannot take a uprobe: outside the function, or inside an
+/// instruction (a uprobe there corrupts the instruction: SIGILL or worse).
+pub fn check_offset(path: &Path, file_offset: u64, size: u64, offset: u64) -> Result<(), String> {
+    if offset == 0 {
+        return Ok(());
+    }
+    if size > 0 && offset >= size {
+        return Err(format!(
+            "offset {offset:#x} is outside the function, which is {size} ({size:#x}) bytes long"
+        ));
+    }
+    // Without a size, decode just past the offset: enough to know whether
+    // an instruction starts there.
+    let len = if size > 0 { size } else { offset + 15 };
+    let code = read_code(path, file_offset, len).map_err(|e| e.to_string())?;
+    let insns = decode(&code);
+    if insns.iter().any(|i| i.offset == offset) {
+        return Ok(());
+    }
+    match insns
+        .iter()
+        .find(|i| i.offset < offset && offset < i.offset + i.len)
+    {
+        Some(i) => Err(format!(
+            "offset {offset:#x} falls inside the {} instruction at +{:#x}; the nearest instruction boundaries are +{:#x} and +{:#x}",
+            i.describe(),
+            i.offset,
+            i.offset,
+            i.offset + i.len
+        )),
+        None => Err(format!(
+            "offset {offset:#x} is not an instruction boundary the decoder reaches (the code there is not valid x86-64)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,6 +452,37 @@ mod tests {
             })
         );
         assert_eq!(parse_usdt_arg("garbage"), None);
+    }
+
+    #[test]
+    fn decodes_instruction_boundaries() {
+        // push %rbp; mov %rsp,%rbp; vpxor %xmm0,%xmm0,%xmm0; ret
+        let code = [0x55, 0x48, 0x89, 0xe5, 0xc5, 0xf9, 0xef, 0xc0, 0xc3];
+        let offs: Vec<(u64, u64)> = decode(&code).iter().map(|i| (i.offset, i.len)).collect();
+        assert_eq!(offs, vec![(0, 1), (1, 3), (4, 4), (8, 1)]);
+        assert_eq!(decode(&code)[2].describe(), "vpxor (c5 f9 ef c0)");
+    }
+
+    #[test]
+    fn vex_opcodes_the_kernel_takes_for_jumps() {
+        let first = |b: &[u8]| decode(b).into_iter().next().unwrap();
+        // vpbroadcastb %esi,%ymm16 (EVEX 0x7a), vpcmpeqb (VEX 0x74), vpor (0xeb): refused.
+        for b in [
+            &[0x62, 0xe2, 0x7d, 0x28, 0x7a, 0xc6][..],
+            &[0xc5, 0xf9, 0x74, 0xc0],
+            &[0xc5, 0xe1, 0xeb, 0xc2],
+        ] {
+            assert!(misemulated(&first(b)).is_some(), "{b:x?}");
+        }
+        // vpaddb (VEX 0xfc), a real jp, mov, pop (8f /0): fine.
+        for b in [
+            &[0xc5, 0xe1, 0xfc, 0xc2][..],
+            &[0x7a, 0x02],
+            &[0x48, 0x89, 0xf8],
+            &[0x8f, 0x00],
+        ] {
+            assert!(misemulated(&first(b)).is_none(), "{b:x?}");
+        }
     }
 
     #[test]

@@ -301,6 +301,7 @@ impl Resolver {
                 ret,
             } => {
                 let info = self.elf(path)?;
+                let bin_path = info.path.clone();
                 let kind = if *ret { "uretprobe" } else { "uprobe" };
                 let mut matched: Vec<elf::Func> = info
                     .funcs
@@ -325,6 +326,85 @@ impl Resolver {
                 });
                 matched.dedup_by_key(|f| f.file_offset);
                 matched.sort_by(|a, b| a.name.cmp(&b.name));
+                if *offset > 0 {
+                    // An offset must start an instruction of the function: a
+                    // breakpoint inside one corrupts it (the program dies of
+                    // SIGILL), and past the end it is not this function.
+                    let path = info.path.clone();
+                    let size_at = |f: &elf::Func| {
+                        // A resolved IFUNC's size is its resolver's: take the implementation's.
+                        info.funcs
+                            .iter()
+                            .filter(|g| g.file_offset == f.file_offset && !g.ifunc)
+                            .map(|g| g.size)
+                            .max()
+                            .unwrap_or(if f.ifunc { 0 } else { f.size })
+                    };
+                    let checked: Vec<(elf::Func, Result<(), String>)> = matched
+                        .into_iter()
+                        .map(|f| {
+                            let r = elf::check_offset(&path, f.file_offset, size_at(&f), *offset);
+                            (f, r)
+                        })
+                        .collect();
+                    matched = Vec::new();
+                    for (f, r) in checked {
+                        match r {
+                            Ok(()) => matched.push(f),
+                            Err(why) if !glob::is_glob(func) => {
+                                return Err(usage!(
+                                    "{kind}:{}:{}+{offset:#x}: {why}",
+                                    path.display(),
+                                    f.name
+                                ))
+                            }
+                            Err(why) => self.skipped.push((
+                                format!("{kind}:{}:{}+{offset:#x}", path.display(), f.name),
+                                why,
+                            )),
+                        }
+                    }
+                }
+                // Instructions the kernel accepts but mis-emulates (see
+                // elf::misemulated) would corrupt every process running them.
+                let at: Vec<u64> = matched.iter().map(|f| f.file_offset + offset).collect();
+                let insns = elf::insns_at(&bin_path, &at);
+                let mut kept = Vec::new();
+                for (f, insn) in matched.into_iter().zip(insns) {
+                    let suffix = if *offset > 0 {
+                        format!("+{offset:#x}")
+                    } else {
+                        String::new()
+                    };
+                    match insn.as_ref().and_then(elf::misemulated) {
+                        None => kept.push(f),
+                        Some(why) if !glob::is_glob(func) => {
+                            let hint = if *ret {
+                                "; trace another function's return".to_string()
+                            } else {
+                                format!(
+                                    "; probe another function, or this one past that instruction (+{:#x})",
+                                    offset + insn.map_or(0, |i| i.len)
+                                )
+                            };
+                            return Err(usage!(
+                                "{kind}:{}:{}{suffix}: {why}{hint}",
+                                bin_path.display(),
+                                f.name
+                            ));
+                        }
+                        Some(why) => self.skipped.push((
+                            format!("{kind}:{}:{}{suffix}", bin_path.display(), f.name),
+                            why,
+                        )),
+                    }
+                }
+                let matched = kept;
+                let info = self
+                    .elves
+                    .values()
+                    .find(|i| i.path == bin_path)
+                    .ok_or_else(|| usage!("cannot read {}", bin_path.display()))?;
                 Ok(matched
                     .iter()
                     .map(|f| {
@@ -466,8 +546,9 @@ pub fn resolve_all(specs: &[ProbeSpec], pid: Option<u32>) -> Result<Resolved, Er
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for spec in specs {
+        let before = r.skipped.len();
         let matched = r.matches(spec)?;
-        if matched.is_empty() {
+        if matched.is_empty() && r.skipped.len() == before {
             return Err(r.unknown(spec));
         }
         for p in matched {
@@ -475,6 +556,18 @@ pub fn resolve_all(specs: &[ProbeSpec], pid: Option<u32>) -> Result<Resolved, Er
                 out.push(p);
             }
         }
+    }
+    if out.is_empty() {
+        // Everything matched was skipped: say why, as attaching would.
+        let (name, why) = r.skipped.first().cloned().unwrap_or_default();
+        return Err(if r.skipped.len() == 1 {
+            usage!("{name}: {why}")
+        } else {
+            usage!(
+                "none of the {} matching probes can be attached ({name}: {why})",
+                r.skipped.len()
+            )
+        });
     }
     Ok(Resolved {
         probes: out,

@@ -6,6 +6,14 @@
  *   sleep K M: calls nap(1) K times and nap(20) M times (ms)
  *   stack N: calls work() N times through outer() -> middle()
  *   paced N US: calls work() N times, sleeping US microseconds after each
+ *   zeroframe N: calls work() N times with %rbp pointing at a frame record
+ *            of zeros, so a frame-pointer walk from work() meets return
+ *            address 0 (where frame chains end)
+ *   vexones N: calls vex_ones() N times (needs AVX); exits 3 if it ever
+ *            returns anything but all ones
+ * refused_lock() and refused_vex() begin with instructions x86 uprobes
+ * refuse (a lock prefix; a VEX opcode byte of the in/out range); they are
+ * never called, so the program runs on CPUs without AVX too.
  * GATE=1 waits for stdin to close (or carry a byte) before starting, so a
  * tracer can attach to the pid first however slow its start.
  */
@@ -67,6 +75,42 @@ __attribute__((noinline)) void outer(long i)
 	sink++;
 }
 
+__attribute__((naked, noinline)) void refused_lock(void)
+{
+	__asm__ volatile("lock incq sink(%rip)\n\tret");
+}
+
+__attribute__((naked, noinline)) void refused_vex(void)
+{
+	__asm__ volatile("vpxor %xmm0, %xmm0, %xmm0\n\tret");
+}
+
+/*
+ * Stores 16 bytes of ones. Its first instruction, vpcmpeqb (VEX opcode byte
+ * 0x74), is one Linux's x86 uprobes accept but take for "je" and skip.
+ */
+__attribute__((naked, noinline)) void vex_ones(char *b)
+{
+	__asm__ volatile("vpcmpeqb %xmm0, %xmm0, %xmm0\n\t"
+			 "vmovdqu %xmm0, (%rdi)\n\tret");
+}
+
+/* Zeros: {saved %rbp, return address}. */
+static long zero_frame_rec[2];
+
+__attribute__((noinline)) void zero_frame(long i)
+{
+	/* The push keeps the real %rbp; work() is a leaf that needs no stack alignment. */
+	__asm__ volatile("push %%rbp\n\t"
+			 "mov %1, %%rbp\n\t"
+			 "call work\n\t"
+			 "pop %%rbp"
+			 : "+D"(i)
+			 : "r"(zero_frame_rec)
+			 : "rax", "rcx", "rdx", "rsi", "r8", "r9", "r10", "r11",
+			   "memory", "cc");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3)
@@ -97,6 +141,19 @@ int main(int argc, char **argv)
 			work(i);
 			usleep(us);
 		}
+	} else if (!strcmp(argv[1], "vexones")) {
+		for (long i = 0; i < n; i++) {
+			unsigned char b[16] = { 0 };
+			/* A skipped vpcmpeqb would leave these zeros. */
+			__asm__ volatile("vpxor %%xmm0, %%xmm0, %%xmm0" ::: "xmm0");
+			vex_ones((char *)b);
+			for (int j = 0; j < 16; j++)
+				if (b[j] != 0xff)
+					return 3;
+		}
+	} else if (!strcmp(argv[1], "zeroframe")) {
+		for (long i = 0; i < n; i++)
+			zero_frame(i);
 	} else if (!strcmp(argv[1], "stack")) {
 		for (long i = 0; i < n; i++)
 			outer(i);
