@@ -739,3 +739,114 @@ fn mounts_tracefs_when_missing() {
     );
     assert_eq!(out.trim(), "tracepoint:syscalls:sys_enter_write");
 }
+
+/// 32 mixed terms (numbers, builtins, strings, globs, negations) around the
+/// one clause a workload matches, evaluated against two workloads that
+/// differ only in pid. `any`: an OR chain of terms no write matches, else an
+/// AND chain of terms every write of the workload satisfies.
+fn mixed_32_term_filter(pid: &str, any: bool) -> String {
+    // The workload's clause: 3 terms.
+    let hit = format!(r#"(pid == {pid} && comm == "wr_f3?" && count == 77)"#);
+    let mut parts: Vec<String> = Vec::new();
+    let mut n = 3;
+    let mut i = 0;
+    while n < 32 {
+        // Two-term parts only while they fit.
+        let k = if n + 2 <= 32 { i % 5 } else { i % 3 };
+        let (part, terms) = match (any, k) {
+            (true, 0) => (format!("count == {}", 900_000 + i), 1),
+            (true, 1) => (format!(r#"comm == "nomatch{i}""#), 1),
+            (true, 2) => (format!(r#"comm == "zq*{i}?""#), 1),
+            (true, 3) => (format!("!(fd != {} || fd < 0)", 1_000_000 + i), 2),
+            (true, _) => (format!("(tid == 0 && cpu > {i})"), 2),
+            (false, 0) => (format!("count < {}", 78 + i), 1),
+            (false, 1) => (format!(r#"comm != "nomatch{i}""#), 1),
+            (false, 2) => (format!(r#"!(comm == "zq*{i}?")"#), 1),
+            (false, 3) => (format!("!(fd == {} || fd > 1000000)", 1_000_000 + i), 2),
+            (false, _) => (r#"(comm == "wr_*" || tid == 0)"#.to_string(), 2),
+        };
+        parts.push(part);
+        n += terms;
+        i += 1;
+    }
+    parts.insert(parts.len() / 2, hit);
+    parts.join(if any { " || " } else { " && " })
+}
+
+#[test]
+fn filter_of_32_mixed_terms_loads_and_filters_exactly() {
+    if !root("filter_32") {
+        return;
+    }
+    let w = workload("writer");
+    for any in [true, false] {
+        let gated = || {
+            let mut c = Command::new(&w);
+            c.args(["wr_f32", "300", "77"]);
+            Gated::spawn(c)
+        };
+        let (mut wl, mut other) = (gated(), gated());
+        let pid = wl.pid();
+        let filter = mixed_32_term_filter(&pid, any);
+        let terms = filter.matches("==").count()
+            + filter.matches("!=").count()
+            + filter.matches('<').count()
+            + filter.matches('>').count();
+        assert_eq!(terms, 32, "{filter}");
+        let r = start(&[
+            "count",
+            WRITE,
+            "--json",
+            "--by",
+            "pid",
+            "--duration",
+            "60",
+            "--filter",
+            &filter,
+        ]);
+        wl.go_and_wait();
+        other.go_and_wait();
+        let (out, _) = r.interrupt();
+        let c = counts_by(&json_lines(&out), "pid");
+        // The other workload has the same comm and writes: only its pid differs.
+        assert_eq!(c, BTreeMap::from([(pid, 300)]), "any={any}: {filter}");
+    }
+}
+
+#[test]
+fn filters_that_once_exhausted_the_verifier_load() {
+    if !root("filter_verifier") {
+        return;
+    }
+    let w = workload("writer");
+    let cases = [
+        // No write of the command comes from pids 0..5.
+        (
+            "pid == 0 || pid == 1 || pid == 2 || pid == 3 || pid == 4 || pid == 5",
+            0,
+        ),
+        // 40 writes of 200 bytes, 40 of 10 bytes, to fd 3: the first 40 match.
+        (
+            r#"(comm == "bash" || comm == "sh") && (count > 100 || fd == 1) && !(pid == 1)"#,
+            40,
+        ),
+    ];
+    for (filter, want) in cases {
+        let o = run(&[
+            "count",
+            WRITE,
+            "--json",
+            "--filter",
+            filter,
+            "--",
+            w.to_str().unwrap(),
+            "sh",
+            "40",
+            "200",
+            "10",
+        ]);
+        let out = ok(&o);
+        assert_eq!(sum_counts(&json_lines(&out)), want, "{filter}: {out}");
+        assert!(stderr(&o).contains("Attached 1 probe"), "{}", stderr(&o));
+    }
+}
