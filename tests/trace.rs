@@ -850,3 +850,111 @@ fn filters_that_once_exhausted_the_verifier_load() {
         assert!(stderr(&o).contains("Attached 1 probe"), "{}", stderr(&o));
     }
 }
+
+#[test]
+fn write_buffers_show_count_bytes_escaped() {
+    if !root("write_buf") {
+        return;
+    }
+    let w = workload("bufs");
+    let args = |json: bool| {
+        let mut a = vec![
+            "trace",
+            WRITE,
+            "--fields",
+            "buf,count",
+            "--filter",
+            "fd > 2",
+        ];
+        if json {
+            a.push("--json");
+        }
+        a.extend(["--", w.to_str().unwrap(), "write"]);
+        a
+    };
+    let out = ok(&run(&args(false)));
+    let bufs: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_once(" buf=").map(|(_, b)| b))
+        .collect();
+    let x64 = "x".repeat(64);
+    assert_eq!(
+        bufs,
+        vec![
+            r#""hello" count=5"#.to_string(),
+            r#""ab\x00cd\x0a" count=6"#.to_string(),
+            format!(r#""{x64}"... count=100"#),
+        ],
+        "{out}"
+    );
+    let lines = json_lines(&ok(&run(&args(true))));
+    let ev: Vec<&Value> = lines.iter().filter(|v| v["type"] == "event").collect();
+    let got: Vec<(&str, Option<&Value>)> = ev
+        .iter()
+        .map(|v| (v["fields"]["buf"].as_str().unwrap(), v.get("truncated")))
+        .collect();
+    let cut = serde_json::json!(["buf"]);
+    assert_eq!(
+        got,
+        vec![
+            ("hello", None),
+            (r"ab\x00cd\x0a", None),
+            (x64.as_str(), Some(&cut))
+        ]
+    );
+}
+
+#[test]
+fn strings_that_fault_are_flagged() {
+    if !root("fault_str") {
+        return;
+    }
+    let w = workload("bufs");
+    let dir = std::env::temp_dir().join(format!("bpfscope-fault-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("path");
+    std::fs::write(&file, b"/nonexistent-bpfscope-fault\0").unwrap();
+    let f = file.to_str().unwrap();
+    let args = |json: bool| {
+        let mut a = vec![
+            "trace",
+            "t:syscalls:sys_enter_openat",
+            "--fields",
+            "filename",
+            "--filter",
+            // The loader's opens (library search paths) carry O_CLOEXEC; the workload's do not.
+            "flags == 0",
+        ];
+        if json {
+            a.push("--json");
+        }
+        a.extend(["--", w.to_str().unwrap(), "fault", f]);
+        a
+    };
+    // The file itself, the path through the untouched page, then touched.
+    let out = ok(&run(&args(false)));
+    let names: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_once(" filename=").map(|(_, n)| n))
+        .collect();
+    let quoted = format!("{f:?}");
+    assert_eq!(
+        names,
+        vec![
+            quoted.as_str(),
+            "<fault>",
+            "\"/nonexistent-bpfscope-fault\""
+        ],
+        "{out}"
+    );
+    let lines = json_lines(&ok(&run(&args(true))));
+    let ev: Vec<&Value> = lines.iter().filter(|v| v["type"] == "event").collect();
+    assert_eq!(ev.len(), 3, "{lines:?}");
+    // A successful read has no `faulted` key (output as before).
+    assert_eq!(ev[0]["fields"]["filename"], f);
+    assert!(ev[0].get("faulted").is_none());
+    assert_eq!(ev[1]["fields"]["filename"], Value::Null);
+    assert_eq!(ev[1]["faulted"], serde_json::json!(["filename"]));
+    assert_eq!(ev[2]["fields"]["filename"], "/nonexistent-bpfscope-fault");
+    std::fs::remove_dir_all(&dir).ok();
+}
