@@ -216,7 +216,8 @@ static __always_inline u64 bs_extend(u64 raw, u8 size, u8 is_signed)
 /*
  * Address of a walked value: follows the pointers stored at each path
  * offset from base, then adds the leaf offset. A failed read yields 0, and
- * every later read from near 0 fails too, so a broken chain reads as 0 or "".
+ * every later read from near 0 fails too, so a broken chain reads as 0, or
+ * as a string that faulted.
  */
 static __always_inline u64 bs_walk(const struct bs_src *src, u64 base)
 {

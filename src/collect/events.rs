@@ -63,3 +63,22 @@ pub fn decode(raw: &[u8]) -> Option<Event<'_>> {
         data: &raw[std::mem::size_of::<bs_event_hdr>()..],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_show_their_length_escaped() {
+        let mut raw = 6u64.to_ne_bytes().to_vec();
+        raw.extend_from_slice(b"ab\0c\\\nstale bytes");
+        let (b, cut) = buf_field(&raw);
+        assert_eq!((escape_bytes(b).as_str(), cut), (r"ab\x00c\\\x0a", false));
+        // A length beyond the bytes copied is cut, and says so.
+        let mut raw = 100u64.to_ne_bytes().to_vec();
+        raw.extend_from_slice(&[b'x'; 64]);
+        let (b, cut) = buf_field(&raw);
+        assert_eq!((b.len(), cut), (64, true));
+        assert_eq!(buf_field(&[1, 2]), (&[][..], false));
+    }
+}
