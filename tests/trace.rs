@@ -739,3 +739,222 @@ fn mounts_tracefs_when_missing() {
     );
     assert_eq!(out.trim(), "tracepoint:syscalls:sys_enter_write");
 }
+
+/// 32 mixed terms (numbers, builtins, strings, globs, negations) around the
+/// one clause a workload matches, evaluated against two workloads that
+/// differ only in pid. `any`: an OR chain of terms no write matches, else an
+/// AND chain of terms every write of the workload satisfies.
+fn mixed_32_term_filter(pid: &str, any: bool) -> String {
+    // The workload's clause: 3 terms.
+    let hit = format!(r#"(pid == {pid} && comm == "wr_f3?" && count == 77)"#);
+    let mut parts: Vec<String> = Vec::new();
+    let mut n = 3;
+    let mut i = 0;
+    while n < 32 {
+        // Two-term parts only while they fit.
+        let k = if n + 2 <= 32 { i % 5 } else { i % 3 };
+        let (part, terms) = match (any, k) {
+            (true, 0) => (format!("count == {}", 900_000 + i), 1),
+            (true, 1) => (format!(r#"comm == "nomatch{i}""#), 1),
+            (true, 2) => (format!(r#"comm == "zq*{i}?""#), 1),
+            (true, 3) => (format!("!(fd != {} || fd < 0)", 1_000_000 + i), 2),
+            (true, _) => (format!("(tid == 0 && cpu > {i})"), 2),
+            (false, 0) => (format!("count < {}", 78 + i), 1),
+            (false, 1) => (format!(r#"comm != "nomatch{i}""#), 1),
+            (false, 2) => (format!(r#"!(comm == "zq*{i}?")"#), 1),
+            (false, 3) => (format!("!(fd == {} || fd > 1000000)", 1_000_000 + i), 2),
+            (false, _) => (r#"(comm == "wr_*" || tid == 0)"#.to_string(), 2),
+        };
+        parts.push(part);
+        n += terms;
+        i += 1;
+    }
+    parts.insert(parts.len() / 2, hit);
+    parts.join(if any { " || " } else { " && " })
+}
+
+#[test]
+fn filter_of_32_mixed_terms_loads_and_filters_exactly() {
+    if !root("filter_32") {
+        return;
+    }
+    let w = workload("writer");
+    for any in [true, false] {
+        let gated = || {
+            let mut c = Command::new(&w);
+            c.args(["wr_f32", "300", "77"]);
+            Gated::spawn(c)
+        };
+        let (mut wl, mut other) = (gated(), gated());
+        let pid = wl.pid();
+        let filter = mixed_32_term_filter(&pid, any);
+        let terms = filter.matches("==").count()
+            + filter.matches("!=").count()
+            + filter.matches('<').count()
+            + filter.matches('>').count();
+        assert_eq!(terms, 32, "{filter}");
+        let r = start(&[
+            "count",
+            WRITE,
+            "--json",
+            "--by",
+            "pid",
+            "--duration",
+            "60",
+            "--filter",
+            &filter,
+        ]);
+        wl.go_and_wait();
+        other.go_and_wait();
+        let (out, _) = r.interrupt();
+        let c = counts_by(&json_lines(&out), "pid");
+        // The other workload has the same comm and writes: only its pid differs.
+        assert_eq!(c, BTreeMap::from([(pid, 300)]), "any={any}: {filter}");
+    }
+}
+
+#[test]
+fn filters_that_once_exhausted_the_verifier_load() {
+    if !root("filter_verifier") {
+        return;
+    }
+    let w = workload("writer");
+    let cases = [
+        // No write of the command comes from pids 0..5.
+        (
+            "pid == 0 || pid == 1 || pid == 2 || pid == 3 || pid == 4 || pid == 5",
+            0,
+        ),
+        // 40 writes of 200 bytes, 40 of 10 bytes, to fd 3: the first 40 match.
+        (
+            r#"(comm == "bash" || comm == "sh") && (count > 100 || fd == 1) && !(pid == 1)"#,
+            40,
+        ),
+    ];
+    for (filter, want) in cases {
+        let o = run(&[
+            "count",
+            WRITE,
+            "--json",
+            "--filter",
+            filter,
+            "--",
+            w.to_str().unwrap(),
+            "sh",
+            "40",
+            "200",
+            "10",
+        ]);
+        let out = ok(&o);
+        assert_eq!(sum_counts(&json_lines(&out)), want, "{filter}: {out}");
+        assert!(stderr(&o).contains("Attached 1 probe"), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn write_buffers_show_count_bytes_escaped() {
+    if !root("write_buf") {
+        return;
+    }
+    let w = workload("bufs");
+    let args = |json: bool| {
+        let mut a = vec![
+            "trace",
+            WRITE,
+            "--fields",
+            "buf,count",
+            "--filter",
+            "fd > 2",
+        ];
+        if json {
+            a.push("--json");
+        }
+        a.extend(["--", w.to_str().unwrap(), "write"]);
+        a
+    };
+    let out = ok(&run(&args(false)));
+    let bufs: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_once(" buf=").map(|(_, b)| b))
+        .collect();
+    let x64 = "x".repeat(64);
+    assert_eq!(
+        bufs,
+        vec![
+            r#""hello" count=5"#.to_string(),
+            r#""ab\x00cd\x0a" count=6"#.to_string(),
+            format!(r#""{x64}"... count=100"#),
+        ],
+        "{out}"
+    );
+    let lines = json_lines(&ok(&run(&args(true))));
+    let ev: Vec<&Value> = lines.iter().filter(|v| v["type"] == "event").collect();
+    let got: Vec<(&str, Option<&Value>)> = ev
+        .iter()
+        .map(|v| (v["fields"]["buf"].as_str().unwrap(), v.get("truncated")))
+        .collect();
+    let cut = serde_json::json!(["buf"]);
+    assert_eq!(
+        got,
+        vec![
+            ("hello", None),
+            (r"ab\x00cd\x0a", None),
+            (x64.as_str(), Some(&cut))
+        ]
+    );
+}
+
+#[test]
+fn strings_that_fault_are_flagged() {
+    if !root("fault_str") {
+        return;
+    }
+    let w = workload("bufs");
+    let dir = std::env::temp_dir().join(format!("bpfscope-fault-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("path");
+    std::fs::write(&file, b"/nonexistent-bpfscope-fault\0").unwrap();
+    let f = file.to_str().unwrap();
+    let args = |json: bool| {
+        let mut a = vec![
+            "trace",
+            "t:syscalls:sys_enter_openat",
+            "--fields",
+            "filename",
+            "--filter",
+            // The loader's opens (library search paths) carry O_CLOEXEC; the workload's do not.
+            "flags == 0",
+        ];
+        if json {
+            a.push("--json");
+        }
+        a.extend(["--", w.to_str().unwrap(), "fault", f]);
+        a
+    };
+    // The file itself, the path through the untouched page, then touched.
+    let out = ok(&run(&args(false)));
+    let names: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_once(" filename=").map(|(_, n)| n))
+        .collect();
+    let quoted = format!("{f:?}");
+    assert_eq!(
+        names,
+        vec![
+            quoted.as_str(),
+            "<fault>",
+            "\"/nonexistent-bpfscope-fault\""
+        ],
+        "{out}"
+    );
+    let lines = json_lines(&ok(&run(&args(true))));
+    let ev: Vec<&Value> = lines.iter().filter(|v| v["type"] == "event").collect();
+    assert_eq!(ev.len(), 3, "{lines:?}");
+    // A successful read has no `faulted` key (output as before).
+    assert_eq!(ev[0]["fields"]["filename"], f);
+    assert!(ev[0].get("faulted").is_none());
+    assert_eq!(ev[1]["fields"]["filename"], Value::Null);
+    assert_eq!(ev[1]["faulted"], serde_json::json!(["filename"]));
+    assert_eq!(ev[2]["fields"]["filename"], "/nonexistent-bpfscope-fault");
+    std::fs::remove_dir_all(&dir).ok();
+}

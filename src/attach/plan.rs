@@ -131,6 +131,9 @@ pub enum ValueKind {
     /// Pointers and addresses: hex.
     Hex,
     Str,
+    /// A syscall's user buffer with its length (write's buf and count):
+    /// the length as passed, then up to BS_BUF_MAX bytes.
+    Buf,
     /// A stack id in the kernel (`user`: false) or user stack map.
     Stack {
         user: bool,
@@ -398,6 +401,33 @@ fn field_src(probe: &Probe, path: &Path, field: &str) -> Result<(bs_src, ValueKi
         vk,
         len,
     ))
+}
+
+/// For an event field that is a syscall's input buffer with a length (a
+/// `const char *`/`const void *` followed by a `size_t`: write's buf and
+/// count, pwrite64, mq_timedsend, setxattr; and sendto's `void *` buff and
+/// len), where the length is read from (argument slot or record offset).
+/// Such a buffer is shown as that many bytes, not as a C string.
+fn buffer_len(probe: &Probe, path: &Path, name: &str) -> Option<u16> {
+    let ProbeKind::Tracepoint {
+        subsys, event: ev, ..
+    } = &probe.kind
+    else {
+        return None;
+    };
+    let field = name.strip_prefix("args.").unwrap_or(name);
+    let i = probe.fields.iter().position(|f| f.name == field)?;
+    let (f, next) = (&probe.fields[i], probe.fields.get(i + 1)?);
+    let input = matches!(f.ctype.as_str(), "const char *" | "const void *")
+        || (ev == "sys_enter_sendto" && f.name == "buff");
+    if subsys != "syscalls" || !ev.starts_with("sys_enter_") || !input || next.ctype != "size_t" {
+        return None;
+    }
+    match path {
+        p if p.uses_args() => next.arg_slot.map(u16::from),
+        Path::Tracepoint { .. } => Some(next.offset),
+        _ => None,
+    }
 }
 
 fn name_src(probe: &Probe, path: &Path, name: &str) -> Result<(bs_src, ValueKind, usize), Error> {
@@ -922,7 +952,13 @@ pub fn build(
                 } else {
                     name.clone()
                 };
-                let (mut src, kind, len) = name_src(&probe, &path, &lookup)?;
+                let (mut src, mut kind, mut len) = name_src(&probe, &path, &lookup)?;
+                if let Some(len_off) = buffer_len(&probe, &path, &lookup) {
+                    src.r#type = bs_val_type::BS_T_BUF_UPTR.0 as u8;
+                    src.path[0] = len_off;
+                    kind = ValueKind::Buf;
+                    len = 8 + bs_limits::BS_BUF_MAX.0 as usize;
+                }
                 src.out_off = off as u16;
                 note(&src);
                 cfg.emit[i] = src;

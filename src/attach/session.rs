@@ -188,12 +188,16 @@ impl<'obj> Session<'obj> {
             }
         }
 
+        let t0 = std::time::Instant::now();
         let skel = open.load().map_err(|e| {
             anyhow::anyhow!("{e}").context(format!(
                 "loading BPF programs{}",
                 libbpf_log::last_error_hint()
             ))
         })?;
+        if s.verbose {
+            report_load(&skel, t0.elapsed());
+        }
         let images = [
             fentry.then(|| ProgImage::of(skel.object(), &skel.progs.bpfscope_fentry)),
             fexit.then(|| ProgImage::of(skel.object(), &skel.progs.bpfscope_fexit)),
@@ -877,4 +881,35 @@ fn exhausted(e: &anyhow::Error) -> bool {
     [libc::EMFILE, libc::ENFILE, libc::ENOMEM]
         .iter()
         .any(|n| msg.contains(&format!("(os error {n})")))
+}
+
+/// -v: how long loading took and how many instructions the verifier
+/// processed per program (what a filter or key layout costs at load).
+fn report_load(skel: &TraceSkel<'_>, took: std::time::Duration) {
+    use libbpf_rs::AsRawLibbpf;
+    let mut parts = Vec::new();
+    for p in skel.object().progs() {
+        // SAFETY: the program pointer is valid for the object's lifetime.
+        let fd = unsafe { libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
+        if fd < 0 {
+            continue; // not loaded
+        }
+        let mut info = libbpf_sys::bpf_prog_info::default();
+        let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+        // SAFETY: fd is a loaded program's descriptor, owned by the object;
+        // info and len describe a writable buffer of that size.
+        let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+        if rc == 0 {
+            parts.push(format!(
+                "{} {} insns",
+                p.name().to_string_lossy(),
+                info.verified_insns
+            ));
+        }
+    }
+    eprintln!(
+        "loaded in {:.1} ms; verifier processed: {}",
+        took.as_secs_f64() * 1e3,
+        parts.join(", ")
+    );
 }

@@ -153,9 +153,11 @@ struct bs_scratch {
 	u64 args[BS_NARGS];
 	/* Slack after each buffer lets a masked offset plus a full string stay in bounds. */
 	u8 key[sizeof(struct bs_key_hdr) + BS_KEY_MAX + BS_STR_MAX];
-	u8 ev[sizeof(struct bs_event_hdr) + BS_EVENT_DATA_MAX + BS_STR_MAX];
+	u8 ev[sizeof(struct bs_event_hdr) + BS_EVENT_DATA_MAX + 8 + BS_BUF_MAX];
 	struct bs_str str;
 	struct bs_glob glob;
+	/* The filter's boolean stack, bit 0 on top (see bs_filter_step). */
+	u64 fstack;
 };
 
 struct {
@@ -214,7 +216,8 @@ static __always_inline u64 bs_extend(u64 raw, u8 size, u8 is_signed)
 /*
  * Address of a walked value: follows the pointers stored at each path
  * offset from base, then adds the leaf offset. A failed read yields 0, and
- * every later read from near 0 fails too, so a broken chain reads as 0 or "".
+ * every later read from near 0 fails too, so a broken chain reads as 0, or
+ * as a string that faulted.
  */
 static __always_inline u64 bs_walk(const struct bs_src *src, u64 base)
 {
@@ -229,8 +232,13 @@ static __always_inline u64 bs_walk(const struct bs_src *src, u64 base)
 	return base + src->leaf_off;
 }
 
-static __always_inline u64 bs_read_num(void *ctx, const struct bs_src *src,
-				       struct bs_scratch *s, u32 idx)
+/*
+ * Not inlined, like bs_read_str: every operand, key part and event field
+ * goes through one copy of the code, which keeps the programs small and the
+ * filter step (verified once per load) cheap to verify.
+ */
+static __noinline u64 bs_read_num(void *ctx, const struct bs_src *src,
+				  struct bs_scratch *s, u32 idx)
 {
 	u64 raw = 0;
 
@@ -290,26 +298,69 @@ static __always_inline u64 bs_read_num(void *ctx, const struct bs_src *src,
 /*
  * A string through a pointer. Without __user tags in the kernel's BTF a
  * `char *` argument may point into user memory: a failed kernel read is
- * retried as a user read.
+ * retried as a user read. Returns 1 when the memory could not be read
+ * (e.g. a user page not yet faulted in at syscall entry).
  */
-static __always_inline void bs_read_ptr_str(const struct bs_src *src, u64 ptr, char *dst)
+static __always_inline int bs_read_ptr_str(const struct bs_src *src, u64 ptr, char *dst)
 {
 	if (src->type == BS_T_STR_UPTR)
-		bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr);
-	else if (bpf_probe_read_kernel_str(dst, BS_STR_MAX, (void *)ptr) < 0)
-		bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr);
+		return bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr) < 0;
+	if (bpf_probe_read_kernel_str(dst, BS_STR_MAX, (void *)ptr) >= 0)
+		return 0;
+	return bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr) < 0;
 }
 
-/* Reads a string source into dst (at least BS_STR_MAX bytes), zero-padded. */
-static __always_inline void bs_read_str(void *ctx, const struct bs_src *src,
-					struct bs_scratch *s, char *dst)
+/* A pointer or length argument: an argument slot, or a record field at `off`. */
+static __always_inline u64 bs_read_word(void *ctx, const struct bs_src *src,
+					struct bs_scratch *s, u16 off)
+{
+	u64 v = 0;
+
+	if (src->kind == BS_SRC_CTX)
+		bpf_probe_read_kernel(&v, sizeof(v), ctx + off);
+	else if (src->kind == BS_SRC_ARG)
+		v = s->args[off & (BS_NARGS - 1)];
+	return v;
+}
+
+/*
+ * A user buffer with its length (BS_T_BUF_UPTR) into dst: the length as
+ * given (u64), then min(length, BS_BUF_MAX) bytes. Returns 1 on a fault.
+ */
+static __always_inline int bs_read_buf(void *ctx, const struct bs_src *src,
+				       struct bs_scratch *s, u8 *dst)
+{
+	u64 ptr = bs_read_word(ctx, src, s, src->off);
+	u64 len = bs_read_word(ctx, src, s, src->path[0]);
+	u64 n = len;
+
+	if (n > BS_BUF_MAX)
+		n = BS_BUF_MAX;
+	*(u64 *)dst = len;
+	__builtin_memset(dst + 8, 0, BS_BUF_MAX);
+	if (!ptr || !n)
+		return 0;
+	if (bpf_probe_read_user(dst + 8, n, (void *)ptr) < 0) {
+		__builtin_memset(dst + 8, 0, BS_BUF_MAX);
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * Reads a string source into dst (at least BS_STR_MAX bytes), zero-padded.
+ * Returns 1 when a pointer could not be followed (the string reads as "").
+ * A null pointer is not a fault.
+ */
+static __noinline int bs_read_str(void *ctx, const struct bs_src *src,
+				  struct bs_scratch *s, char *dst)
 {
 	u64 ptr = 0;
 	u32 n;
 
 	if (src->kind == BS_SRC_COMM) {
 		bs_comm(dst);
-		return;
+		return 0;
 	}
 	__builtin_memset(dst, 0, BS_STR_MAX);
 	if (src->walk && src->kind == BS_SRC_ARG) {
@@ -320,45 +371,39 @@ static __always_inline void bs_read_str(void *ctx, const struct bs_src *src,
 			n = src->size;
 			if (n > BS_STR_MAX - 1)
 				n = BS_STR_MAX - 1;
-			bpf_probe_read_kernel(dst, n, (void *)addr);
-			return;
+			return bpf_probe_read_kernel(dst, n, (void *)addr) < 0;
 		}
-		bpf_probe_read_kernel(&ptr, sizeof(ptr), (void *)addr);
+		if (bpf_probe_read_kernel(&ptr, sizeof(ptr), (void *)addr) < 0)
+			return 1;
 		if (!ptr)
-			return;
-		bs_read_ptr_str(src, ptr, dst);
-		return;
+			return 0;
+		return bs_read_ptr_str(src, ptr, dst);
 	}
 	switch (src->type) {
 	case BS_T_STR_INLINE:
 		if (src->kind != BS_SRC_CTX)
-			return;
+			return 0;
 		n = src->size;
 		if (n > BS_STR_MAX - 1)
 			n = BS_STR_MAX - 1;
 		bpf_probe_read_kernel(dst, n, ctx + src->off);
-		return;
+		return 0;
 	case BS_T_STR_DATALOC: {
 		u32 loc = 0;
 
 		if (src->kind != BS_SRC_CTX)
-			return;
+			return 0;
 		bpf_probe_read_kernel(&loc, sizeof(loc), ctx + src->off);
-		bpf_probe_read_kernel_str(dst, BS_STR_MAX, ctx + (loc & 0xffff));
-		return;
+		return bpf_probe_read_kernel_str(dst, BS_STR_MAX, ctx + (loc & 0xffff)) < 0;
 	}
 	case BS_T_STR_UPTR:
 	case BS_T_STR_KPTR:
-		if (src->kind == BS_SRC_CTX)
-			bpf_probe_read_kernel(&ptr, sizeof(ptr), ctx + src->off);
-		else if (src->kind == BS_SRC_ARG)
-			ptr = s->args[src->off & (BS_NARGS - 1)];
+		ptr = bs_read_word(ctx, src, s, src->off);
 		if (!ptr)
-			return;
-		bs_read_ptr_str(src, ptr, dst);
-		return;
+			return 0;
+		return bs_read_ptr_str(src, ptr, dst);
 	default:
-		return;
+		return 0;
 	}
 }
 
@@ -439,92 +484,134 @@ static __always_inline int bs_glob_match(struct bs_glob *g, const char *s, const
 	return g->result == 1;
 }
 
+/*
+ * One comparison of a filter program: the operand read through the shared
+ * non-inlined readers, then compared with the constant.
+ */
+static __noinline u64 bs_filter_term(void *ctx, const struct bs_filter_op *op,
+				     struct bs_scratch *s, u32 idx)
+{
+	u64 b = 0;
+
+	switch (op->op) {
+	case BS_OP_TRUE:
+		return 1;
+	case BS_OP_STR_EQ:
+	case BS_OP_STR_NE:
+	case BS_OP_GLOB:
+	case BS_OP_NGLOB: {
+		u32 si = op->str_idx;
+		struct bs_str *pat = bpf_map_lookup_elem(&strs, &si);
+
+		if (!pat)
+			return 0;
+		/* A string that faults compares as "". */
+		bs_read_str(ctx, &op->src, s, s->str.s);
+		if (op->op == BS_OP_STR_EQ || op->op == BS_OP_STR_NE)
+			b = bs_str_eq(s->str.s, pat->s);
+		else
+			b = bs_glob_match(&s->glob, s->str.s, pat->s);
+		if (op->op == BS_OP_STR_NE || op->op == BS_OP_NGLOB)
+			b ^= 1;
+		return b;
+	}
+	default: {
+		u64 v = bs_read_num(ctx, &op->src, s, idx);
+		u64 c = op->imm;
+
+		if (op->src.is_signed) {
+			s64 sv = v, sc = c;
+
+			switch (op->op) {
+			case BS_OP_EQ: b = sv == sc; break;
+			case BS_OP_NE: b = sv != sc; break;
+			case BS_OP_LT: b = sv < sc; break;
+			case BS_OP_LE: b = sv <= sc; break;
+			case BS_OP_GT: b = sv > sc; break;
+			case BS_OP_GE: b = sv >= sc; break;
+			}
+		} else {
+			switch (op->op) {
+			case BS_OP_EQ: b = v == c; break;
+			case BS_OP_NE: b = v != c; break;
+			case BS_OP_LT: b = v < c; break;
+			case BS_OP_LE: b = v <= c; break;
+			case BS_OP_GT: b = v > c; break;
+			case BS_OP_GE: b = v >= c; break;
+			}
+		}
+		return b;
+	}
+	}
+}
+
+/* What a filter step needs; the program state itself lives in the scratch map. */
+struct bs_filter_ctx {
+	void *ctx;
+	const struct bs_probe_cfg *cfg;
+	struct bs_scratch *s;
+	u32 idx;
+};
+
+/*
+ * One step of the postfix program, run by bpf_loop. The verifier checks
+ * this body once (or until its state repeats, from 6.7) instead of every
+ * path through every unrolled step: the boolean stack is a bitmask in the
+ * scratch map (bit 0 the top), an unknown value to the verifier, so no
+ * combination of earlier results is tracked. Unrolled, 6 terms exceeded
+ * the verifier's million-instruction budget.
+ */
+static int bs_filter_step(u64 i, struct bs_filter_ctx *fc)
+{
+	struct bs_scratch *s = fc->s;
+	const struct bs_filter_op *op = &fc->cfg->filter[i & (BS_MAX_FILTER_OPS - 1)];
+	u64 st = s->fstack;
+
+	switch (op->op) {
+	case BS_OP_AND:
+		s->fstack = ((st >> 2) << 1) | (st & (st >> 1) & 1);
+		return 0;
+	case BS_OP_OR:
+		s->fstack = ((st >> 2) << 1) | ((st | (st >> 1)) & 1);
+		return 0;
+	case BS_OP_NOT:
+		s->fstack = st ^ 1;
+		return 0;
+	}
+	st = bs_filter_term(fc->ctx, op, s, fc->idx);
+	/* Re-read: the term may not keep it in a register across its calls. */
+	s->fstack = (s->fstack << 1) | (st & 1);
+	return 0;
+}
+
 static __always_inline int bs_filter(void *ctx, const struct bs_probe_cfg *cfg,
 				     struct bs_scratch *s, u32 idx)
 {
-	u64 st = 0;
+	struct bs_filter_ctx fc = { .ctx = ctx, .cfg = cfg, .s = s, .idx = idx };
+	u32 n = cfg->nfilter;
 
-	for (int i = 0; i < BS_MAX_FILTER_OPS; i++) {
-		const struct bs_filter_op *op;
-		u64 b = 0;
-
-		if (i >= max_filter_ops || i >= cfg->nfilter)
-			break;
-		op = &cfg->filter[i];
-		switch (op->op) {
-		case BS_OP_AND:
-			b = st & (st >> 1) & 1;
-			st = ((st >> 2) << 1) | b;
-			continue;
-		case BS_OP_OR:
-			b = (st | (st >> 1)) & 1;
-			st = ((st >> 2) << 1) | b;
-			continue;
-		case BS_OP_NOT:
-			st ^= 1;
-			continue;
-		case BS_OP_TRUE:
-			b = 1;
-			break;
-		case BS_OP_STR_EQ:
-		case BS_OP_STR_NE:
-		case BS_OP_GLOB:
-		case BS_OP_NGLOB: {
-			u32 si = op->str_idx;
-			struct bs_str *pat = bpf_map_lookup_elem(&strs, &si);
-
-			if (!pat)
-				return 0;
-			bs_read_str(ctx, &op->src, s, s->str.s);
-			if (op->op == BS_OP_STR_EQ || op->op == BS_OP_STR_NE)
-				b = bs_str_eq(s->str.s, pat->s);
-			else
-				b = bs_glob_match(&s->glob, s->str.s, pat->s);
-			if (op->op == BS_OP_STR_NE || op->op == BS_OP_NGLOB)
-				b ^= 1;
-			break;
-		}
-		default: {
-			u64 v = bs_read_num(ctx, &op->src, s, idx);
-			u64 c = op->imm;
-
-			if (op->src.is_signed) {
-				s64 sv = v, sc = c;
-
-				switch (op->op) {
-				case BS_OP_EQ: b = sv == sc; break;
-				case BS_OP_NE: b = sv != sc; break;
-				case BS_OP_LT: b = sv < sc; break;
-				case BS_OP_LE: b = sv <= sc; break;
-				case BS_OP_GT: b = sv > sc; break;
-				case BS_OP_GE: b = sv >= sc; break;
-				}
-			} else {
-				switch (op->op) {
-				case BS_OP_EQ: b = v == c; break;
-				case BS_OP_NE: b = v != c; break;
-				case BS_OP_LT: b = v < c; break;
-				case BS_OP_LE: b = v <= c; break;
-				case BS_OP_GT: b = v > c; break;
-				case BS_OP_GE: b = v >= c; break;
-				}
-			}
-			break;
-		}
-		}
-		st = (st << 1) | (b & 1);
-	}
-	return st & 1;
+	/* No filter in this session: the machine is left out of the programs. */
+	if (!max_filter_ops)
+		return 1;
+	if (n > max_filter_ops)
+		n = max_filter_ops;
+	if (n > BS_MAX_FILTER_OPS)
+		n = BS_MAX_FILTER_OPS;
+	s->fstack = 0;
+	bpf_loop(n, bs_filter_step, &fc, 0);
+	return s->fstack & 1;
 }
 
-/* Writes one key or event part at dst. */
-static __always_inline void bs_put(void *ctx, const struct bs_src *src,
-				   struct bs_scratch *s, u32 idx, u8 *dst)
+/* Writes one key or event part at dst; returns 1 when its memory could not be read. */
+static __always_inline int bs_put(void *ctx, const struct bs_src *src,
+				  struct bs_scratch *s, u32 idx, u8 *dst)
 {
+	if (src->type == BS_T_BUF_UPTR)
+		return bs_read_buf(ctx, src, s, dst);
 	if (src->kind == BS_SRC_COMM || src->type != BS_T_NUM)
-		bs_read_str(ctx, src, s, (char *)dst);
-	else
-		*(u64 *)dst = bs_read_num(ctx, src, s, idx);
+		return bs_read_str(ctx, src, s, (char *)dst);
+	*(u64 *)dst = bs_read_num(ctx, src, s, idx);
+	return 0;
 }
 
 static __always_inline u32 bs_log2(u64 v)
@@ -622,6 +709,8 @@ static __always_inline void bs_emit(void *ctx, const struct bs_probe_cfg *cfg,
 	hdr->pid = t->tgid;
 	hdr->tid = t->pid;
 	hdr->cpu = bpf_get_smp_processor_id();
+	hdr->faults = 0;
+	hdr->pad = 0;
 	bs_comm(hdr->comm);
 	for (int i = 0; i < BS_MAX_EMIT; i++) {
 		const struct bs_src *src;
@@ -629,8 +718,9 @@ static __always_inline void bs_emit(void *ctx, const struct bs_probe_cfg *cfg,
 		if (i >= max_emit || i >= cfg->nemit)
 			break;
 		src = &cfg->emit[i];
-		bs_put(ctx, src, s, idx,
-		       s->ev + sizeof(*hdr) + (src->out_off & (BS_EVENT_DATA_MAX - 1)));
+		if (bs_put(ctx, src, s, idx,
+			   s->ev + sizeof(*hdr) + (src->out_off & (BS_EVENT_DATA_MAX - 1))))
+			hdr->faults |= 1u << i;
 	}
 	size = sizeof(*hdr) + (cfg->event_size & (BS_EVENT_DATA_MAX - 1));
 	flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?

@@ -11,11 +11,14 @@
 /* Limits, as an enum so that the skeleton carries them to user space. */
 enum bs_limits {
 	BS_MAX_KEY_PARTS = 8,
-	BS_MAX_FILTER_OPS = 32,
+	/* Postfix steps: 32 comparisons joined by 31 && or || (negations fold into the comparisons). */
+	BS_MAX_FILTER_OPS = 64,
 	BS_MAX_EMIT = 16,
 	/* Key data after the 8-byte header; a power of two so offsets can be masked. */
 	BS_KEY_MAX = 256,
 	BS_STR_MAX = 64,
+	/* Bytes of a syscall buffer argument (write's buf) copied into an event. */
+	BS_BUF_MAX = 64,
 	BS_COMM_LEN = 16,
 	BS_EVENT_DATA_MAX = 1024,
 	BS_NARGS = 16,
@@ -55,6 +58,13 @@ enum bs_val_type {
 	BS_T_STR_DATALOC = 2, /* __data_loc: u32 (len << 16 | offset) in the record */
 	BS_T_STR_UPTR = 3,   /* pointer to a user-space string */
 	BS_T_STR_KPTR = 4,   /* pointer to a kernel string */
+	/*
+	 * Pointer to user bytes whose length is another argument (write's buf
+	 * and count): path[0] is the length's argument slot or record offset
+	 * (same kind as the pointer). Output: u64 length as given, then up to
+	 * BS_BUF_MAX bytes.
+	 */
+	BS_T_BUF_UPTR = 5,
 };
 
 struct bs_src {
@@ -165,6 +175,9 @@ struct bs_event_hdr {
 	__u32 pid;
 	__u32 tid;
 	__u32 cpu;
+	/* Bit i: event field i could not be read (a faulting pointer). */
+	__u32 faults;
+	__u32 pad;
 	char comm[BS_COMM_LEN];
 };
 

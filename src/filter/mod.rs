@@ -1,6 +1,8 @@
 //! Filter stage: the `--filter` language, parsed once, then compiled per
 //! probe into the postfix program (struct bs_filter_op[]) that the BPF side
-//! evaluates in a bounded loop before anything is copied out.
+//! evaluates one step at a time before anything is copied out. Negations
+//! are pushed down to the comparisons (De Morgan), so a program is the
+//! comparisons joined by `&&`/`||`: n terms take 2n - 1 steps.
 
 mod parse;
 
@@ -48,12 +50,13 @@ pub fn compile(
     strs: &mut StrTable,
 ) -> Result<Vec<bs_filter_op>, Error> {
     let mut ops = Vec::new();
-    emit(expr, resolve, strs, &mut ops)?;
+    emit(expr, false, resolve, strs, &mut ops)?;
     let max = bs_limits::BS_MAX_FILTER_OPS.0 as usize;
     if ops.len() > max {
+        let terms = ops.len().div_ceil(2);
         return Err(usage!(
-            "filter: too long ({} steps, at most {max}); split it or simplify",
-            ops.len()
+            "filter: too long ({terms} comparisons, at most {}); split it or simplify",
+            max / 2
         ));
     }
     Ok(ops)
@@ -66,26 +69,26 @@ fn op(code: bs_op) -> bs_filter_op {
     }
 }
 
+/// Emits `expr`, or its negation when `neg` is set.
 fn emit(
     expr: &Expr,
+    neg: bool,
     resolve: &mut dyn FnMut(&str, usize) -> Result<Operand, Error>,
     strs: &mut StrTable,
     out: &mut Vec<bs_filter_op>,
 ) -> Result<(), Error> {
     match expr {
         Expr::And(a, b) | Expr::Or(a, b) => {
-            emit(a, resolve, strs, out)?;
-            emit(b, resolve, strs, out)?;
-            out.push(op(if matches!(expr, Expr::And(..)) {
+            emit(a, neg, resolve, strs, out)?;
+            emit(b, neg, resolve, strs, out)?;
+            // !(a && b) == !a || !b and !(a || b) == !a && !b.
+            out.push(op(if matches!(expr, Expr::And(..)) != neg {
                 bs_op::BS_OP_AND
             } else {
                 bs_op::BS_OP_OR
             }));
         }
-        Expr::Not(e) => {
-            emit(e, resolve, strs, out)?;
-            out.push(op(bs_op::BS_OP_NOT));
-        }
+        Expr::Not(e) => emit(e, !neg, resolve, strs, out)?,
         Expr::Truthy { name, column } => {
             let o = resolve(name, *column)?;
             if o.is_str {
@@ -93,9 +96,14 @@ fn emit(
                     "filter: '{name}' is a string; compare it, e.g. {name} == \"value\" (column {column})"
                 ));
             }
+            let code = if neg {
+                bs_op::BS_OP_EQ
+            } else {
+                bs_op::BS_OP_NE
+            };
             out.push(bs_filter_op {
                 src: o.src,
-                op: bs_op::BS_OP_NE.0 as u8,
+                op: code.0 as u8,
                 imm: 0,
                 ..Default::default()
             });
@@ -107,10 +115,32 @@ fn emit(
             value,
         } => {
             let o = resolve(name, *column)?;
-            out.push(compare(name, *column, o, *cmp, value, strs)?);
+            let mut c = compare(name, *column, o, *cmp, value, strs)?;
+            if neg {
+                c.op = negated(c.op);
+            }
+            out.push(c);
         }
     }
     Ok(())
+}
+
+/// The comparison that is true exactly when `code` is false.
+fn negated(code: u8) -> u8 {
+    let n = match bs_op(u32::from(code)) {
+        bs_op::BS_OP_EQ => bs_op::BS_OP_NE,
+        bs_op::BS_OP_NE => bs_op::BS_OP_EQ,
+        bs_op::BS_OP_LT => bs_op::BS_OP_GE,
+        bs_op::BS_OP_GE => bs_op::BS_OP_LT,
+        bs_op::BS_OP_LE => bs_op::BS_OP_GT,
+        bs_op::BS_OP_GT => bs_op::BS_OP_LE,
+        bs_op::BS_OP_STR_EQ => bs_op::BS_OP_STR_NE,
+        bs_op::BS_OP_STR_NE => bs_op::BS_OP_STR_EQ,
+        bs_op::BS_OP_GLOB => bs_op::BS_OP_NGLOB,
+        bs_op::BS_OP_NGLOB => bs_op::BS_OP_GLOB,
+        other => other,
+    };
+    n.0 as u8
 }
 
 fn compare(
@@ -220,8 +250,7 @@ mod tests {
             codes,
             vec![
                 bs_op::BS_OP_GLOB.0 as u8,
-                bs_op::BS_OP_LT.0 as u8,
-                bs_op::BS_OP_NOT.0 as u8,
+                bs_op::BS_OP_GE.0 as u8,
                 bs_op::BS_OP_AND.0 as u8,
                 bs_op::BS_OP_EQ.0 as u8,
                 bs_op::BS_OP_OR.0 as u8,
@@ -229,6 +258,39 @@ mod tests {
         );
         assert_eq!(strs.strs, vec!["ba*".to_string()]);
         assert_eq!(ops[1].imm, 0);
+    }
+
+    #[test]
+    fn negations_fold_into_comparisons() {
+        let mut strs = StrTable::default();
+        let e = parse(r#"!(comm == "sh" || !(pid > 3 && ret)) && !(comm != "b*")"#).unwrap();
+        let ops = compile(&e, &mut resolver, &mut strs).unwrap();
+        let codes: Vec<u32> = ops.iter().map(|o| u32::from(o.op)).collect();
+        let want = [
+            bs_op::BS_OP_STR_NE,
+            bs_op::BS_OP_GT,
+            bs_op::BS_OP_NE,
+            bs_op::BS_OP_AND,
+            bs_op::BS_OP_AND,
+            bs_op::BS_OP_GLOB,
+            bs_op::BS_OP_AND,
+        ];
+        assert_eq!(codes, want.map(|c| c.0));
+    }
+
+    #[test]
+    fn thirty_two_terms_fit_and_thirty_three_do_not() {
+        let mut strs = StrTable::default();
+        let terms = |n: usize| {
+            (0..n)
+                .map(|i| format!("!(pid == {i})"))
+                .collect::<Vec<_>>()
+                .join(" || ")
+        };
+        let ops = compile(&parse(&terms(32)).unwrap(), &mut resolver, &mut strs).unwrap();
+        assert_eq!(ops.len(), 63);
+        let e = compile(&parse(&terms(33)).unwrap(), &mut resolver, &mut strs).unwrap_err();
+        assert!(e.to_string().contains("33 comparisons, at most 32"), "{e}");
     }
 
     #[test]

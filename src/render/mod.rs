@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use crate::attach::plan::{Plan, Slot, ValueKind};
 use crate::cli::{Action, Buckets};
 use crate::collect::aggregate::{AggVal, KeyAgg};
-use crate::collect::events::{c_str, Event};
+use crate::collect::events::{buf_field, c_str, escape_bytes, Event};
 use crate::collect::stacks::StackTable;
 use crate::collect::Lost;
 
@@ -28,6 +28,9 @@ pub enum Cell {
     UInt(u64),
     Hex(u64),
     Str(String),
+    /// A buffer's bytes, escaped (see `escape_bytes`), and whether its
+    /// length went beyond what was copied.
+    Bytes(String, bool),
     /// Stack frames, leaf first.
     Frames(Vec<String>),
 }
@@ -39,6 +42,7 @@ impl Cell {
             Cell::UInt(v) => v.to_string(),
             Cell::Hex(v) => format!("{v:#x}"),
             Cell::Str(s) => s.clone(),
+            Cell::Bytes(s, cut) => format!("{s}{}", if *cut { "..." } else { "" }),
             Cell::Frames(f) => f.join("\n"),
         }
     }
@@ -56,7 +60,7 @@ impl Cell {
             Cell::Int(v) => json!(v),
             Cell::UInt(v) => json!(v),
             Cell::Hex(v) => json!(format!("{v:#x}")),
-            Cell::Str(s) => json!(s),
+            Cell::Str(s) | Cell::Bytes(s, _) => json!(s),
             Cell::Frames(f) => json!(f),
         }
     }
@@ -114,6 +118,10 @@ impl Decoder {
             ValueKind::Int { signed: false } => Cell::UInt(word(b)),
             ValueKind::Hex => Cell::Hex(word(b)),
             ValueKind::Str => Cell::Str(c_str(b)),
+            ValueKind::Buf => {
+                let (bytes, cut) = buf_field(b);
+                Cell::Bytes(escape_bytes(bytes), cut)
+            }
             ValueKind::Stack { user } => {
                 let id = word(b) as i64;
                 let table = if user {
@@ -475,14 +483,36 @@ impl Output {
             .get(ev.probe as usize)
             .map_or(&[], |p| p.event.as_slice());
         let probe = dec.probe_name(ev.probe);
+        // Fields whose memory could not be read, and buffers longer than shown.
+        let faulted = |i: usize| i < 32 && ev.faults & (1 << i) != 0;
         if self.json {
             let mut fields = Map::new();
-            for s in slots {
-                fields.insert(s.name.clone(), dec.cell(s, ev.data).json());
+            let (mut bad, mut cut) = (Vec::new(), Vec::new());
+            for (i, s) in slots.iter().enumerate() {
+                let c = dec.cell(s, ev.data);
+                if faulted(i) {
+                    bad.push(json!(s.name));
+                    fields.insert(s.name.clone(), Value::Null);
+                    continue;
+                }
+                if let Cell::Bytes(_, true) = c {
+                    cut.push(json!(s.name));
+                }
+                fields.insert(s.name.clone(), c.json());
             }
-            return self.line(&json!({"type": "event", "probe": probe, "ts_ns": ev.ts_ns,
+            let mut o = json!({"type": "event", "probe": probe, "ts_ns": ev.ts_ns,
                 "pid": ev.pid, "tid": ev.tid, "comm": ev.comm, "cpu": ev.cpu,
-                "fields": Value::Object(fields)}));
+                "fields": Value::Object(fields)});
+            // Only when there is something to say: other events stay as they were.
+            if let Some(m) = o.as_object_mut() {
+                if !bad.is_empty() {
+                    m.insert("faulted".into(), Value::Array(bad));
+                }
+                if !cut.is_empty() {
+                    m.insert("truncated".into(), Value::Array(cut));
+                }
+            }
+            return self.line(&o);
         }
         let t = ev.ts_ns.saturating_sub(t0_ns) as f64 / 1e9;
         write!(
@@ -490,9 +520,21 @@ impl Output {
             "{t:.6} {probe} pid={} tid={} comm={} cpu={}",
             ev.pid, ev.tid, ev.comm, ev.cpu
         )?;
-        for s in slots {
+        for (i, s) in slots.iter().enumerate() {
+            if faulted(i) {
+                write!(self.w, " {}=<fault>", s.name)?;
+                continue;
+            }
             match dec.cell(s, ev.data) {
                 Cell::Str(v) => write!(self.w, " {}={v:?}", s.name)?,
+                // Already escaped; a cut buffer ends in `...` after the quote.
+                Cell::Bytes(v, cut) => write!(
+                    self.w,
+                    " {}=\"{}\"{}",
+                    s.name,
+                    v.replace('"', "\\\""),
+                    if cut { "..." } else { "" }
+                )?,
                 c => write!(self.w, " {}={}", s.name, c.text())?,
             }
         }
