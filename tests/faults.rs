@@ -949,6 +949,85 @@ fn debuginfod_that_hangs_times_out() {
         Duration::from_secs(10),
     );
     assert!(err.contains("no answer within 2 s"), "{err}");
+
+    // A report with several binaries to look up: the server is given up
+    // after its first timeout, the report completes and names it once.
+    if !root("debuginfod_hang_report") {
+        return;
+    }
+    let dir = scratch("dinfod-hang-report");
+    // Two stripped binaries (different code, so different build ids),
+    // both to be looked up on the server.
+    let mut bins = Vec::new();
+    for (i, flags) in [&[][..], &["-O2"][..]].iter().enumerate() {
+        let stripped = dir.join(format!("split-{i}"));
+        let st = Command::new("objcopy")
+            .arg("--strip-all")
+            .arg(workload_with("split", flags))
+            .arg(&stripped)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        bins.push(stripped.to_str().unwrap().to_string());
+    }
+    let rec = dir.join("run.bscope");
+    let script = format!("{} fk_h0 1 & {} fk_h1 1; wait", bins[0], bins[1]);
+    ok(&run(&[
+        "record",
+        "-F",
+        "199",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        &script,
+    ]));
+    let server = BadServer::start(Misbehaviour::Hang);
+    let out = dir.join("out.folded");
+    let t0 = Instant::now();
+    let o = run_env(
+        &[
+            "report",
+            rec.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--debuginfod",
+            &server.url,
+            "-v",
+        ],
+        &[
+            ("XDG_CACHE_HOME", dir.join("cache").to_str().unwrap()),
+            ("DEBUGINFOD_URLS", ""),
+            ("DEBUGINFOD_TIMEOUT", "3"),
+        ],
+        Duration::from_secs(60),
+    );
+    let took = t0.elapsed();
+    let err = stderr(&o);
+    eprintln!("report against a hanging server: {took:?}: {err}");
+    assert!(o.status.success(), "{err}");
+    assert!(out.is_file());
+    // -v says where each binary's symbols came from: both stripped copies
+    // had only their dynamic symbols, so both needed the server.
+    for b in &bins {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(b.as_str()) && l.contains("Mapped")),
+            "{b} not looked up: {err}"
+        );
+    }
+    assert!(
+        took < Duration::from_millis(5500),
+        "{took:?}: the hanging server was waited for more than once"
+    );
+    let named: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("bpfscope:") && l.contains(&server.url))
+        .collect();
+    assert_eq!(named.len(), 1, "{err}");
+    assert!(named[0].contains("no answer within 3 s"), "{err}");
+    assert!(files_under(&dir.join("cache")).is_empty());
 }
 
 #[test]
