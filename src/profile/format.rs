@@ -274,24 +274,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
-    let tmp_path = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    // First choice: an anonymous file (O_TMPFILE) that gets a name only once
-    // complete, so that even a SIGKILL mid-write leaves nothing behind.
-    match write_anonymous(&dir, &tmp_path, bytes) {
-        Ok(()) => {
-            let mut tmp = TempFile {
-                path: tmp_path,
-                renamed: false,
-            };
-            std::fs::rename(&tmp.path, path)?;
-            tmp.renamed = true;
-            return Ok(());
-        }
-        Err(Anonymous::Unsupported) => {}
-        Err(Anonymous::Failed(e)) => return Err(e),
-    }
     let mut tmp = TempFile {
-        path: tmp_path,
+        path: dir.join(format!(".{name}.tmp.{}", std::process::id())),
         renamed: false,
     };
     {
@@ -304,64 +288,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     std::fs::rename(&tmp.path, path)?;
     tmp.renamed = true;
     Ok(())
-}
-
-enum Anonymous {
-    /// The file system or kernel cannot: write through a named temporary.
-    Unsupported,
-    Failed(io::Error),
-}
-
-/// Writes `bytes` to an O_TMPFILE file in `dir`, then links it as `tmp`.
-fn write_anonymous(dir: &Path, tmp: &Path, bytes: &[u8]) -> Result<(), Anonymous> {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::os::unix::io::AsRawFd;
-
-    let f = match std::fs::OpenOptions::new()
-        .write(true)
-        .mode(0o644)
-        .custom_flags(libc::O_TMPFILE)
-        .open(dir)
-    {
-        Ok(f) => f,
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
-            ) =>
-        {
-            return Err(Anonymous::Unsupported)
-        }
-        Err(e) => return Err(Anonymous::Failed(e)),
-    };
-    let mut w = BufWriter::new(f);
-    w.write_all(bytes).map_err(Anonymous::Failed)?;
-    w.flush().map_err(Anonymous::Failed)?;
-    w.get_ref().sync_all().map_err(Anonymous::Failed)?;
-    let fd_path = format!("/proc/self/fd/{}\0", w.get_ref().as_raw_fd());
-    let mut tmp_c = tmp.as_os_str().as_bytes().to_vec();
-    tmp_c.push(0);
-    // SAFETY: both paths are NUL-terminated byte strings that outlive the
-    // call; linkat only reads them.
-    let r = unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            fd_path.as_ptr().cast(),
-            libc::AT_FDCWD,
-            tmp_c.as_ptr().cast(),
-            libc::AT_SYMLINK_FOLLOW,
-        )
-    };
-    if r == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        // No /proc, or a leftover of an earlier run under the same pid.
-        Some(libc::ENOENT | libc::EEXIST | libc::EPERM) => Err(Anonymous::Unsupported),
-        _ => Err(Anonymous::Failed(e)),
-    }
 }
 
 /// Removes a temporary file unless it was renamed into place.
