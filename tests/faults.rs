@@ -1225,7 +1225,13 @@ fn ring_buffer_flood_counts_what_it_lost() {
         return;
     }
     let w = workload("writer");
+    // Two writers at once, one per CPU, outrun any reader of a 4 KiB buffer.
     const N: u64 = 1_000_000;
+    let script = format!(
+        "{w} fk_flood {h} 3 & {w} fk_flood {h} 3; wait",
+        w = w.display(),
+        h = N / 2
+    );
     let o = run(&[
         "trace",
         WRITE,
@@ -1233,12 +1239,11 @@ fn ring_buffer_flood_counts_what_it_lost() {
         "--ringbuf-kib",
         "4",
         "--filter",
-        "count == 3",
+        r#"count == 3 && comm == "fk_flood""#,
         "--",
-        w.to_str().unwrap(),
-        "fk_flood",
-        &N.to_string(),
-        "3",
+        "/bin/sh",
+        "-c",
+        &script,
     ]);
     let out = ok(&o);
     let lines = json_lines(&out);
