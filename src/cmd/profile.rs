@@ -123,7 +123,7 @@ fn emit(
             eprintln!("debuginfod: {l}");
         }
     }
-    for n in &profile.notes {
+    for n in profile.notes.iter().chain(&resolver.notes()) {
         eprintln!("bpfscope: {n}");
     }
     // With an output file, a short top list still says at a glance where time went.
@@ -202,8 +202,10 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
         SymSource::BuildId(id) => match resolver.find(id, &[]) {
             Some(f) => resolver.offsets(&f.path, &f.info.segments, &addrs),
             None => {
+                // Why it was not found belongs on the one error line.
+                let why: String = resolver.notes().iter().map(|n| format!("; {n}")).collect();
                 return Err(crate::usage!(
-                    "no ELF file with build id {} in the debug directories{}",
+                    "no ELF file with build id {} in the debug directories{}{why}",
                     symbolize::elf::hex(id),
                     if s.symbols.debuginfod.is_empty() {
                         " (no debuginfod server given)"
@@ -211,7 +213,7 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
                         " or on the debuginfod servers"
                     }
                 )
-                .into())
+                .into());
             }
         },
         SymSource::Pid(pid) => resolver.process(*pid, &addrs),
@@ -231,6 +233,9 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
             })
             .collect(),
     };
+    for n in resolver.notes() {
+        eprintln!("bpfscope: {n}");
+    }
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout());
     let r = (|| -> io::Result<()> {
         for (a, r) in addrs.iter().zip(&results) {

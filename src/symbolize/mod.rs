@@ -50,6 +50,8 @@ pub struct Resolver {
     debug_dirs: Vec<PathBuf>,
     debuginfod: Option<Debuginfod>,
     inlined: bool,
+    /// Debug directories that could not be read, each said once.
+    unreadable: Vec<(PathBuf, String)>,
 }
 
 /// Batches at least this large are split over the CPUs, each part with
@@ -94,6 +96,50 @@ impl Resolver {
             debug_dirs,
             debuginfod: (!s.debuginfod.is_empty()).then(|| Debuginfod::new(s.debuginfod.clone())),
             inlined,
+            unreadable: Vec::new(),
+        }
+    }
+
+    /// What the user should hear about even without -v: unreadable debug
+    /// directories and misbehaving debuginfod servers, once each.
+    pub fn notes(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .unreadable
+            .iter()
+            .map(|(d, e)| {
+                format!(
+                    "cannot read the debug directory {}: {e}; its debug files were not used",
+                    d.display()
+                )
+            })
+            .collect();
+        if let Some(d) = &self.debuginfod {
+            v.extend(d.problems.iter().cloned());
+        }
+        v
+    }
+
+    /// Remembers a debug directory whose files cannot be opened (missing
+    /// files are normal and not noted).
+    fn note_unreadable(&mut self, dir: &Path, path: &Path) {
+        let err = match std::fs::File::open(path) {
+            Ok(_) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // A directory on the way that cannot be searched says NotFound
+                // only when it is really missing; a mode 000 one says EACCES.
+                match std::fs::read_dir(dir) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => e,
+                    _ => return,
+                }
+            }
+            Err(e) => e,
+        };
+        if !self.unreadable.iter().any(|(d, _)| d == dir) {
+            let msg = match err.kind() {
+                std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+                _ => err.to_string(),
+            };
+            self.unreadable.push((dir.to_path_buf(), msg));
         }
     }
 
@@ -108,19 +154,23 @@ impl Resolver {
     pub fn find(&mut self, build_id: &[u8], paths: &[String]) -> Option<Found> {
         let hex = elf::hex(build_id);
         if hex.len() > 2 {
-            for d in &self.debug_dirs {
+            for d in self.debug_dirs.clone() {
                 let p = d
                     .join(".build-id")
                     .join(&hex[..2])
                     .join(format!("{}.debug", &hex[2..]));
-                if let Ok(info) = elf::inspect(&p) {
-                    if info.build_id.as_deref().is_none_or(|b| b == build_id) {
-                        return Some(Found {
-                            path: p,
-                            origin: Origin::DebugDir,
-                            info,
-                        });
+                match elf::inspect(&p) {
+                    Ok(info) => {
+                        if info.build_id.as_deref().is_none_or(|b| b == build_id) {
+                            return Some(Found {
+                                path: p,
+                                origin: Origin::DebugDir,
+                                info,
+                            });
+                        }
                     }
+                    Err(elf::ElfError::Io(..)) => self.note_unreadable(&d, &p),
+                    Err(_) => {}
                 }
             }
         }

@@ -384,3 +384,130 @@ impl Drop for Gated {
         }
     }
 }
+
+/// Child processes of `pid` (of all its threads), from /proc/PID/task/*/children.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut v: Vec<i32> = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Every descendant of `pid` (children, their children, ...).
+pub fn descendants_of(pid: i32) -> Vec<i32> {
+    let mut all = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        for c in children_of(p) {
+            if !all.contains(&c) {
+                all.push(c);
+                todo.push(c);
+            }
+        }
+    }
+    all
+}
+
+/// A process's start time (clock ticks since boot, /proc/PID/stat field 22)
+/// and state letter, so a reused pid is not mistaken for the same process.
+pub fn proc_start_state(pid: i32) -> Option<(u64, char)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The comm (field 2) may hold spaces and parentheses: fields after the last ')'.
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let state = f.first()?.chars().next()?;
+    let start = f.get(19)?.parse().ok()?;
+    Some((start, state))
+}
+
+/// True while the process that had this start time is alive (zombies,
+/// which hold no descriptors, count as gone).
+pub fn still_alive(pid: i32, start: u64) -> bool {
+    matches!(proc_start_state(pid), Some((s, st)) if s == start && st != 'Z' && st != 'X')
+}
+
+/// BPF program ids a process holds, from its fdinfo; empty when it is gone.
+pub fn try_prog_ids_of(pid: i32) -> Vec<u64> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<u64> = dir
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// Loaded BPF programs as (id, name, pids holding them), from bpftool.
+pub fn loaded_progs() -> Vec<(u64, String, Vec<i32>)> {
+    let out = Command::new("bpftool")
+        .args(["prog", "show", "--json"])
+        .output()
+        .expect("running bpftool");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| {
+                    let pids = p["pids"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|x| x["pid"].as_i64().map(|n| n as i32))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    (
+                        p["id"].as_u64().unwrap_or(0),
+                        p["name"].as_str().unwrap_or("").to_string(),
+                        pids,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits for a child up to `timeout`; its status and resource usage
+/// (ru_maxrss: peak resident set in KiB). None when it is still running.
+pub fn wait4_timeout(
+    child: &mut Child,
+    timeout: Duration,
+) -> Option<(std::process::ExitStatus, libc::rusage)> {
+    use std::os::unix::process::ExitStatusExt;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 writes only to the status and rusage we pass; the
+        // pid is our own unreaped child (std's Child never reaps on its own).
+        let r = unsafe { libc::wait4(child.id() as i32, &mut status, libc::WNOHANG, &mut ru) };
+        if r == child.id() as i32 {
+            return Some((std::process::ExitStatus::from_raw(status), ru));
+        }
+        assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
