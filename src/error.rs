@@ -45,6 +45,12 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
     }
 }
 
+/// True when the chain ends in [`Error::Interrupted`].
+pub fn is_interrupted(err: &anyhow::Error) -> bool {
+    err.chain()
+        .any(|c| matches!(c.downcast_ref::<Error>(), Some(Error::Interrupted)))
+}
+
 /// What the kernel refused while setting up a run, as an environment error
 /// (exit 2) in one line, with the fix when the cause is a known one.
 pub fn refused(err: anyhow::Error) -> Error {

@@ -23,6 +23,12 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // Before resolving probes (which can take a while), so that a signal
+    // at any moment ends the run the way the stages expect.
+    if let Err(e) = bpfscope::sys::signals::install() {
+        eprintln!("bpfscope: error: installing signal handlers: {e}");
+        std::process::exit(1);
+    }
     let result = Settings::from_cli(cli)
         .map_err(anyhow::Error::from)
         .and_then(bpfscope::cmd::run);

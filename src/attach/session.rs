@@ -25,10 +25,10 @@ use crate::cli::{Action, Target, TraceSettings};
 const PAGE: u32 = 4096;
 /// Latency starts waiting for their end (LRU: the oldest unmatched age out).
 const STARTS_MAX: u32 = 65536;
-
-/// Loaded programs and maps of one tracing run, and its links.
 /// Probe counts from which attaching is announced before it starts.
 const SLOW_ATTACH: usize = 200;
+
+/// Loaded programs and maps of one tracing run, and its links.
 
 pub struct Session<'obj> {
     pub skel: TraceSkel<'obj>,
@@ -262,7 +262,15 @@ impl<'obj> Session<'obj> {
 
     /// Attaches every probe; says how many are live and which were skipped.
     /// `pid` restricts user probes to one process (-1: every process).
-    pub fn attach(&mut self, plan: &Plan, follow_forks: bool, pid: i32) -> Result<Attached> {
+    /// `skip_refused`: the probes came from a glob, so an event the kernel
+    /// refuses is skipped and named instead of failing the run.
+    pub fn attach(
+        &mut self,
+        plan: &Plan,
+        follow_forks: bool,
+        pid: i32,
+        skip_refused: bool,
+    ) -> Result<Attached> {
         let mut out = Attached::default();
         self.attach_kfuncs(plan, &mut out);
         let progs = &self.skel.progs;
@@ -387,7 +395,7 @@ impl<'obj> Session<'obj> {
                 // One event of many that the kernel refuses is skipped and
                 // named (as kernel-function globs do); running out of
                 // descriptors or memory would refuse the rest too.
-                Err(e) if plan.probes.len() > 1 && !exhausted(&e) => {
+                Err(e) if skip_refused && !exhausted(&e) => {
                     out.skipped.push((p.probe.name.clone(), format!("{e:#}")));
                 }
                 Err(e) => return Err(e),

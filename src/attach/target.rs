@@ -167,6 +167,11 @@ unsafe fn gated_child(
     {
         libc::_exit(127);
     }
+    // bpfscope's signal handlers were copied with the fork, so a Ctrl-C
+    // to the process group would only set a flag here: take the defaults.
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        libc::signal(sig, libc::SIG_DFL);
+    }
     // Descriptors bpfscope opened are close-on-exec, but this child lives
     // before exec: drop every one of them now (stdio and the gate stay),
     // so a child left behind could never hold a BPF object.
@@ -178,9 +183,10 @@ unsafe fn gated_child(
         libc::_exit(127);
     }
     libc::close(rd);
-    // Released: from here the command is the user's, and outlives
-    // bpfscope like any command would.
-    libc::prctl(libc::PR_SET_PDEATHSIG, 0 as libc::c_ulong, 0, 0, 0);
+    // Released: the command runs as long as bpfscope traces it; when
+    // bpfscope ends, however it ends, the command is asked to end too
+    // (SIGTERM, which it may handle), so nothing outlives the run.
+    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0);
     libc::execv(prog.as_ptr(), argv.as_ptr());
     libc::_exit(127);
 }

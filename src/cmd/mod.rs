@@ -13,6 +13,14 @@ use crate::cli::{Cli, Settings};
 use crate::error::Error;
 
 pub fn run(settings: Settings) -> Result<()> {
+    // Commands that attach nothing have nothing to finish on a signal:
+    // the first one ends them at once.
+    if matches!(
+        settings,
+        Settings::List(_) | Settings::Report(_) | Settings::Symbolize(_) | Settings::Completions(_)
+    ) {
+        crate::sys::signals::die_on_next();
+    }
     match settings {
         Settings::Trace(s) => trace::run(*s),
         Settings::List(s) => list::run(s),

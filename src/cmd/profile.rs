@@ -20,7 +20,7 @@ pub fn profile(s: ProfileSettings) -> Result<()> {
     // A bad output path fails now, not after the whole run.
     let output = reserve(s.output.as_ref())?;
     let sampled = match crate::profile::sample(&s.sample) {
-        Err(e) if is_interrupted(&e) => {
+        Err(e) if crate::error::is_interrupted(&e) => {
             eprintln!("bpfscope: interrupted before sampling; nothing gathered");
             return Ok(());
         }
@@ -36,7 +36,7 @@ pub fn profile(s: ProfileSettings) -> Result<()> {
 pub fn record(s: RecordSettings) -> Result<()> {
     let output = PendingFile::reserve(&s.output)?;
     let sampled = match crate::profile::sample(&s.sample) {
-        Err(e) if is_interrupted(&e) => {
+        Err(e) if crate::error::is_interrupted(&e) => {
             eprintln!("bpfscope: interrupted before sampling; nothing gathered");
             return Ok(());
         }
@@ -76,14 +76,6 @@ fn reserve(output: Option<&(PathBuf, Format)>) -> Result<Option<(PendingFile, Fo
         .transpose()
 }
 
-fn is_interrupted(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        matches!(
-            c.downcast_ref::<crate::error::Error>(),
-            Some(crate::error::Error::Interrupted)
-        )
-    })
-}
 
 fn report_lost(rec: &Recording) {
     if let Some(l) = rec.meta.lost {

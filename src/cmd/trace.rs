@@ -18,7 +18,6 @@ use crate::cli::{Action, Target, TraceSettings};
 use crate::collect::aggregate::KeyAgg;
 use crate::collect::stacks;
 use crate::collect::{aggregate, events, Lost, StopReason, Stopper};
-use crate::error::Error;
 use crate::probe;
 use crate::render;
 use crate::render::heatmap::Heatmap;
@@ -63,7 +62,8 @@ pub fn run(s: TraceSettings) -> Result<()> {
         stopper.watch_pid(pid)?;
     }
     let mut storage = MaybeUninit::uninit();
-    let mut session = Session::load(&mut storage, &plan, &s, &features)?;
+    let mut session =
+        Session::load(&mut storage, &plan, &s, &features).map_err(crate::error::refused)?;
     if let Some(pid) = tracked {
         session.track(pid)?;
     }
@@ -71,12 +71,30 @@ pub fn run(s: TraceSettings) -> Result<()> {
         Target::Pid(p) => p as i32,
         _ => -1,
     };
-    if stopper.poll().is_some() {
-        eprintln!("bpfscope: interrupted before attaching; nothing gathered");
-        return Ok(());
+    match stopper.poll() {
+        Some(StopReason::TargetExited) => {
+            eprintln!("bpfscope: the process exited before the probes were attached; nothing gathered");
+            return Ok(());
+        }
+        Some(_) => {
+            eprintln!("bpfscope: interrupted before attaching; nothing gathered");
+            return Ok(());
+        }
+        None => {}
     }
-    let mut att = match session.attach(&plan, gated.is_some(), user_pid) {
-        Err(e) if is_interrupted(&e) => {
+    // Events of a glob the kernel refuses are skipped and named; a probe
+    // named on its own must attach.
+    let globbed = s.probes.iter().any(|sp| match sp {
+        probe::ProbeSpec::Tracepoint { subsys, event } => {
+            [subsys, event].iter().any(|p| p.contains(['*', '?']))
+        }
+        probe::ProbeSpec::Usdt { provider, name, .. } => {
+            [provider, name].iter().any(|p| p.contains(['*', '?']))
+        }
+        _ => false,
+    });
+    let mut att = match session.attach(&plan, gated.is_some(), user_pid, globbed) {
+        Err(e) if crate::error::is_interrupted(&e) => {
             eprintln!("bpfscope: interrupted while attaching; nothing gathered");
             return Ok(());
         }
@@ -90,6 +108,13 @@ pub fn run(s: TraceSettings) -> Result<()> {
     stopper.start();
     let t0 = super::monotonic_ns();
     if let Some(g) = gated {
+        // A signal between the last check and here must not let the
+        // command run untraced: dropping the gate kills it instead.
+        if crate::sys::signals::interrupted() {
+            drop(g);
+            eprintln!("bpfscope: interrupted before the command started; nothing gathered");
+            return Ok(());
+        }
         stopper.watch_child(g.release()?);
     }
 
@@ -181,11 +206,6 @@ fn resolve_roles(s: &TraceSettings) -> Result<Roles> {
         }
     }
     Ok((out, skipped))
-}
-
-fn is_interrupted(e: &anyhow::Error) -> bool {
-    e.chain()
-        .any(|c| matches!(c.downcast_ref::<Error>(), Some(Error::Interrupted)))
 }
 
 /// Output files reserved before the run.

@@ -129,7 +129,7 @@ impl Stopper {
                 notify(&swake);
             }
         });
-        // A signal that came before the handlers above (while loading) counts too.
+        // A signal that came before this Stopper existed (while resolving) counts too.
         if crate::sys::signals::interrupted() {
             let _ = tx.send(StopReason::Signal);
             notify(&wake);
@@ -155,12 +155,24 @@ impl Stopper {
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
         if fd < 0 {
             let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ESRCH) {
-                return Err(
-                    crate::usage!("no process with pid {pid}: check the pid (pgrep NAME)").into(),
-                );
-            }
-            return Err(e).with_context(|| format!("watching process {pid}"));
+            // pidfd_open takes a process (ESRCH: none), not one of its
+            // threads (ENOENT/EINVAL): name the process to give instead.
+            let tgid = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("Tgid:"))
+                        .map(|v| v.trim().to_string())
+                });
+            return Err(match (e.raw_os_error(), tgid) {
+                (Some(libc::ENOENT) | Some(libc::EINVAL), Some(t)) if t != pid.to_string() => {
+                    crate::usage!("{pid} is a thread of process {t}: give -p {t}").into()
+                }
+                (Some(libc::ESRCH) | Some(libc::ENOENT), _) => {
+                    crate::usage!("no process with pid {pid}: check the pid (pgrep NAME)").into()
+                }
+                _ => anyhow::Error::from(e).context(format!("watching process {pid}")),
+            });
         }
         // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
         let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };

@@ -62,7 +62,7 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
         stopper.watch_pid(pid)?;
     }
     let mut storage = MaybeUninit::uninit();
-    let mut session = ProfileSession::load(&mut storage, s)?;
+    let mut session = ProfileSession::load(&mut storage, s).map_err(crate::error::refused)?;
     if let Some(pid) = tracked {
         session.track(pid)?;
     }
@@ -100,6 +100,11 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
         ),
     }
     if let Some(g) = gated {
+        // A signal since attaching must not let the command run untraced.
+        if crate::sys::signals::interrupted() {
+            drop(g);
+            return Err(crate::error::Error::Interrupted.into());
+        }
         stopper.watch_child(g.release()?);
     }
 

@@ -4,8 +4,10 @@
 //!
 //! The data goes to an unnamed file (O_TMPFILE) that is linked into the
 //! directory when complete, so even a SIGKILL leaves no temporary file
-//! behind; filesystems without O_TMPFILE get a named temporary file,
-//! removed on drop.
+//! behind; filesystems without O_TMPFILE (9p, some network filesystems)
+//! get a named temporary file, removed on drop (a SIGKILL leaves it).
+//! A symlink is followed (its target is replaced, the link stays), and a
+//! FIFO or device (`/dev/stdout`) is written directly at the end.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -18,8 +20,12 @@ use std::path::{Path, PathBuf};
 /// A reserved output file: opened now, given its name by [`commit`](Self::commit).
 #[derive(Debug)]
 pub struct PendingFile {
+    /// The name the user gave (for messages).
     path: PathBuf,
-    file: File,
+    /// Where the file really goes (a symlink's target).
+    real: PathBuf,
+    /// None for a FIFO or device, opened and written at commit.
+    file: Option<File>,
     /// The named temporary file when O_TMPFILE was unavailable (removed on drop).
     named_tmp: Option<PathBuf>,
 }
@@ -42,7 +48,20 @@ impl PendingFile {
         if path.is_dir() {
             return Err(fail("it is a directory; give a file name".into()));
         }
-        let dir = match path.parent() {
+        // A FIFO or a device (`-o /dev/stdout`) cannot be replaced by a
+        // rename: it is opened and written as it is, at the end.
+        if let Ok(meta) = std::fs::metadata(path) {
+            if !meta.is_file() {
+                return Ok(PendingFile {
+                    path: path.to_path_buf(),
+                    real: path.to_path_buf(),
+                    file: None,
+                    named_tmp: None,
+                });
+            }
+        }
+        let real = resolve_links(path);
+        let dir = match real.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
@@ -66,12 +85,14 @@ impl PendingFile {
         match std::fs::OpenOptions::new()
             .write(true)
             .custom_flags(libc::O_TMPFILE)
-            .mode(0o644)
+            // The umask decides, as for any file the user's shell creates.
+            .mode(0o666)
             .open(&dir)
         {
             Ok(file) => Ok(PendingFile {
                 path: path.to_path_buf(),
-                file,
+                real,
+                file: Some(file),
                 named_tmp: None,
             }),
             Err(e)
@@ -80,15 +101,22 @@ impl PendingFile {
                     Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
                 ) =>
             {
-                let name = path
+                let name = real
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_else(|| "out".into());
                 let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-                let file = File::create(&tmp).map_err(explain)?;
+                // create_new: never follow or truncate something already there.
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o666)
+                    .open(&tmp)
+                    .map_err(explain)?;
                 Ok(PendingFile {
                     path: path.to_path_buf(),
-                    file,
+                    real,
+                    file: Some(file),
                     named_tmp: Some(tmp),
                 })
             }
@@ -100,30 +128,37 @@ impl PendingFile {
         &self.path
     }
 
+
     /// Writes `bytes` and gives the file its name (replacing an older file).
     pub fn commit(mut self, bytes: &[u8]) -> io::Result<()> {
-        self.file.write_all(bytes)?;
-        self.file.sync_all()?;
+        let Some(mut file) = self.file.take() else {
+            return std::fs::OpenOptions::new()
+                .write(true)
+                .open(&self.real)?
+                .write_all(bytes);
+        };
+        file.write_all(bytes)?;
+        file.sync_all()?;
         if let Some(tmp) = self.named_tmp.take() {
-            let r = std::fs::rename(&tmp, &self.path);
+            let r = std::fs::rename(&tmp, &self.real);
             if r.is_err() {
                 let _ = std::fs::remove_file(&tmp);
             }
             return r;
         }
         // linkat cannot replace a file: link under a temporary name, then rename over.
-        let dir = match self.path.parent() {
+        let dir = match self.real.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
         let name = self
-            .path
+            .real
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "out".into());
         let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
-        let src = CString::new(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+        let src = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
             .map_err(io::Error::other)?;
         let dst = CString::new(tmp.as_os_str().as_bytes()).map_err(io::Error::other)?;
         // SAFETY: both paths are valid NUL-terminated strings; linkat only
@@ -141,12 +176,30 @@ impl PendingFile {
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
-        let r = std::fs::rename(&tmp, &self.path);
+        let r = std::fs::rename(&tmp, &self.real);
         if r.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
         r
     }
+}
+
+/// Follows symlinks (up to a bound) to the path a write really replaces,
+/// so that a link keeps pointing at the new file.
+fn resolve_links(path: &Path) -> PathBuf {
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::read_link(&p) {
+            Ok(target) => {
+                p = match p.parent() {
+                    Some(d) if target.is_relative() => d.join(target),
+                    _ => target,
+                };
+            }
+            Err(_) => break,
+        }
+    }
+    p
 }
 
 impl Drop for PendingFile {
@@ -195,6 +248,20 @@ mod tests {
         let q = dir.join("never.txt");
         drop(PendingFile::reserve(&q).unwrap());
         assert!(!q.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_keeps_pointing_at_the_new_file() {
+        let dir = std::env::temp_dir().join(format!("bpfscope-outlink-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let real = dir.join("real.txt");
+        let link = dir.join("link.txt");
+        std::fs::write(&real, b"old").unwrap();
+        std::os::unix::fs::symlink("real.txt", &link).unwrap();
+        PendingFile::reserve(&link).unwrap().commit(b"new").unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read(&real).unwrap(), b"new");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
