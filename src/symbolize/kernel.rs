@@ -94,3 +94,70 @@ pub fn symbolize_live(addrs: &[u64]) -> Vec<Option<(String, u64)>> {
         Err(_) => vec![None; addrs.len()],
     }
 }
+
+/// Why kernel addresses cannot be symbolized by this process, if they
+/// cannot: /proc/kallsyms shows every address as zero to users that
+/// kernel.kptr_restrict hides them from.
+pub fn addresses_hidden() -> Option<String> {
+    use std::io::{BufRead, BufReader};
+    let f = std::fs::File::open("/proc/kallsyms").ok();
+    let first = f.and_then(|f| BufReader::new(f).lines().next()?.ok());
+    let restrict = std::fs::read_to_string("/proc/sys/kernel/kptr_restrict")
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    hidden_reason(first.as_deref(), restrict, root)
+}
+
+/// The one-line reason for `addresses_hidden`, from the first kallsyms line.
+fn hidden_reason(first: Option<&str>, kptr_restrict: Option<u32>, root: bool) -> Option<String> {
+    let who = if root {
+        "root"
+    } else {
+        "a user without CAP_SYSLOG"
+    };
+    let fix = if root {
+        "lower kernel.kptr_restrict"
+    } else {
+        "run as root"
+    };
+    let Some(line) = first else {
+        return Some(format!(
+            "kernel addresses cannot be symbolized: /proc/kallsyms is not readable; {fix}"
+        ));
+    };
+    let addr = line.split_whitespace().next().unwrap_or("");
+    if !addr.is_empty() && addr.bytes().all(|b| b == b'0') {
+        let why = match kptr_restrict {
+            Some(n) => format!("kernel.kptr_restrict={n} hides them from {who}"),
+            None => format!("they are hidden from {who}"),
+        };
+        return Some(format!(
+            "kernel addresses are hidden (/proc/kallsyms shows zeros: {why}); {fix}"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hidden_reason;
+
+    #[test]
+    fn hidden_addresses_are_explained() {
+        assert_eq!(
+            hidden_reason(Some("0000000000000000 A fixed_percpu_data"), Some(1), false).as_deref(),
+            Some("kernel addresses are hidden (/proc/kallsyms shows zeros: kernel.kptr_restrict=1 hides them from a user without CAP_SYSLOG); run as root")
+        );
+        assert_eq!(
+            hidden_reason(Some("0000000000000000 A fixed_percpu_data"), Some(2), true).as_deref(),
+            Some("kernel addresses are hidden (/proc/kallsyms shows zeros: kernel.kptr_restrict=2 hides them from root); lower kernel.kptr_restrict")
+        );
+        assert_eq!(
+            hidden_reason(Some("ffffffff81000000 T _stext"), Some(1), true),
+            None
+        );
+        assert!(hidden_reason(None, None, false).is_some());
+    }
+}
