@@ -466,6 +466,13 @@ fn pprof_output_decodes_back() {
         .find(|m| s(m.build_id) == id)
         .expect("mapping with the workload's build id");
     assert!(s(m.filename).ends_with("split"), "{}", s(m.filename));
+    // pprof takes the first mapping for the main binary: the profiled program.
+    assert_eq!(
+        s(p.mapping[0].build_id),
+        id,
+        "first mapping: {}",
+        s(p.mapping[0].filename)
+    );
     // alpha_work has a function entry with its source file, and located lines.
     let f = p
         .function
