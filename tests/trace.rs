@@ -963,3 +963,42 @@ fn numeric_options_out_of_range_are_usage_errors() {
         assert_eq!(stderr(&o), format!("bpfscope: error: {msg}\n"), "{args:?}");
     }
 }
+
+#[test]
+fn no_stacks_to_svg_is_an_svg_saying_so() {
+    if !root("empty_flame") {
+        return;
+    }
+    let w = workload("writer");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty_flame");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("none.svg");
+    let _ = std::fs::remove_file(&out);
+    let o = run(&[
+        "count",
+        WRITE,
+        "--by",
+        "kstack",
+        "--filter",
+        "count == 123457",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        w.to_str().unwrap(),
+        "wr_noflame",
+        "10",
+        "1",
+    ]);
+    ok(&o);
+    assert!(
+        stderr(&o).contains(
+            "bpfscope: no stacks were sampled; the flame graph says so and is otherwise empty\n"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.starts_with("<?xml"), "{svg}");
+    assert!(svg.contains(">no samples (0 events)</text>"), "{svg}");
+    assert!(svg.trim_end().ends_with("</svg>"), "{svg}");
+}

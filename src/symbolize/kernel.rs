@@ -102,16 +102,30 @@ pub fn addresses_hidden() -> Option<String> {
     use std::io::{BufRead, BufReader};
     let f = std::fs::File::open("/proc/kallsyms").ok();
     let first = f.and_then(|f| BufReader::new(f).lines().next()?.ok());
-    let restrict = std::fs::read_to_string("/proc/sys/kernel/kptr_restrict")
-        .ok()
-        .and_then(|s| s.trim().parse().ok());
+    let sysctl = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    };
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
-    hidden_reason(first.as_deref(), restrict, root)
+    hidden_reason(
+        first.as_deref(),
+        sysctl("kptr_restrict"),
+        sysctl("perf_event_paranoid"),
+        root,
+    )
 }
 
 /// The one-line reason for `addresses_hidden`, from the first kallsyms line.
-fn hidden_reason(first: Option<&str>, kptr_restrict: Option<u32>, root: bool) -> Option<String> {
+/// With kptr_restrict 0 the kernel still hides them from users without
+/// CAP_SYSLOG unless perf_event_paranoid is at most 1.
+fn hidden_reason(
+    first: Option<&str>,
+    kptr_restrict: Option<i32>,
+    paranoid: Option<i32>,
+    root: bool,
+) -> Option<String> {
     let who = if root {
         "root"
     } else {
@@ -129,9 +143,12 @@ fn hidden_reason(first: Option<&str>, kptr_restrict: Option<u32>, root: bool) ->
     };
     let addr = line.split_whitespace().next().unwrap_or("");
     if !addr.is_empty() && addr.bytes().all(|b| b == b'0') {
-        let why = match kptr_restrict {
-            Some(n) => format!("kernel.kptr_restrict={n} hides them from {who}"),
-            None => format!("they are hidden from {who}"),
+        let why = match (kptr_restrict, paranoid) {
+            (Some(0), Some(p)) => format!(
+                "kernel.kptr_restrict=0 with kernel.perf_event_paranoid={p} hides them from {who}"
+            ),
+            (Some(n), _) => format!("kernel.kptr_restrict={n} hides them from {who}"),
+            (None, _) => format!("they are hidden from {who}"),
         };
         return Some(format!(
             "kernel addresses are hidden (/proc/kallsyms shows zeros: {why}); {fix}"
@@ -147,17 +164,21 @@ mod tests {
     #[test]
     fn hidden_addresses_are_explained() {
         assert_eq!(
-            hidden_reason(Some("0000000000000000 A fixed_percpu_data"), Some(1), false).as_deref(),
+            hidden_reason(Some("0000000000000000 A fixed_percpu_data"), Some(1), Some(2), false).as_deref(),
             Some("kernel addresses are hidden (/proc/kallsyms shows zeros: kernel.kptr_restrict=1 hides them from a user without CAP_SYSLOG); run as root")
         );
         assert_eq!(
-            hidden_reason(Some("0000000000000000 A fixed_percpu_data"), Some(2), true).as_deref(),
+            hidden_reason(Some("0000000000000000 A fixed_percpu_data"), Some(2), Some(2), true).as_deref(),
             Some("kernel addresses are hidden (/proc/kallsyms shows zeros: kernel.kptr_restrict=2 hides them from root); lower kernel.kptr_restrict")
         );
         assert_eq!(
-            hidden_reason(Some("ffffffff81000000 T _stext"), Some(1), true),
+            hidden_reason(Some("ffffffff81000000 T _stext"), Some(1), Some(2), true),
             None
         );
-        assert!(hidden_reason(None, None, false).is_some());
+        assert_eq!(
+            hidden_reason(Some("0000000000000000 T _stext"), Some(0), Some(2), false).as_deref(),
+            Some("kernel addresses are hidden (/proc/kallsyms shows zeros: kernel.kptr_restrict=0 with kernel.perf_event_paranoid=2 hides them from a user without CAP_SYSLOG); run as root")
+        );
+        assert!(hidden_reason(None, None, None, false).is_some());
     }
 }
