@@ -148,3 +148,119 @@ fn top_leaves_the_stats_setting_as_found() {
         let _ = wl.wait();
     }
 }
+
+/// A pseudo-terminal pair: (master, slave).
+fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain libc calls on descriptors this function creates and owns.
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(m >= 0, "posix_openpt");
+        let master = std::os::fd::OwnedFd::from_raw_fd(m);
+        assert_eq!(libc::grantpt(m), 0);
+        assert_eq!(libc::unlockpt(m), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+        let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY);
+        assert!(s >= 0, "opening the pty slave");
+        (master, std::os::fd::OwnedFd::from_raw_fd(s))
+    }
+}
+
+/// The terminal's local flags (the master reports the slave's settings).
+fn lflag(fd: &std::os::fd::OwnedFd) -> libc::tcflag_t {
+    use std::os::fd::AsRawFd;
+    // SAFETY: termios is plain data that tcgetattr fills.
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a valid termios pointer.
+    assert_eq!(unsafe { libc::tcgetattr(fd.as_raw_fd(), &mut t) }, 0);
+    t.c_lflag
+}
+
+/// Runs `bpf top` on a terminal, sends `key` once it reads keys, and
+/// checks that it ends within a second and gives the terminal back as found.
+fn top_on_a_terminal_ends_on(key: &[u8]) {
+    use std::io::{Read, Write};
+    use std::os::unix::process::CommandExt;
+    let _turn = STATS.lock().unwrap_or_else(|e| e.into_inner());
+    let _restore = Sysctl(stats_sysctl());
+    let (master, slave) = pty();
+    let before = lflag(&master);
+    assert_ne!(before & libc::ICANON, 0, "a fresh pty is canonical");
+    let mut cmd = Command::new(bin());
+    cmd.args(["bpf", "top", "--interval", "0.2"])
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave);
+    // SAFETY: setsid and ioctl are async-signal-safe; the pty becomes the
+    // child's controlling terminal, so Ctrl-C on it raises SIGINT.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Kill(&mut child);
+    drop(cmd);
+    let mut reader = std::fs::File::from(master.try_clone().unwrap());
+    let screen = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = reader.read_to_end(&mut v); // EIO once the child is gone
+        v
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lflag(&master) & libc::ICANON != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "top never put the terminal in cbreak mode"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::File::from(master.try_clone().unwrap())
+        .write_all(key)
+        .unwrap();
+    let sent = Instant::now();
+    let status = loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(1),
+            "bpf top still runs 1 s after {key:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status}");
+    assert_eq!(lflag(&master), before, "terminal settings restored");
+    drop(master);
+    let screen = String::from_utf8_lossy(&screen.join().unwrap()).into_owned();
+    assert!(screen.contains("; q quits"), "{screen}");
+}
+
+#[test]
+fn top_quits_on_q() {
+    if !root("bpf_top_q") {
+        return;
+    }
+    top_on_a_terminal_ends_on(b"q");
+}
+
+#[test]
+fn top_quits_on_ctrl_c() {
+    if !root("bpf_top_ctrl_c") {
+        return;
+    }
+    top_on_a_terminal_ends_on(b"\x03");
+}

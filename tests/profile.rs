@@ -466,6 +466,13 @@ fn pprof_output_decodes_back() {
         .find(|m| s(m.build_id) == id)
         .expect("mapping with the workload's build id");
     assert!(s(m.filename).ends_with("split"), "{}", s(m.filename));
+    // pprof takes the first mapping for the main binary: the profiled program.
+    assert_eq!(
+        s(p.mapping[0].build_id),
+        id,
+        "first mapping: {}",
+        s(p.mapping[0].filename)
+    );
     // alpha_work has a function entry with its source file, and located lines.
     let f = p
         .function
@@ -828,4 +835,50 @@ fn rust_names_are_demangled() {
         out.starts_with(&format!("{off:#x} bpfscope::profile::to_recording+0x0")),
         "{out}"
     );
+}
+
+#[test]
+fn symbolize_kernel_says_when_addresses_are_hidden() {
+    use std::os::unix::process::CommandExt;
+    if !root("symbolize_hidden") {
+        return;
+    }
+    let restrict = std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").unwrap();
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap();
+    let (restrict, paranoid) = (restrict.trim(), paranoid.trim());
+    if restrict == "0" && paranoid.parse::<i32>().unwrap() <= 1 {
+        println!("SKIP symbolize_hidden: kernel addresses are visible to every user here");
+        return;
+    }
+    let first = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let addr = first.split_whitespace().next().unwrap().to_string();
+    // As nobody: /proc/kallsyms shows zeros.
+    let o = Command::new(bin())
+        .args(["symbolize", "--kernel", &addr])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let why = if restrict == "0" {
+        format!("kernel.kptr_restrict=0 with kernel.perf_event_paranoid={paranoid}")
+    } else {
+        format!("kernel.kptr_restrict={restrict}")
+    };
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "bpfscope: kernel addresses are hidden (/proc/kallsyms shows zeros: {why} hides them from a user without CAP_SYSLOG); run as root\n"
+        )
+    );
+    assert_eq!(
+        stdout(&o),
+        format!("0x{} ??\n", addr.trim_start_matches('0'))
+    );
+    // As root the same address has a name and nothing is said.
+    let o = Command::new(bin())
+        .args(["symbolize", "--kernel", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(stderr(&o), "");
+    assert!(!stdout(&o).contains("??"), "{}", stdout(&o));
 }

@@ -958,3 +958,266 @@ fn strings_that_fault_are_flagged() {
     assert_eq!(ev[2]["fields"]["filename"], "/nonexistent-bpfscope-fault");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The histogram record of a latency run (no keys).
+fn latency_count(out: &str) -> u64 {
+    json_lines(out)
+        .iter()
+        .find(|v| v["type"] == "hist")
+        .map_or(0, |v| v["count"].as_u64().unwrap())
+}
+
+#[test]
+fn latency_pairs_differently_named_fields_exactly() {
+    if !root("match_fields_exact") {
+        return;
+    }
+    let w = workload_with("threads", &["-pthread"]);
+    // Each thread is one clone (child_pid = its tid) and one exit whose
+    // field pid is that tid; the builtin pid at exit is the process's, which
+    // no child_pid equals. 20 threads: exactly 20 pairs.
+    let o = run(&[
+        "latency",
+        "tracepoint:sched:sched_process_fork",
+        "tracepoint:sched:sched_process_exit",
+        "--match",
+        "child_pid=pid",
+        "--json",
+        "--",
+        w.to_str().unwrap(),
+        "lat_thr",
+        "20",
+        "0",
+    ]);
+    assert_eq!(latency_count(&ok(&o)), 20, "{}", stdout(&o));
+}
+
+#[test]
+fn runqlat_pairs_wakeup_pid_with_switch_next_pid() {
+    if !root("runqlat") {
+        return;
+    }
+    let w = workload_with("threads", &["-pthread"]);
+    // sched_wakeup runs in the waker's context: system-wide, kept by the
+    // woken task's name (the field comm, at the start).
+    let r = start(&[
+        "latency",
+        "tracepoint:sched:sched_wakeup",
+        "tracepoint:sched:sched_switch",
+        "--match",
+        "pid=next_pid",
+        "--filter",
+        r#"args.comm == "lat_rq""#,
+        "--json",
+    ]);
+    let st = Command::new(&w)
+        .args(["lat_rq", "10", "20"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (out, _) = r.interrupt();
+    // 10 threads x 20 sleeps each end in one wakeup; the main thread may
+    // also be woken once per thread it joins.
+    let n = latency_count(&out);
+    assert!((200..=215).contains(&n), "{n} wakeups timed: {out}");
+}
+
+#[test]
+fn a_field_named_like_a_builtin_is_shown_as_args() {
+    if !root("args_field") {
+        return;
+    }
+    let w = workload_with("threads", &["-pthread"]);
+    let o = run(&[
+        "trace",
+        "tracepoint:sched:sched_process_exit",
+        "--",
+        w.to_str().unwrap(),
+        "tr_exit",
+        "1",
+        "0",
+    ]);
+    let out = ok(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "a thread and the process exit: {out}");
+    for l in &lines {
+        let words: Vec<&str> = l.split(' ').collect();
+        let names: Vec<&str> = words[2..]
+            .iter()
+            .map(|w| w.split('=').next().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "pid",
+                "tid",
+                "comm",
+                "cpu",
+                "args.comm",
+                "args.pid",
+                "prio",
+                "group_dead"
+            ],
+            "{l}"
+        );
+        // The field is the exiting thread: the builtin tid.
+        let val = |name: &str| {
+            words
+                .iter()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .unwrap()
+        };
+        assert_eq!(val("args.pid"), val("tid"), "{l}");
+    }
+    let o = run(&[
+        "trace",
+        "tracepoint:sched:sched_process_exit",
+        "--json",
+        "--",
+        w.to_str().unwrap(),
+        "tr_exit",
+        "1",
+        "0",
+    ]);
+    for v in json_lines(&ok(&o)) {
+        let keys: Vec<&String> = v["fields"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["args.comm", "args.pid", "group_dead", "prio"], "{v}");
+        assert_eq!(v["fields"]["args.pid"], v["tid"], "{v}");
+    }
+}
+
+#[test]
+fn a_zero_count_without_keys_is_a_row() {
+    if !root("zero_count") {
+        return;
+    }
+    let w = workload("writer");
+    let args = |json: bool| {
+        let mut a = vec![
+            "count",
+            WRITE,
+            "--filter",
+            "count == 123457",
+            "--",
+            w.to_str().unwrap(),
+            "wr_zero",
+            "10",
+            "1",
+        ];
+        if json {
+            a.insert(1, "--json");
+        }
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let a: Vec<String> = args(true);
+    let o = run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        json_lines(&ok(&o)),
+        [serde_json::json!({"type": "count", "key": {}, "count": 0})]
+    );
+    let a: Vec<String> = args(false);
+    let o = run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(ok(&o), "COUNT\n    0\n");
+}
+
+#[test]
+fn list_refuses_empty_and_unmatched_patterns() {
+    if !root("list_patterns") {
+        return;
+    }
+    for (pattern, msg) in [
+        (
+            "",
+            "bpfscope: error: list: the pattern is empty; give a probe glob such as 'tracepoint:sched:*', or no pattern for all tracepoints\n",
+        ),
+        (
+            "ünï*",
+            "bpfscope: error: no probe matches 'ünï*'; 'bpfscope list' shows them\n",
+        ),
+    ] {
+        let o = run(&["list", pattern]);
+        assert_eq!(o.status.code(), Some(2), "{pattern:?}");
+        assert_eq!(stdout(&o), "", "{pattern:?}");
+        assert_eq!(stderr(&o), msg, "{pattern:?}");
+    }
+}
+
+#[test]
+fn list_shows_array_dimensions() {
+    if !root("list_arrays") {
+        return;
+    }
+    let o = run(&["list", "tracepoint:sched:sched_switch"]);
+    assert_eq!(
+        ok(&o),
+        "tracepoint:sched:sched_switch\n    char prev_comm[16]\n    pid_t prev_pid\n    int prev_prio\n    long prev_state\n    char next_comm[16]\n    pid_t next_pid\n    int next_prio\n"
+    );
+}
+
+#[test]
+fn numeric_options_out_of_range_are_usage_errors() {
+    if !root("numeric_ranges") {
+        return;
+    }
+    for (args, msg) in [
+        (
+            vec!["count", WRITE, "--max-keys", "4294967295"],
+            "--max-keys 4294967295: must be between 1 and 1048576",
+        ),
+        (
+            vec!["count", WRITE, "--by", "kstack", "--max-stacks", "4294967295"],
+            "--max-stacks 4294967295: must be between 1 and 65536",
+        ),
+        (
+            vec!["count", WRITE, "--duration", "1e30"],
+            "--duration 1000000000000000000000000000000: too large; at most 1000000000 seconds (about 31 years)",
+        ),
+        (
+            vec!["profile", "--duration", "1e30"],
+            "--duration 1000000000000000000000000000000: too large; at most 1000000000 seconds (about 31 years)",
+        ),
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert_eq!(stderr(&o), format!("bpfscope: error: {msg}\n"), "{args:?}");
+    }
+}
+
+#[test]
+fn no_stacks_to_svg_is_an_svg_saying_so() {
+    if !root("empty_flame") {
+        return;
+    }
+    let w = workload("writer");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty_flame");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("none.svg");
+    let _ = std::fs::remove_file(&out);
+    let o = run(&[
+        "count",
+        WRITE,
+        "--by",
+        "kstack",
+        "--filter",
+        "count == 123457",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        w.to_str().unwrap(),
+        "wr_noflame",
+        "10",
+        "1",
+    ]);
+    ok(&o);
+    assert!(
+        stderr(&o).contains(
+            "bpfscope: no stacks were sampled; the flame graph says so and is otherwise empty\n"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.starts_with("<?xml"), "{svg}");
+    assert!(svg.contains(">no samples (0 events)</text>"), "{svg}");
+    assert!(svg.trim_end().ends_with("</svg>"), "{svg}");
+}

@@ -228,6 +228,28 @@ fn field_part(name: &str) -> Option<&str> {
     }
 }
 
+/// The name one side of a `--match` entry reads: `START=END` pairs
+/// differently named fields, a single name is read on both sides.
+fn match_side(m: &str, role: Role) -> &str {
+    match m.split_once('=') {
+        Some((_, end)) if matches!(role, Role::End(_)) => end,
+        Some((start, _)) => start,
+        None => m,
+    }
+}
+
+/// What a `--match` name means on one probe: a field of that probe if it has
+/// one of that name (pairing on an event's `pid` is pairing on the event's
+/// subject, not on whoever runs when it fires), else the builtin;
+/// `args.NAME` is always the field. Decided per probe, hence per side.
+fn match_name(probe: &Probe, name: &str) -> String {
+    if builtin(name).is_some() && probe.field(name).is_some() {
+        format!("args.{name}")
+    } else {
+        name.to_string()
+    }
+}
+
 fn builtin_src(b: Builtin) -> (bs_src, ValueKind, usize) {
     let (kind, vk, len) = match b {
         Builtin::Probe => (bs_src_kind::BS_SRC_PROBE, ValueKind::Probe, 8),
@@ -702,12 +724,23 @@ pub fn build(
         .iter()
         .map(|k| side_for(std::slice::from_ref(k), &probes, "--by"))
         .collect::<Result<_, _>>()?;
+    // By default a start pairs with an end of the same thread (the builtin,
+    // even where an event has a field called tid).
     let matching: Vec<String> = if !latency {
         Vec::new()
     } else if s.matching.is_empty() {
         vec!["tid".to_string()]
     } else {
         s.matching.clone()
+    };
+    let match_names = |probe: &Probe, role: Role| -> Vec<String> {
+        if s.matching.is_empty() {
+            return matching.clone();
+        }
+        matching
+            .iter()
+            .map(|m| match_name(probe, match_side(m, role)))
+            .collect()
     };
     if matching.len() > bs_limits::BS_MAX_MATCH.0 as usize {
         return Err(usage!(
@@ -741,7 +774,8 @@ pub fn build(
             if filter_side.includes(*role) {
                 names.extend(filter_list.iter());
             }
-            names.extend(matching.iter());
+            let matched = match_names(probe, *role);
+            names.extend(matched.iter());
             if !latency {
                 names.extend(value_name.iter());
             }
@@ -892,7 +926,7 @@ pub fn build(
                 if matches!(role, Role::End(_)) && s.end.is_none() {
                     cfg.flags |= bs_cfg_flags::BS_CFG_SAME_TASK.0;
                 }
-                for (i, m) in matching.iter().enumerate() {
+                for (i, m) in match_names(&probe, role).iter().enumerate() {
                     let (src, kind, _) =
                         name_src(&probe, &path, m).map_err(|e| usage!("--match: {e}"))?;
                     if !matches!(kind, ValueKind::Int { .. } | ValueKind::Hex) {
@@ -962,8 +996,15 @@ pub fn build(
                 src.out_off = off as u16;
                 note(&src);
                 cfg.emit[i] = src;
+                // A field named like a builtin is shown as args.NAME, so an
+                // event never shows two different `pid=` (the header has the builtin).
+                let shown = match field_part(&lookup) {
+                    Some(f) if builtin(f).is_some() => format!("args.{f}"),
+                    Some(f) => f.to_string(),
+                    None => name.clone(),
+                };
                 event.push(Slot {
-                    name: field_part(name).unwrap_or(name).to_string(),
+                    name: shown,
                     kind,
                     off,
                     len,

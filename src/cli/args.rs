@@ -188,7 +188,10 @@ pub struct LatencyArgs {
     /// Evaluated where the operation starts when the start probes have the fields, else at the end
     #[arg(long, value_name = "EXPR")]
     pub filter: Option<String>,
-    /// Pair START and END on equal values of these fields (default: tid)
+    /// Pair START and END on equal values of these fields (default: tid).
+    /// A name is a field of the probe on each side when it has one, else
+    /// the builtin (args.NAME forces the field); START_FIELD=END_FIELD pairs
+    /// differently named fields, e.g. pid=next_pid
     #[arg(long = "match", value_name = "FIELDS", value_delimiter = ',')]
     pub matching: Vec<String>,
     /// Linear buckets in ns from MIN to MAX in steps of STEP instead of log2 buckets

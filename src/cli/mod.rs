@@ -123,6 +123,15 @@ pub enum Settings {
 }
 
 const MAX_LINEAR_BUCKETS: u64 = 1000;
+/// Kernel map sizes are checked here, where the user can be told the
+/// limit, rather than failing later in the kernel with E2BIG. Aggregation
+/// keys: a hash map of up to ~100-byte entries, so ~100 MiB at most.
+pub const MAX_KEYS: u32 = 1 << 20;
+/// Stacks per stack map: each entry is preallocated (kstack 1 KiB, ustack
+/// 4 KiB), so 65536 is up to 256 MiB of kernel memory.
+pub const MAX_TRACE_STACKS: u32 = 1 << 16;
+/// Longest duration or interval (about 31 years); longer is a typo.
+pub const MAX_SECONDS: f64 = 1e9;
 
 impl Settings {
     pub fn from_cli(cli: Cli) -> Result<Settings, Error> {
@@ -219,7 +228,7 @@ impl Settings {
                     }
                 }
                 for m in &a.matching {
-                    t.matching.push(field_name(m, "--match")?);
+                    t.matching.push(match_entry(m)?);
                 }
                 t.end = end;
                 if let Some(h) = &a.heatmap {
@@ -308,11 +317,17 @@ fn trace_settings(
     let filter = probe.filter.as_deref().map(filter::parse).transpose()?;
     let (keys, max_keys, max_stacks, stack_output) = match keys {
         Some(k) => {
-            if k.max_keys == 0 {
-                return Err(usage!("--max-keys must be at least 1"));
+            if k.max_keys == 0 || k.max_keys > MAX_KEYS {
+                return Err(usage!(
+                    "--max-keys {}: must be between 1 and {MAX_KEYS}",
+                    k.max_keys
+                ));
             }
-            if k.max_stacks == 0 {
-                return Err(usage!("--max-stacks must be at least 1"));
+            if k.max_stacks == 0 || k.max_stacks > MAX_TRACE_STACKS {
+                return Err(usage!(
+                    "--max-stacks {}: must be between 1 and {MAX_TRACE_STACKS}",
+                    k.max_stacks
+                ));
             }
             let mut names = Vec::new();
             for key in &k.by {
@@ -375,10 +390,28 @@ fn field_name(s: &str, opt: &str) -> Result<String, Error> {
     }
 }
 
+/// A `--match` entry: NAME, or START_NAME=END_NAME to pair differently
+/// named fields (wakeup's `pid` with switch's `next_pid`).
+fn match_entry(m: &str) -> Result<String, Error> {
+    match m.split_once('=') {
+        Some((start, end)) => Ok(format!(
+            "{}={}",
+            field_name(start, "--match")?,
+            field_name(end, "--match")?
+        )),
+        None => field_name(m, "--match"),
+    }
+}
+
 fn seconds(v: Option<f64>, opt: &str) -> Result<Option<Duration>, Error> {
     match v {
         None => Ok(None),
-        Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) if s.is_finite() && s > 0.0 && s <= MAX_SECONDS => {
+            Ok(Some(Duration::from_secs_f64(s)))
+        }
+        Some(s) if s > MAX_SECONDS => Err(usage!(
+            "{opt} {s}: too large; at most {MAX_SECONDS:.0} seconds (about 31 years)"
+        )),
         Some(s) => Err(usage!("{opt} {s}: must be a positive number of seconds")),
     }
 }
@@ -481,6 +514,107 @@ mod tests {
         );
         for bad in ["", "1:2", "5:5:1", "9:1:1", "0:10:0", "a:b:c", "0:100000:1"] {
             assert!(parse_linear(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn usage_text(r: Result<Option<Duration>, Error>) -> String {
+        r.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn durations_name_their_limits() {
+        assert_eq!(
+            seconds(Some(1.5), "--duration").unwrap(),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            seconds(Some(1e9), "--interval").unwrap(),
+            Some(Duration::from_secs(1_000_000_000))
+        );
+        assert_eq!(
+            usage_text(seconds(Some(1e30), "--duration")),
+            "--duration 1000000000000000000000000000000: too large; at most 1000000000 seconds (about 31 years)"
+        );
+        assert_eq!(
+            usage_text(seconds(Some(f64::INFINITY), "--interval")),
+            "--interval inf: too large; at most 1000000000 seconds (about 31 years)"
+        );
+        assert_eq!(
+            usage_text(seconds(Some(-1.0), "--duration")),
+            "--duration -1: must be a positive number of seconds"
+        );
+        assert_eq!(
+            usage_text(seconds(Some(f64::NAN), "--duration")),
+            "--duration NaN: must be a positive number of seconds"
+        );
+    }
+
+    fn parse(args: &[&str]) -> Result<Settings, Error> {
+        use clap::Parser;
+        let cli = Cli::try_parse_from(args).unwrap();
+        Settings::from_cli(cli)
+    }
+
+    #[test]
+    fn map_sizes_are_checked_at_parse_time() {
+        let err = |args: &[&str]| match parse(args) {
+            Err(e @ Error::Usage(_)) => e.to_string(),
+            other => panic!("{args:?}: {other:?}"),
+        };
+        let tp = "tracepoint:sched:sched_switch";
+        assert_eq!(
+            err(&["bpfscope", "count", tp, "--max-keys", "4294967295"]),
+            "--max-keys 4294967295: must be between 1 and 1048576"
+        );
+        assert_eq!(
+            err(&["bpfscope", "count", tp, "--max-keys", "0"]),
+            "--max-keys 0: must be between 1 and 1048576"
+        );
+        assert_eq!(
+            err(&[
+                "bpfscope",
+                "hist",
+                tp,
+                "--value",
+                "prev_pid",
+                "--max-stacks",
+                "65537"
+            ]),
+            "--max-stacks 65537: must be between 1 and 65536"
+        );
+        assert_eq!(
+            err(&["bpfscope", "trace", tp, "--ringbuf-kib", "4294967295"]),
+            "--ringbuf-kib 4294967295: must be between 1 and 1048576"
+        );
+        assert_eq!(
+            err(&["bpfscope", "profile", "--max-stacks", "4294967295"]),
+            "--max-stacks 4294967295: must be between 16 and 131072"
+        );
+        assert_eq!(
+            err(&["bpfscope", "record", "-F", "18446744073709551615"]),
+            "-F 18446744073709551615: must be between 1 and 100000 Hz"
+        );
+        assert_eq!(
+            err(&["bpfscope", "bpf", "top", "--interval", "1e30"]),
+            "--interval 1000000000000000000000000000000: too large; at most 1000000000 seconds (about 31 years)"
+        );
+        assert_eq!(
+            err(&["bpfscope", "profile", "--duration", "1e30"]),
+            "--duration 1000000000000000000000000000000: too large; at most 1000000000 seconds (about 31 years)"
+        );
+        assert!(parse(&["bpfscope", "count", tp, "--max-keys", "1048576"]).is_ok());
+    }
+
+    #[test]
+    fn match_entries() {
+        assert_eq!(match_entry("pid").unwrap(), "pid");
+        assert_eq!(match_entry("pid=next_pid").unwrap(), "pid=next_pid");
+        assert_eq!(
+            match_entry(" args.pid = next_pid").unwrap(),
+            "args.pid=next_pid"
+        );
+        for bad in ["pid=", "=pid", "a=b=c", "pid==x"] {
+            assert!(match_entry(bad).is_err(), "{bad}");
         }
     }
 

@@ -228,6 +228,9 @@ pub struct SymbolizeSettings {
 }
 
 const MAX_FREQUENCY: u64 = 100_000;
+/// (process, stack) pairs; the stack maps get half as many 4 KiB entries,
+/// so 131072 is up to 256 MiB of kernel memory per stack map.
+pub const MAX_PROFILE_STACKS: u32 = 1 << 17;
 
 pub fn sample_settings(a: SampleArgs) -> Result<SampleSettings, Error> {
     if a.frequency == 0 || a.frequency > MAX_FREQUENCY {
@@ -236,8 +239,11 @@ pub fn sample_settings(a: SampleArgs) -> Result<SampleSettings, Error> {
             a.frequency
         ));
     }
-    if a.max_stacks < 16 {
-        return Err(usage!("--max-stacks must be at least 16"));
+    if !(16..=MAX_PROFILE_STACKS).contains(&a.max_stacks) {
+        return Err(usage!(
+            "--max-stacks {}: must be between 16 and {MAX_PROFILE_STACKS}",
+            a.max_stacks
+        ));
     }
     let duration = seconds(Some(a.duration), "--duration")?.unwrap_or(Duration::from_secs(10));
     let targets = [a.pid.is_some(), a.cgroup.is_some(), !a.cmd.is_empty()];

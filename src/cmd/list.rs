@@ -6,11 +6,26 @@ use anyhow::Result;
 use serde_json::json;
 
 use crate::cli::ListSettings;
-use crate::probe::{self, FieldKind, ProbeKind};
+use crate::probe::{self, Field, FieldKind, ProbeKind};
+use crate::usage;
 
 pub fn run(s: ListSettings) -> Result<()> {
+    if s.pattern.as_deref().is_some_and(|p| p.trim().is_empty()) {
+        return Err(usage!(
+            "list: the pattern is empty; give a probe glob such as 'tracepoint:sched:*', or no pattern for all tracepoints"
+        )
+        .into());
+    }
     super::require_privileges()?;
     let probes = probe::list(s.pattern.as_deref(), s.pid)?;
+    if probes.is_empty() {
+        // The same wording as the tracing verbs' no-match error.
+        return Err(usage!(
+            "no probe matches '{}'; 'bpfscope list' shows them",
+            s.pattern.as_deref().unwrap_or("tracepoint:*:*")
+        )
+        .into());
+    }
     let mut w = BufWriter::new(io::stdout().lock());
     for p in &probes {
         // Kernel functions: the BTF prototype says it all (argN are the registers).
@@ -60,19 +75,68 @@ pub fn run(s: ListSettings) -> Result<()> {
             continue;
         }
         for f in &p.fields {
-            let t = if f.ctype.ends_with('*') {
-                f.ctype.clone()
-            } else {
-                format!("{} ", f.ctype)
-            };
             let note = if f.kind == FieldKind::Unsupported {
                 "  (not usable)"
             } else {
                 ""
             };
-            writeln!(w, "    {t}{}{note}", f.name)?;
+            writeln!(w, "    {}{note}", declaration(f))?;
         }
     }
     w.flush()?;
     Ok(())
+}
+
+/// A field as the tracepoint format declares it: `char comm[16]`, `const char * filename`.
+fn declaration(f: &Field) -> String {
+    let t = if f.ctype.ends_with('*') {
+        f.ctype.clone()
+    } else {
+        format!("{} ", f.ctype)
+    };
+    match f.kind {
+        FieldKind::InlineStr(n) => format!("{t}{}[{n}]", f.name),
+        _ => format!("{t}{}", f.name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::tracefs::parse_format;
+
+    #[test]
+    fn arrays_keep_their_dimension() {
+        let text = "\tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;\n\
+                    \tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;\n\
+                    \tfield:const char * filename;\toffset:16;\tsize:8;\tsigned:0;\n";
+        let shown: Vec<String> = parse_format(text)
+            .into_iter()
+            .map(|r| {
+                let kind = match r.array_len {
+                    Some(n) => FieldKind::InlineStr(n as u16),
+                    None if r.ctype.ends_with('*') => FieldKind::Pointer,
+                    None => FieldKind::Int,
+                };
+                declaration(&Field {
+                    name: r.name,
+                    ctype: r.ctype,
+                    kind,
+                    offset: r.offset,
+                    size: r.size as u8,
+                    signed: r.signed,
+                    arg_slot: None,
+                    btf: None,
+                })
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "char prev_comm[16]",
+                "pid_t prev_pid",
+                "const char *filename"
+            ]
+        );
+    }
 }

@@ -12,7 +12,7 @@ use crate::cli::profile::{
     parse_addr, Format, ProfileSettings, RecordSettings, ReportSettings, SymSource, SymbolSettings,
     SymbolizeSettings,
 };
-use crate::profile::format::{self, Recording};
+use crate::profile::format::{self, LostCounts, Recording};
 use crate::render::pprof;
 use crate::symbolize::{self, kernel, Line, Profile, Resolver};
 
@@ -79,14 +79,31 @@ fn reserve(output: Option<&(PathBuf, Format)>) -> Result<Option<(PendingFile, Fo
 
 fn report_lost(rec: &Recording) {
     if let Some(l) = rec.meta.lost {
-        let lost = l.kernel_stacks + l.user_stacks + l.keys;
-        if lost > 0 {
-            eprintln!(
-                "bpfscope: lost {lost} stacks (kernel {}, user {}, map full {}): raise --max-stacks",
-                l.kernel_stacks, l.user_stacks, l.keys
-            );
+        for line in lost_lines(&l) {
+            eprintln!("bpfscope: {line}");
         }
     }
+}
+
+/// One line per kind of lost stack, each with its own reason: only a full
+/// map is cured by --max-stacks.
+fn lost_lines(l: &LostCounts) -> Vec<String> {
+    let mut out = Vec::new();
+    if l.kernel_stacks > 0 {
+        let why = symbolize::stack_loss("kernel", l.kernel_stack_map_full);
+        out.push(format!("lost {} {why}", l.kernel_stacks));
+    }
+    if l.user_stacks > 0 {
+        let why = symbolize::stack_loss("user", l.user_stack_map_full);
+        out.push(format!("lost {} {why}", l.user_stacks));
+    }
+    if l.keys > 0 {
+        out.push(format!(
+            "lost {} samples: the stack count map was full (raise --max-stacks)",
+            l.keys
+        ));
+    }
+    out
 }
 
 /// Symbolizes a recording and writes the chosen output.
@@ -209,21 +226,26 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
             }
         },
         SymSource::Pid(pid) => resolver.process(*pid, &addrs),
-        SymSource::Kernel => kernel::symbolize_live(&addrs)
-            .into_iter()
-            .map(|r| {
-                r.map(|(name, off)| {
-                    (
-                        vec![Line {
-                            function: name,
-                            file: None,
-                            line: 0,
-                        }],
-                        off,
-                    )
+        SymSource::Kernel => {
+            if let Some(why) = kernel::addresses_hidden() {
+                eprintln!("bpfscope: {why}");
+            }
+            kernel::symbolize_live(&addrs)
+                .into_iter()
+                .map(|r| {
+                    r.map(|(name, off)| {
+                        (
+                            vec![Line {
+                                function: name,
+                                file: None,
+                                line: 0,
+                            }],
+                            off,
+                        )
+                    })
                 })
-            })
-            .collect(),
+                .collect()
+        }
     };
     for n in resolver.notes() {
         eprintln!("bpfscope: {n}");
@@ -238,5 +260,42 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
     match r {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         r => r.context("writing symbols"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_stacks_is_advised_only_for_a_full_map() {
+        let mut l = LostCounts {
+            kernel_stacks: 3,
+            user_stacks: 2,
+            keys: 0,
+            notifications: 0,
+            offcpu_starts: 0,
+            unresolved_frames: 0,
+            unresolved_weight: 0,
+            bpf_events: 0,
+            kernel_stack_map_full: false,
+            user_stack_map_full: true,
+        };
+        assert_eq!(
+            lost_lines(&l),
+            [
+                "lost 3 kernel stacks could not be stored: the stack map was not full, but another stack held their hash slot (a hash collision)",
+                "lost 2 user stacks could not be stored: the stack map was full (raise --max-stacks)",
+            ]
+        );
+        l.kernel_stacks = 0;
+        l.user_stacks = 0;
+        l.keys = 7;
+        assert_eq!(
+            lost_lines(&l),
+            ["lost 7 samples: the stack count map was full (raise --max-stacks)"]
+        );
+        l.keys = 0;
+        assert!(lost_lines(&l).is_empty());
     }
 }

@@ -97,6 +97,13 @@ pub struct LostCounts {
     /// BPF program load/unload records the kernel dropped (side-band ring full).
     #[prost(uint64, tag = "8")]
     pub bpf_events: u64,
+    /// Whether the kernel (user) stack map was full at the end: stacks lost
+    /// while it was not full hit a slot another stack held (the kernel's
+    /// stack map keeps one stack per hash slot).
+    #[prost(bool, tag = "9")]
+    pub kernel_stack_map_full: bool,
+    #[prost(bool, tag = "10")]
+    pub user_stack_map_full: bool,
 }
 
 /// One ELF file seen in user stacks.

@@ -299,6 +299,8 @@ pub fn to_recording(s: &SampleSettings, sampled: &Sampled, in_process: bool) -> 
         offcpu_starts: sampled.lost.offcpu_starts,
         unresolved_frames: 0,
         unresolved_weight: 0,
+        kernel_stack_map_full: sampled.lost.kernel_stack_map_full,
+        user_stack_map_full: sampled.lost.user_stack_map_full,
     };
     let mut stacks = Vec::with_capacity(sampled.stacks.len());
     for r in &sampled.stacks {

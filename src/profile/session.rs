@@ -47,6 +47,9 @@ pub struct KernelLost {
     pub keys: u64,
     pub notifications: u64,
     pub offcpu_starts: u64,
+    /// The stack maps held as many stacks as they can.
+    pub kernel_stack_map_full: bool,
+    pub user_stack_map_full: bool,
 }
 
 pub struct ProfileSession<'obj> {
@@ -226,6 +229,9 @@ impl<'obj> ProfileSession<'obj> {
     }
 
     pub fn lost(&self) -> Result<KernelLost> {
+        // bpf_get_stackid fails with ENOMEM only when every preallocated
+        // entry is in use; otherwise a loss is a hash slot held by another stack.
+        let full = |m: &dyn MapCore| m.keys().count() as u64 >= u64::from(m.max_entries());
         let map = &self.skel.maps.lost;
         let slot = |i: u32| -> Result<u64> {
             let v = map
@@ -240,6 +246,8 @@ impl<'obj> ProfileSession<'obj> {
             keys: slot(bp_lost::BP_LOST_KEYS.0)?,
             notifications: slot(bp_lost::BP_LOST_NOTIFY.0)?,
             offcpu_starts: slot(bp_lost::BP_LOST_OFFCPU.0)?,
+            kernel_stack_map_full: full(&self.skel.maps.kstacks),
+            user_stack_map_full: full(&self.skel.maps.ustacks),
         })
     }
 

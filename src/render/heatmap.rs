@@ -106,7 +106,9 @@ impl Heatmap {
         format!("{:>7.1}s |{row}| {total}", col.t)
     }
 
-    /// The whole run as SVG: x is time, y is latency (low at the bottom).
+    /// The whole run as SVG: x is time, y is latency (low at the bottom),
+    /// a colour scale on the right. Axis labels are thinned so that none
+    /// overlaps its neighbour, from an estimate of their width.
     pub fn svg(&self, title: &str) -> String {
         let used: Vec<u32> = self
             .columns
@@ -119,11 +121,21 @@ impl Heatmap {
         };
         let rows = (hi - lo + 1) as usize;
         let (cw, ch) = (14usize, 16usize);
-        let (left, top, bottom, right) = (110usize, 40usize, 40usize, 20usize);
-        let ncols = self.columns.len().max(1);
-        // Wide enough for the title too (about 8 px per character at 14 px).
-        let width = (left + ncols * cw + right).max(left + title.len() * 9);
-        let height = top + rows * ch + bottom;
+        let ylabels: Vec<(u32, String)> = (lo..=hi)
+            .map(|b| (b, hist::label(self.buckets, b)))
+            .collect();
+        let whole = self.columns.iter().all(|c| c.t.fract() == 0.0);
+        let xlabels: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| {
+                if whole {
+                    format!("{:.0}s", c.t)
+                } else {
+                    format!("{:.1}s", c.t)
+                }
+            })
+            .collect();
         let max = self
             .columns
             .iter()
@@ -131,10 +143,32 @@ impl Heatmap {
             .max()
             .unwrap_or(0)
             .max(1);
+        let max_text = max.to_string();
+        let ylabel_w = ylabels
+            .iter()
+            .map(|(_, l)| text_width(l))
+            .max()
+            .unwrap_or(0);
+        let left = (ylabel_w + 14).max(60);
+        let top = 40usize;
+        let bottom = 44usize;
+        let ncols = self.columns.len().max(1);
+        let grid_w = ncols * cw;
+        // Colour scale: a bar right of the grid, labelled with counts.
+        let scale_x = left + grid_w + 16;
+        let scale_w = 14usize;
+        let right = 16 + scale_w + 6 + text_width(&max_text).max(text_width("count")) + 10;
+        // Wide enough for the title and the x-axis caption too.
+        let caption = "time (one column per interval), latency in ns";
+        let width = (left + grid_w + right)
+            .max(left + text_width(caption) + 10)
+            .max(left + title.chars().count() * 9);
+        let grid_h = rows * ch;
+        let height = top + grid_h.max(5 * FONT_PX) + bottom;
         let mut s = String::new();
         let _ = writeln!(
             s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" font-size="11">"#
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" font-size="{FONT_PX}">"#
         );
         let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
         let _ = writeln!(
@@ -145,9 +179,7 @@ impl Heatmap {
         );
         for (x, col) in self.columns.iter().enumerate() {
             for (b, c) in &col.counts {
-                // Log scale so that rare slow requests stay visible next to the common case.
-                let f = (*c as f64).ln_1p() / (max as f64).ln_1p();
-                let (r, g, bl) = shade(f);
+                let (r, g, bl) = shade(level(*c, max));
                 let y = top + (hi - b) as usize * ch;
                 let _ = writeln!(
                     s,
@@ -158,34 +190,84 @@ impl Heatmap {
                 );
             }
         }
-        for b in lo..=hi {
+        // Rows are taller than the text, so every bucket is labelled; the
+        // check keeps that true if the sizes change.
+        let ystep = (FONT_PX + 2).div_ceil(ch).max(1);
+        for (b, l) in ylabels.iter().rev().step_by(ystep) {
             let y = top + (hi - b) as usize * ch + ch - 4;
             let _ = writeln!(
                 s,
-                r#"<text x="{}" y="{y}" text-anchor="end">{}</text>"#,
+                r#"<text class="ylabel" x="{}" y="{y}" text-anchor="end">{}</text>"#,
                 left - 6,
-                escape(&hist::label(self.buckets, b))
+                escape(l)
             );
         }
-        let every = (ncols / 10).max(1);
-        for (x, col) in self.columns.iter().enumerate().step_by(every) {
+        // One time label every `every` columns: as many as fit side by side.
+        let xlabel_w = xlabels.iter().map(|l| text_width(l)).max().unwrap_or(0) + 8;
+        let every = xlabel_w.div_ceil(cw).max(1);
+        for (x, l) in xlabels.iter().enumerate().step_by(every) {
             let _ = writeln!(
                 s,
-                r#"<text x="{}" y="{}">{:.0}s</text>"#,
+                r#"<text class="xlabel" x="{}" y="{}">{}</text>"#,
                 left + x * cw,
-                top + rows * ch + 16,
-                col.t
+                top + grid_h + 16,
+                escape(l)
             );
         }
         let _ = writeln!(
             s,
-            r#"<text x="{}" y="{}">time (one column per interval), latency in ns</text>"#,
+            r#"<text x="{}" y="{}">{caption}</text>"#,
             left,
             height - 6
+        );
+        // The colour scale: the same log scale as the cells, from 0 (white,
+        // as empty cells) at the bottom to the largest count at the top.
+        let steps = 10usize;
+        let step_h = grid_h.max(5 * FONT_PX) / steps;
+        for i in 0..steps {
+            let f = (steps - 1 - i) as f64 / (steps - 1) as f64;
+            let (r, g, bl) = shade(f);
+            let _ = writeln!(
+                s,
+                r#"<rect class="scale" x="{scale_x}" y="{}" width="{scale_w}" height="{step_h}" fill="rgb({r},{g},{bl})"/>"#,
+                top + i * step_h
+            );
+        }
+        let _ = writeln!(
+            s,
+            r#"<rect x="{scale_x}" y="{top}" width="{scale_w}" height="{}" fill="none" stroke="grey"/>"#,
+            steps * step_h
+        );
+        let lx = scale_x + scale_w + 6;
+        let _ = writeln!(s, r#"<text x="{scale_x}" y="{}">count</text>"#, top - 6);
+        let _ = writeln!(
+            s,
+            r#"<text class="scale" x="{lx}" y="{}">{max_text}</text>"#,
+            top + FONT_PX
+        );
+        let _ = writeln!(
+            s,
+            r#"<text class="scale" x="{lx}" y="{}">0</text>"#,
+            top + steps * step_h
         );
         s.push_str("</svg>\n");
         s
     }
+}
+
+/// Font size of the SVG's labels, in px.
+const FONT_PX: usize = 11;
+
+/// Width of a label in px: monospace glyphs are about 0.6 em wide, so 7 px
+/// at 11 px bounds them.
+fn text_width(s: &str) -> usize {
+    s.chars().count() * 7
+}
+
+/// A count's place on the colour scale. Log scale, so that rare slow
+/// requests stay visible next to the common case.
+fn level(c: u64, max: u64) -> f64 {
+    (c as f64).ln_1p() / (max as f64).ln_1p()
 }
 
 /// White to dark red.
@@ -229,8 +311,83 @@ mod tests {
         assert!(row.contains('█') && row.ends_with("| 6"), "{row}");
         h.add(2.0, &data(&[(22, 2)]));
         let svg = h.svg("t");
-        assert_eq!(svg.matches("<rect x=").count(), 3);
+        assert_eq!(
+            svg.matches("<rect x=").count(),
+            4,
+            "3 cells and the scale's frame"
+        );
         assert!(svg.contains("[1M, 2M)"));
         assert!(h.terminal_header().contains("1ms"));
+    }
+
+    /// The x positions and texts of the labels of one class.
+    fn labels<'a>(svg: &'a str, class: &str) -> Vec<(usize, &'a str)> {
+        let tag = format!(r#"<text class="{class}" x=""#);
+        svg.lines()
+            .filter_map(|l| l.strip_prefix(tag.as_str()))
+            .map(|l| {
+                let x = l[..l.find('"').unwrap()].parse().unwrap();
+                let text = &l[l.find('>').unwrap() + 1..l.rfind("</text>").unwrap()];
+                (x, text)
+            })
+            .collect()
+    }
+
+    /// A synthetic run: `n` one-second intervals, latencies drifting from
+    /// 4 us to 8 ms and back.
+    fn synthetic(n: u32) -> Heatmap {
+        let mut h = Heatmap::new(Buckets::Log2);
+        for t in 1..=n {
+            let peak = 14 + (t % 30) / 3;
+            h.add(
+                f64::from(t),
+                &data(&[
+                    (peak, u64::from(t) * 10),
+                    (peak + 1, 7),
+                    (26, u64::from(t % 4)),
+                ]),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn axis_labels_never_overlap() {
+        // Few columns (narrower than their labels) and many.
+        for n in [15, 90] {
+            let svg = synthetic(n).svg("latency: a -> b");
+            let xs = labels(&svg, "xlabel");
+            assert!(xs.len() >= (n as usize) / 10, "{xs:?}");
+            for w in xs.windows(2) {
+                let ((x0, t0), (x1, _)) = (w[0], w[1]);
+                assert!(x1 >= x0 + text_width(t0) + 4, "{n} columns: {xs:?}");
+            }
+        }
+        let svg = synthetic(90).svg("latency: a -> b");
+        let ys = labels(&svg, "ylabel");
+        // Every bucket from [4K, 8K) to [16M, 32M) has a label.
+        assert_eq!(ys.len(), 26 - 14 + 1, "{ys:?}");
+        assert_eq!(ys.first().map(|y| y.1), Some("[16M, 32M)"));
+    }
+
+    #[test]
+    fn colour_scale_runs_from_zero_to_the_largest_count() {
+        let svg = synthetic(90).svg("t");
+        let scale: Vec<&str> = labels(&svg, "scale").into_iter().map(|l| l.1).collect();
+        assert_eq!(scale, ["900", "0"]);
+        assert_eq!(svg.matches(r#"<rect class="scale""#).count(), 10);
+    }
+
+    /// The SVG of the synthetic run, byte for byte. BLESS=1 rewrites the
+    /// golden file after a deliberate change (look at it as a picture).
+    #[test]
+    fn golden_svg() {
+        let svg = synthetic(90).svg("latency: tracepoint:a -> tracepoint:b");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/heatmap.svg");
+        if std::env::var_os("BLESS").is_some() {
+            std::fs::write(path, &svg).unwrap();
+        }
+        let golden = std::fs::read_to_string(path).unwrap();
+        assert!(golden == svg, "the heatmap SVG differs from {path}");
     }
 }

@@ -291,8 +291,15 @@ impl Output {
         interval: Option<u64>,
     ) -> io::Result<()> {
         let stats = matches!(action, Action::Stats { .. });
+        // Without keys a count is one number, and zero is an answer too.
+        let zero: [(Vec<Cell>, AggVal); 1] = [(Vec::new(), AggVal::default())];
+        let flat: Vec<(&[Cell], AggVal)> = if rows.is_empty() && plan.keys.is_empty() && !stats {
+            zero.iter().map(|(c, v)| (c.as_slice(), *v)).collect()
+        } else {
+            rows.iter().map(|(c, _, v)| (c.as_slice(), *v)).collect()
+        };
         if self.json {
-            for (cells, _, v) in rows {
+            for &(cells, ref v) in &flat {
                 let mut o = if stats {
                     json!({"type": "stats", "key": key_json(plan, cells), "count": v.count,
                         "sum": num(v.sum, signed), "min": num(v.min, signed),
@@ -319,9 +326,9 @@ impl Output {
         if stats {
             header.extend(["SUM", "MIN", "MAX", "AVG"].map(String::from));
         }
-        let body: Vec<Vec<String>> = rows
+        let body: Vec<Vec<String>> = flat
             .iter()
-            .map(|(cells, _, v)| {
+            .map(|&(cells, ref v)| {
                 let mut r: Vec<String> = cells.iter().map(Cell::text).collect();
                 r.push(v.count.to_string());
                 if stats {

@@ -203,12 +203,18 @@ pub fn build(p: &Symbolized) -> Profile {
             period,
         )
     };
-    let mappings: Vec<Mapping> = p
-        .mappings
+    // pprof takes the first mapping for the main binary: the profiled
+    // program's executable, not whichever mapping came first.
+    let order = main_first(p);
+    let mut new_id = vec![0u64; p.mappings.len()];
+    for (pos, &old) in order.iter().enumerate() {
+        new_id[old] = pos as u64 + 1;
+    }
+    let mappings: Vec<Mapping> = order
         .iter()
-        .enumerate()
+        .filter_map(|&i| p.mappings.get(i).map(|m| (i, m)))
         .map(|(i, m)| Mapping {
-            id: i as u64 + 1,
+            id: new_id[i],
             memory_start: 0,
             memory_limit: if m.kernel { u64::MAX } else { 1 << 48 },
             file_offset: 0,
@@ -262,7 +268,7 @@ pub fn build(p: &Symbolized) -> Profile {
             };
             Location {
                 id: i as u64 + 1,
-                mapping_id: loc.mapping as u64 + 1,
+                mapping_id: new_id.get(loc.mapping).copied().unwrap_or(0),
                 address: loc.address,
                 line,
                 is_folded: false,
@@ -318,6 +324,49 @@ pub fn build(p: &Symbolized) -> Profile {
     }
 }
 
+/// Mapping indices with the main executable first. Stacks begin in the
+/// executable (`main`; with frame pointers the walk often ends in libc's
+/// start code, so shared libraries, `*.so*`, do not count): the mapping of
+/// the outermost such frame, by sample weight. Kernel and unknown mappings
+/// never lead when a user mapping exists.
+fn main_first(p: &Symbolized) -> Vec<usize> {
+    let user = |i: usize| {
+        p.mappings
+            .get(i)
+            .is_some_and(|m| !m.kernel && m.name != "[unknown]")
+    };
+    let program = |i: usize| {
+        user(i)
+            && p.mappings.get(i).is_some_and(|m| {
+                let file = m.name.rsplit('/').next().unwrap_or(&m.name);
+                !file.contains(".so")
+            })
+    };
+    let mut votes: HashMap<usize, u64> = HashMap::new();
+    for s in &p.samples {
+        // Locations are leaf first: the last one is the outermost.
+        let outer = s
+            .locations
+            .iter()
+            .rev()
+            .filter_map(|&l| p.locations.get(l))
+            .map(|l| l.mapping)
+            .find(|&m| program(m));
+        if let Some(m) = outer {
+            *votes.entry(m).or_default() += s.count.max(1);
+        }
+    }
+    let main = votes
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+        .map(|(m, _)| m)
+        .or_else(|| (0..p.mappings.len()).find(|&i| program(i)))
+        .or_else(|| (0..p.mappings.len()).find(|&i| user(i)));
+    let mut order: Vec<usize> = main.into_iter().collect();
+    order.extend((0..p.mappings.len()).filter(|&i| Some(i) != main));
+    order
+}
+
 /// Gzipped protobuf, as pprof files are.
 pub fn write(p: &Symbolized, w: &mut dyn Write) -> io::Result<()> {
     let bytes = build(p).encode_to_vec();
@@ -325,4 +374,71 @@ pub fn write(p: &Symbolized, w: &mut dyn Write) -> io::Result<()> {
     gz.write_all(&bytes)?;
     gz.finish()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolize::{Location as Loc, Mapping as Map, Sample as Smp};
+
+    fn mapping(name: &str, kernel: bool) -> Map {
+        Map {
+            name: name.into(),
+            build_id: String::new(),
+            kernel,
+        }
+    }
+
+    #[test]
+    fn the_profiled_executable_is_the_first_mapping() {
+        let loc = |mapping: usize, address: u64| Loc {
+            mapping,
+            address,
+            lines: Vec::new(),
+        };
+        let p = Symbolized {
+            mode: "cpu".into(),
+            frequency_hz: 99,
+            start_unix_ns: 0,
+            duration_ns: 0,
+            mappings: vec![
+                mapping("[kernel.kallsyms]", true),
+                mapping("/usr/lib/libc.so.6", false),
+                mapping("/opt/app", false),
+            ],
+            // A kernel leaf, libc, the executable's main, libc's start code.
+            locations: vec![
+                loc(0, 0xffff_ffff_8100_0000),
+                loc(1, 0x1000),
+                loc(2, 0x2000),
+                loc(1, 0x3000),
+            ],
+            samples: vec![Smp {
+                pid: 1,
+                comm: "app".into(),
+                count: 5,
+                value: 5,
+                locations: vec![0, 1, 2, 3],
+                kernel_frames: 1,
+            }],
+            notes: Vec::new(),
+        };
+        let pb = build(&p);
+        let name = |i: usize| pb.string_table[pb.mapping[i].filename as usize].as_str();
+        assert_eq!(
+            (0..3).map(name).collect::<Vec<_>>(),
+            ["/opt/app", "[kernel.kallsyms]", "/usr/lib/libc.so.6"]
+        );
+        let ids: Vec<u64> = pb.mapping.iter().map(|m| m.id).collect();
+        assert_eq!(ids, [1, 2, 3]);
+        // Each location still points at its own file.
+        let of = |loc: usize| {
+            let id = pb.location[loc].mapping_id;
+            let m = pb.mapping.iter().find(|m| m.id == id).unwrap();
+            pb.string_table[m.filename as usize].clone()
+        };
+        assert_eq!(of(0), "[kernel.kallsyms]");
+        assert_eq!(of(1), "/usr/lib/libc.so.6");
+        assert_eq!(of(2), "/opt/app");
+    }
 }

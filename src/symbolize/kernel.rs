@@ -94,3 +94,91 @@ pub fn symbolize_live(addrs: &[u64]) -> Vec<Option<(String, u64)>> {
         Err(_) => vec![None; addrs.len()],
     }
 }
+
+/// Why kernel addresses cannot be symbolized by this process, if they
+/// cannot: /proc/kallsyms shows every address as zero to users that
+/// kernel.kptr_restrict hides them from.
+pub fn addresses_hidden() -> Option<String> {
+    use std::io::{BufRead, BufReader};
+    let f = std::fs::File::open("/proc/kallsyms").ok();
+    let first = f.and_then(|f| BufReader::new(f).lines().next()?.ok());
+    let sysctl = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    hidden_reason(
+        first.as_deref(),
+        sysctl("kptr_restrict"),
+        sysctl("perf_event_paranoid"),
+        root,
+    )
+}
+
+/// The one-line reason for `addresses_hidden`, from the first kallsyms line.
+/// With kptr_restrict 0 the kernel still hides them from users without
+/// CAP_SYSLOG unless perf_event_paranoid is at most 1.
+fn hidden_reason(
+    first: Option<&str>,
+    kptr_restrict: Option<i32>,
+    paranoid: Option<i32>,
+    root: bool,
+) -> Option<String> {
+    let who = if root {
+        "root"
+    } else {
+        "a user without CAP_SYSLOG"
+    };
+    let fix = if root {
+        "lower kernel.kptr_restrict"
+    } else {
+        "run as root"
+    };
+    let Some(line) = first else {
+        return Some(format!(
+            "kernel addresses cannot be symbolized: /proc/kallsyms is not readable; {fix}"
+        ));
+    };
+    let addr = line.split_whitespace().next().unwrap_or("");
+    if !addr.is_empty() && addr.bytes().all(|b| b == b'0') {
+        let why = match (kptr_restrict, paranoid) {
+            (Some(0), Some(p)) => format!(
+                "kernel.kptr_restrict=0 with kernel.perf_event_paranoid={p} hides them from {who}"
+            ),
+            (Some(n), _) => format!("kernel.kptr_restrict={n} hides them from {who}"),
+            (None, _) => format!("they are hidden from {who}"),
+        };
+        return Some(format!(
+            "kernel addresses are hidden (/proc/kallsyms shows zeros: {why}); {fix}"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hidden_reason;
+
+    #[test]
+    fn hidden_addresses_are_explained() {
+        assert_eq!(
+            hidden_reason(Some("0000000000000000 A fixed_percpu_data"), Some(1), Some(2), false).as_deref(),
+            Some("kernel addresses are hidden (/proc/kallsyms shows zeros: kernel.kptr_restrict=1 hides them from a user without CAP_SYSLOG); run as root")
+        );
+        assert_eq!(
+            hidden_reason(Some("0000000000000000 A fixed_percpu_data"), Some(2), Some(2), true).as_deref(),
+            Some("kernel addresses are hidden (/proc/kallsyms shows zeros: kernel.kptr_restrict=2 hides them from root); lower kernel.kptr_restrict")
+        );
+        assert_eq!(
+            hidden_reason(Some("ffffffff81000000 T _stext"), Some(1), Some(2), true),
+            None
+        );
+        assert_eq!(
+            hidden_reason(Some("0000000000000000 T _stext"), Some(0), Some(2), false).as_deref(),
+            Some("kernel addresses are hidden (/proc/kallsyms shows zeros: kernel.kptr_restrict=0 with kernel.perf_event_paranoid=2 hides them from a user without CAP_SYSLOG); run as root")
+        );
+        assert!(hidden_reason(None, None, None, false).is_some());
+    }
+}

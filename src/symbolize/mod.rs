@@ -519,15 +519,11 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
     }
     if let Some(l) = rec.meta.lost {
         let unit = if p.mode == "offcpu" { "ns" } else { "samples" };
+        let kernel_why = stack_loss("kernel", l.kernel_stack_map_full);
+        let user_why = stack_loss("user", l.user_stack_map_full);
         let items = [
-            (
-                l.kernel_stacks,
-                "kernel stacks could not be stored (raise --max-stacks)",
-            ),
-            (
-                l.user_stacks,
-                "user stacks could not be stored (raise --max-stacks)",
-            ),
+            (l.kernel_stacks, kernel_why.as_str()),
+            (l.user_stacks, user_why.as_str()),
             (
                 l.keys,
                 "samples found the stack count map full (raise --max-stacks)",
@@ -559,4 +555,18 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
         }
     }
     (p, reports)
+}
+
+/// Why stacks of one kind (kernel or user) could not be stored. The
+/// kernel's stack map refuses a stack when it is full, or when another
+/// stack already holds the slot its hash selects; only the first is cured
+/// by a larger map.
+pub fn stack_loss(which: &str, map_full: bool) -> String {
+    if map_full {
+        format!("{which} stacks could not be stored: the stack map was full (raise --max-stacks)")
+    } else {
+        format!(
+            "{which} stacks could not be stored: the stack map was not full, but another stack held their hash slot (a hash collision)"
+        )
+    }
 }
