@@ -865,19 +865,25 @@ impl Drop for ExecView {
     }
 }
 
-/// Drops links in parallel: each perf-event tracepoint detach waits for an
-/// RCU grace period (tens of ms), and grace periods overlap across threads.
+/// Drops links in parallel: each tracepoint detach waits for an RCU grace
+/// period, a classic (perf event) tracepoint link about 100 ms, and the
+/// waits overlap across threads. The links are dealt out round-robin:
+/// the slow ones sit next to each other in the list, and 64 threads take
+/// thousands of links down in a few hundred ms, where 8 contiguous chunks
+/// took seconds.
 pub fn detach_all<L: Send>(links: Vec<L>) {
     if links.len() < 4 {
         drop(links);
         return;
     }
-    let per = links.len().div_ceil(8);
-    let mut links = links;
+    let threads = links.len().min(64);
+    let mut hands: Vec<Vec<L>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, l) in links.into_iter().enumerate() {
+        hands[i % threads].push(l);
+    }
     std::thread::scope(|s| {
-        while !links.is_empty() {
-            let chunk: Vec<L> = links.drain(..per.min(links.len())).collect();
-            s.spawn(move || drop(chunk));
+        for hand in hands {
+            s.spawn(move || drop(hand));
         }
     });
 }

@@ -186,7 +186,13 @@ unsafe fn gated_child(
     // Released: the command runs as long as bpfscope traces it; when
     // bpfscope ends, however it ends, the command is asked to end too
     // (SIGTERM, which it may handle), so nothing outlives the run.
-    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0);
+    libc::prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGTERM as libc::c_ulong,
+        0,
+        0,
+        0,
+    );
     libc::execv(prog.as_ptr(), argv.as_ptr());
     libc::_exit(127);
 }

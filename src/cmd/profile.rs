@@ -76,7 +76,6 @@ fn reserve(output: Option<&(PathBuf, Format)>) -> Result<Option<(PendingFile, Fo
         .transpose()
 }
 
-
 fn report_lost(rec: &Recording) {
     if let Some(l) = rec.meta.lost {
         for line in lost_lines(&l) {

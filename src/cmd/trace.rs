@@ -73,7 +73,9 @@ pub fn run(s: TraceSettings) -> Result<()> {
     };
     match stopper.poll() {
         Some(StopReason::TargetExited) => {
-            eprintln!("bpfscope: the process exited before the probes were attached; nothing gathered");
+            eprintln!(
+                "bpfscope: the process exited before the probes were attached; nothing gathered"
+            );
             return Ok(());
         }
         Some(_) => {

@@ -128,7 +128,6 @@ impl PendingFile {
         &self.path
     }
 
-
     /// Writes `bytes` and gives the file its name (replacing an older file).
     pub fn commit(mut self, bytes: &[u8]) -> io::Result<()> {
         let Some(mut file) = self.file.take() else {
@@ -260,7 +259,10 @@ mod tests {
         std::fs::write(&real, b"old").unwrap();
         std::os::unix::fs::symlink("real.txt", &link).unwrap();
         PendingFile::reserve(&link).unwrap().commit(b"new").unwrap();
-        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
         assert_eq!(std::fs::read(&real).unwrap(), b"new");
         std::fs::remove_dir_all(&dir).unwrap();
     }
