@@ -29,7 +29,6 @@ const STARTS_MAX: u32 = 65536;
 const SLOW_ATTACH: usize = 200;
 
 /// Loaded programs and maps of one tracing run, and its links.
-
 pub struct Session<'obj> {
     pub skel: TraceSkel<'obj>,
     links: Vec<Link>,
