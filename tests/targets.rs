@@ -65,15 +65,26 @@ fn attach_failure_with_a_command_ends_at_once() {
     }
     let dir = scratch("attach_failure");
     let mark = dir.join("ran");
-    let script = format!(
-        "ulimit -n 30; exec {} count 'tracepoint:sched:*' -- /bin/sh -c 'touch {}'",
-        bin(),
-        mark.display()
-    );
-    let o = run_cmd_timeout(
-        Command::new("/bin/sh").args(["-c", &script]),
-        Duration::from_secs(20),
-    );
+    // The lowest limits fail while loading, the highest not at all: the
+    // first limit whose failure names an attach is the case wanted, found
+    // afresh so that a new map or program does not move it out of reach.
+    let mut found = None;
+    for limit in 16..80 {
+        let script = format!(
+            "ulimit -n {limit}; exec {} count 'tracepoint:sched:*' -- /bin/sh -c 'touch {}'",
+            bin(),
+            mark.display()
+        );
+        let o = run_cmd_timeout(
+            Command::new("/bin/sh").args(["-c", &script]),
+            Duration::from_secs(20),
+        );
+        if stderr(&o).contains("attaching") {
+            found = Some(o);
+            break;
+        }
+    }
+    let o = found.expect("no open-file limit made the attach fail");
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "stderr: {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
@@ -189,6 +200,14 @@ fn bad_output_paths_fail_before_the_run() {
         .status()
         .map(|s| s.success())
         .unwrap_or(false);
+    /// Unmounts however the test ends.
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = mounted.then(|| Unmount(ro.clone()));
     let dir_s = dir.to_str().unwrap().to_string();
     let missing = format!("{dir_s}/nope/out.svg");
     let readonly = format!("{}/out.svg", ro.display());
@@ -233,9 +252,6 @@ fn bad_output_paths_fail_before_the_run() {
             "{a:?} attached before failing: {err}"
         );
         assert_eq!(err.trim_end().lines().count(), 1, "{a:?}: {err}");
-    }
-    if mounted {
-        let _ = Command::new("umount").arg(&ro).status();
     }
 }
 
@@ -309,9 +325,10 @@ fn profile_of_a_pid_ends_with_it() {
         return;
     }
     let w = workload("split");
-    // Not gated (split has no gate): 5 s outlasts even an emulated start.
-    let mut wl = Command::new(&w).args(["wl_prof_pid", "5"]).spawn().unwrap();
-    let pid = wl.id().to_string();
+    let mut c = Command::new(&w);
+    c.args(["wl_prof_pid", "1"]);
+    let mut wl = Gated::spawn(c);
+    let pid = wl.pid();
     let dir = scratch("profile_pid");
     let out = dir.join("p.folded");
     let mut cmd = Command::new(bin());
@@ -328,7 +345,7 @@ fn profile_of_a_pid_ends_with_it() {
     .arg(&out);
     let mut r = start_cmd(cmd, "Attached");
     let t = Instant::now();
-    assert!(wl.wait().unwrap().success());
+    wl.go_and_wait();
     let (_, err) = r.finish();
     assert!(
         t.elapsed() < Duration::from_secs(60),

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 static volatile unsigned long sink;
 
@@ -74,6 +75,12 @@ int main(int argc, char **argv)
 	if (argc < 3)
 		return 2;
 	prctl(PR_SET_NAME, argv[1], 0, 0, 0);
+	/* GATE=1: wait until stdin closes, so a tracer can attach by pid first. */
+	if (getenv("GATE")) {
+		char c;
+		if (read(0, &c, 1) < 0)
+			return 1;
+	}
 	double secs = atof(argv[2]);
 	if (argc > 3 && !strcmp(argv[3], "sleep")) {
 		wait_here(secs);
