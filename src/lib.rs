@@ -21,3 +21,6 @@ pub mod profile;
 pub mod render;
 pub mod symbolize;
 pub mod sys;
+
+#[cfg(test)]
+mod proptests;

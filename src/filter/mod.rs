@@ -4,7 +4,7 @@
 //! are pushed down to the comparisons (De Morgan), so a program is the
 //! comparisons joined by `&&`/`||`: n terms take 2n - 1 steps.
 
-mod parse;
+pub mod parse;
 
 pub use parse::{parse, CmpOp, Expr, Literal, ParseError};
 
