@@ -474,8 +474,14 @@ static __always_inline int bs_glob_match(struct bs_glob *g, const char *s, const
 {
 	struct bs_glob_ctx ctx = { .g = g };
 
-	__builtin_memcpy(g->s, s, BS_STR_MAX);
-	__builtin_memcpy(g->p, p, BS_STR_MAX);
+	/*
+	 * Copied by a helper: an inline copy of two strings between map values
+	 * is staged through the stack (472 bytes of bs_filter_term's frame),
+	 * which kernels without private BPF stacks (6.12 and older) refuse in
+	 * a chain of calls (512 bytes in all).
+	 */
+	bpf_probe_read_kernel(g->s, BS_STR_MAX, s);
+	bpf_probe_read_kernel(g->p, BS_STR_MAX, p);
 	g->i = g->j = g->star = g->mark = 0;
 	g->has_star = 0;
 	g->result = -1;
