@@ -29,6 +29,7 @@ fn main() {
         eprintln!("bpfscope: error: installing signal handlers: {e}");
         std::process::exit(1);
     }
+    bpfscope::sys::raise_fd_limit();
     let result = Settings::from_cli(cli)
         .map_err(anyhow::Error::from)
         .and_then(bpfscope::cmd::run);

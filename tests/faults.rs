@@ -28,7 +28,10 @@ const NANOSLEEP_OUT: &str = "tracepoint:syscalls:sys_exit_nanosleep";
 
 /// How long leftovers get to disappear after bpfscope ended (the kernel
 /// frees programs and reaps orphans asynchronously).
-const CLEANUP: Duration = Duration::from_secs(3);
+/// How long leftovers get to disappear after bpfscope ends: the kernel frees
+/// a killed process's links and programs after RCU grace periods, which
+/// take seconds in an emulated (TCG) guest.
+const CLEANUP: Duration = Duration::from_secs(10);
 
 /// A fresh scratch directory for one case.
 fn scratch(name: &str) -> PathBuf {

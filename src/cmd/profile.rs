@@ -19,15 +19,9 @@ use crate::symbolize::{self, kernel, Line, Profile, Resolver};
 pub fn profile(s: ProfileSettings) -> Result<()> {
     // A bad output path fails now, not after the whole run.
     let output = reserve(s.output.as_ref())?;
-    let sampled = match crate::profile::sample(&s.sample) {
-        Err(e) if crate::error::is_interrupted(&e) => {
-            eprintln!("bpfscope: interrupted before sampling; nothing gathered");
-            return Ok(());
-        }
-        r => r?,
+    let Some(sampled) = sample(&s.sample)? else {
+        return Ok(());
     };
-    // Symbolizing has nothing partial worth printing: a signal now ends the process.
-    crate::sys::signals::die_on_next();
     // `sampled` (and the descriptors it holds) lives until symbolizing is done.
     let rec = crate::profile::to_recording(&s.sample, &sampled, true);
     emit(&rec, output, &s.symbols, s.sample.verbose)
@@ -35,14 +29,9 @@ pub fn profile(s: ProfileSettings) -> Result<()> {
 
 pub fn record(s: RecordSettings) -> Result<()> {
     let output = PendingFile::reserve(&s.output)?;
-    let sampled = match crate::profile::sample(&s.sample) {
-        Err(e) if crate::error::is_interrupted(&e) => {
-            eprintln!("bpfscope: interrupted before sampling; nothing gathered");
-            return Ok(());
-        }
-        r => r?,
+    let Some(sampled) = sample(&s.sample)? else {
+        return Ok(());
     };
-    crate::sys::signals::die_on_next();
     let rec = crate::profile::to_recording(&s.sample, &sampled, false);
     output
         .commit(&format::encode(&rec))
@@ -67,6 +56,23 @@ pub fn report(s: ReportSettings) -> Result<()> {
     let output = reserve(s.output.as_ref())?;
     let rec = format::read(&s.input).map_err(|e| crate::usage!("{e}"))?;
     emit(&rec, output, &s.symbols, s.verbose)
+}
+
+/// Samples until the run ends; None when a signal came before sampling
+/// started (nothing gathered, said on stderr, exit status 0).
+fn sample(s: &crate::cli::profile::SampleSettings) -> Result<Option<crate::profile::Sampled>> {
+    match crate::profile::sample(s) {
+        Err(e) if crate::error::is_interrupted(&e) => {
+            eprintln!("bpfscope: interrupted before sampling; nothing gathered");
+            Ok(None)
+        }
+        r => {
+            // What follows (symbolizing, writing) has nothing partial worth
+            // printing: from now on a signal ends the process at once.
+            crate::sys::signals::die_on_next();
+            r.map(Some)
+        }
+    }
 }
 
 /// Opens the output file of `-o` before any work, so a bad path fails first.

@@ -4,8 +4,8 @@
 //!
 //! The data goes to an unnamed file (O_TMPFILE) that is linked into the
 //! directory when complete, so even a SIGKILL leaves no temporary file
-//! behind; filesystems without O_TMPFILE (9p, some network filesystems)
-//! get a named temporary file, removed on drop (a SIGKILL leaves it).
+//! behind; on filesystems without O_TMPFILE (9p, some network filesystems)
+//! a named temporary file is created, written and renamed at the end only.
 //! A symlink is followed (its target is replaced, the link stays), and a
 //! FIFO or device (`/dev/stdout`) is written directly at the end.
 
@@ -17,17 +17,26 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-/// A reserved output file: opened now, given its name by [`commit`](Self::commit).
+/// A reserved output file: checked now, given its contents and name by
+/// [`commit`](PendingFile::commit).
 #[derive(Debug)]
 pub struct PendingFile {
     /// The name the user gave (for messages).
     path: PathBuf,
     /// Where the file really goes (a symlink's target).
     real: PathBuf,
-    /// None for a FIFO or device, opened and written at commit.
-    file: Option<File>,
-    /// The named temporary file when O_TMPFILE was unavailable (removed on drop).
-    named_tmp: Option<PathBuf>,
+    how: How,
+}
+
+#[derive(Debug)]
+enum How {
+    /// An unnamed file in the target's directory, linked in at commit.
+    Unnamed(File),
+    /// No O_TMPFILE on this filesystem: a named temporary file written and
+    /// renamed at commit (created only then, so a killed run leaves none).
+    Renamed,
+    /// A FIFO or device (`-o /dev/stdout`): opened and written at commit.
+    Direct,
 }
 
 /// Why an output path cannot be used, in one line with the fix.
@@ -48,23 +57,17 @@ impl PendingFile {
         if path.is_dir() {
             return Err(fail("it is a directory; give a file name".into()));
         }
-        // A FIFO or a device (`-o /dev/stdout`) cannot be replaced by a
-        // rename: it is opened and written as it is, at the end.
-        if let Ok(meta) = std::fs::metadata(path) {
-            if !meta.is_file() {
-                return Ok(PendingFile {
-                    path: path.to_path_buf(),
-                    real: path.to_path_buf(),
-                    file: None,
-                    named_tmp: None,
-                });
-            }
+        let pending = |real: PathBuf, how: How| PendingFile {
+            path: path.to_path_buf(),
+            real,
+            how,
+        };
+        // A FIFO or a device cannot be replaced by a rename.
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+            return Ok(pending(path.to_path_buf(), How::Direct));
         }
         let real = resolve_links(path);
-        let dir = match real.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
+        let dir = parent(&real);
         if !dir.is_dir() {
             return Err(fail(format!(
                 "the directory {} does not exist; create it first",
@@ -89,36 +92,18 @@ impl PendingFile {
             .mode(0o666)
             .open(&dir)
         {
-            Ok(file) => Ok(PendingFile {
-                path: path.to_path_buf(),
-                real,
-                file: Some(file),
-                named_tmp: None,
-            }),
+            Ok(file) => Ok(pending(real, How::Unnamed(file))),
             Err(e)
                 if matches!(
                     e.raw_os_error(),
                     Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
                 ) =>
             {
-                let name = real
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "out".into());
-                let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-                // create_new: never follow or truncate something already there.
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o666)
-                    .open(&tmp)
-                    .map_err(explain)?;
-                Ok(PendingFile {
-                    path: path.to_path_buf(),
-                    real,
-                    file: Some(file),
-                    named_tmp: Some(tmp),
-                })
+                // Creating a file next to the target is what commit will do: try it now.
+                let probe = temp_name(&real, "probe");
+                create_new(&probe).map_err(explain)?;
+                let _ = std::fs::remove_file(&probe);
+                Ok(pending(real, How::Renamed))
             }
             Err(e) => Err(explain(e)),
         }
@@ -129,58 +114,81 @@ impl PendingFile {
     }
 
     /// Writes `bytes` and gives the file its name (replacing an older file).
-    pub fn commit(mut self, bytes: &[u8]) -> io::Result<()> {
-        let Some(mut file) = self.file.take() else {
-            return std::fs::OpenOptions::new()
+    pub fn commit(self, bytes: &[u8]) -> io::Result<()> {
+        let tmp = temp_name(&self.real, "tmp");
+        match self.how {
+            How::Direct => std::fs::OpenOptions::new()
                 .write(true)
                 .open(&self.real)?
-                .write_all(bytes);
-        };
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        if let Some(tmp) = self.named_tmp.take() {
-            let r = std::fs::rename(&tmp, &self.real);
-            if r.is_err() {
+                .write_all(bytes),
+            How::Renamed => {
                 let _ = std::fs::remove_file(&tmp);
+                let written = create_new(&tmp).and_then(|mut f| {
+                    f.write_all(bytes)?;
+                    f.sync_all()
+                });
+                let r = written.and_then(|()| std::fs::rename(&tmp, &self.real));
+                if r.is_err() {
+                    let _ = std::fs::remove_file(&tmp);
+                }
+                r
             }
-            return r;
+            How::Unnamed(mut file) => {
+                file.write_all(bytes)?;
+                file.sync_all()?;
+                // linkat cannot replace a file: link under a temporary name, then rename over.
+                let _ = std::fs::remove_file(&tmp);
+                let src = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+                    .map_err(io::Error::other)?;
+                let dst = CString::new(tmp.as_os_str().as_bytes()).map_err(io::Error::other)?;
+                // SAFETY: both paths are valid NUL-terminated strings; linkat
+                // only reads them. AT_SYMLINK_FOLLOW resolves the /proc magic
+                // link to the unnamed file.
+                let rc = unsafe {
+                    libc::linkat(
+                        libc::AT_FDCWD,
+                        src.as_ptr(),
+                        libc::AT_FDCWD,
+                        dst.as_ptr(),
+                        libc::AT_SYMLINK_FOLLOW,
+                    )
+                };
+                if rc != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let r = std::fs::rename(&tmp, &self.real);
+                if r.is_err() {
+                    let _ = std::fs::remove_file(&tmp);
+                }
+                r
+            }
         }
-        // linkat cannot replace a file: link under a temporary name, then rename over.
-        let dir = match self.real.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = self
-            .real
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "out".into());
-        let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        let src = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
-            .map_err(io::Error::other)?;
-        let dst = CString::new(tmp.as_os_str().as_bytes()).map_err(io::Error::other)?;
-        // SAFETY: both paths are valid NUL-terminated strings; linkat only
-        // reads them. AT_SYMLINK_FOLLOW resolves the /proc magic link to the
-        // unnamed file.
-        let rc = unsafe {
-            libc::linkat(
-                libc::AT_FDCWD,
-                src.as_ptr(),
-                libc::AT_FDCWD,
-                dst.as_ptr(),
-                libc::AT_SYMLINK_FOLLOW,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let r = std::fs::rename(&tmp, &self.real);
-        if r.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        r
     }
+}
+
+fn parent(p: &Path) -> PathBuf {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// `.NAME.WHAT.PID` next to `path`.
+fn temp_name(path: &Path, what: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    parent(path).join(format!(".{name}.{what}.{}", std::process::id()))
+}
+
+/// A new file that must not exist yet: never follows or truncates anything.
+fn create_new(p: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o666)
+        .open(p)
 }
 
 /// Follows symlinks (up to a bound) to the path a write really replaces,
@@ -199,14 +207,6 @@ fn resolve_links(path: &Path) -> PathBuf {
         }
     }
     p
-}
-
-impl Drop for PendingFile {
-    fn drop(&mut self) {
-        if let Some(tmp) = self.named_tmp.take() {
-            let _ = std::fs::remove_file(tmp);
-        }
-    }
 }
 
 #[cfg(test)]
