@@ -267,7 +267,16 @@ fn fault_run(args: &[String], ready: &str, moment: Moment, sig: i32) -> Outcome 
     }
     let t_sig = Instant::now();
     let mut status = exited;
-    while t_sig.elapsed() < Duration::from_secs(10) {
+    // After SIGKILL the kernel itself closes every descriptor before the
+    // process is reaped: a thousand perf-event tracepoint links take tens
+    // of seconds of RCU grace periods in an emulated guest. bpfscope's own
+    // exit (other signals) must be quick, and is checked below.
+    let bound = if sig == libc::SIGKILL {
+        Duration::from_secs(120)
+    } else {
+        Duration::from_secs(10)
+    };
+    while t_sig.elapsed() < bound {
         if let Some(s) = child.try_wait().unwrap() {
             status = Some(s);
             break;
