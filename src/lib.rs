@@ -9,7 +9,6 @@
 //! recordings) and `symbolize` (build ids and addresses to names, offline).
 
 pub mod attach;
-pub mod bpf;
 pub mod bpfmeta;
 pub mod cli;
 pub mod cmd;

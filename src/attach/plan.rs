@@ -5,15 +5,15 @@
 use std::path::PathBuf;
 
 use crate::attach::features::Features;
-use crate::bpf::abi::{
-    bs_agg, bs_cfg_flags, bs_limits, bs_probe_cfg, bs_src, bs_src_kind, bs_val_type,
-};
 use crate::cli::{Action, Buckets, TraceSettings};
 use crate::error::Error;
 use crate::filter::{self, Expr, Operand, StrTable};
 use crate::probe::btf::{self, Shape};
 use crate::probe::{FieldKind, KfuncKind, Probe, ProbeKind, SyscallTp};
 use crate::usage;
+use bpfscope_bpf::abi::{
+    bs_agg, bs_cfg_flags, bs_limits, bs_probe_cfg, bs_src, bs_src_kind, bs_val_type,
+};
 
 const STR_MAX: usize = bs_limits::BS_STR_MAX.0 as usize;
 const COMM_LEN: usize = bs_limits::BS_COMM_LEN.0 as usize;

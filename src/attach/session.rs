@@ -18,9 +18,9 @@ use crate::attach::kfunc::{self, ProgImage, RawLink};
 
 use crate::attach::plan::{KfuncPath, Mech, Path, Plan};
 use crate::attach::{libbpf_log, pod_bytes};
-use crate::bpf::abi::{bs_limits, bs_target_mode};
-use crate::bpf::trace::{TraceSkel, TraceSkelBuilder};
 use crate::cli::{Action, Target, TraceSettings};
+use bpfscope_bpf::abi::{bs_limits, bs_target_mode};
+use bpfscope_bpf::trace::{TraceSkel, TraceSkelBuilder};
 
 const PAGE: u32 = 4096;
 /// Latency starts waiting for their end (LRU: the oldest unmatched age out).
@@ -92,7 +92,7 @@ impl<'obj> Session<'obj> {
         ro.max_filter_ops = plan.max_filter as u32;
         ro.max_key_parts = plan.max_keys as u32;
         ro.max_emit = plan.max_emit as u32;
-        let hdr = std::mem::size_of::<crate::bpf::abi::bs_key_hdr>() as u32;
+        let hdr = std::mem::size_of::<bpfscope_bpf::abi::bs_key_hdr>() as u32;
         let start_size = hdr + plan.key_size as u32;
         ro.start_size = start_size;
 

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::attach::pod_read;
-use crate::bpf::abi::bs_agg_val;
+use bpfscope_bpf::abi::bs_agg_val;
 
 /// Merged value of one key (and bucket) over all CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Decoding per-event records from the ring buffer.
 
 use crate::attach::pod_read;
-use crate::bpf::abi::bs_event_hdr;
+use bpfscope_bpf::abi::bs_event_hdr;
 
 /// One event: the common header and the probe's field data.
 #[derive(Debug, Clone)]

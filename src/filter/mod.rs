@@ -8,10 +8,10 @@ pub mod parse;
 
 pub use parse::{parse, CmpOp, Expr, Literal, ParseError};
 
-use crate::bpf::abi::{bs_filter_op, bs_limits, bs_op, bs_src};
 use crate::error::Error;
 use crate::probe::glob;
 use crate::usage;
+use bpfscope_bpf::abi::{bs_filter_op, bs_limits, bs_op, bs_src};
 
 /// What a name in an expression refers to, as the caller resolved it.
 #[derive(Debug, Clone, Copy)]

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use libbpf_rs::btf::types::{Array, Composite, Enum, Enum64, FuncProto, Int, MemberAttr};
 use libbpf_rs::btf::{Btf, BtfKind, BtfType, HasSize, TypeId};
 
-use crate::bpf::abi::bs_limits;
+use bpfscope_bpf::abi::bs_limits;
 
 const MAX_DEREF: usize = bs_limits::BS_MAX_DEREF.0 as usize;
 /// Argument registers of the x86-64 calling convention (what kprobes read).

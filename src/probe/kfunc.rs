@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::io::ErrorKind;
 
-use crate::bpf::abi::bs_limits;
 use crate::error::Error;
 use crate::probe::btf::{self, FuncSig, KernelBtf, Shape, ARG_REGS};
 use crate::probe::{Field, FieldKind};
+use bpfscope_bpf::abi::bs_limits;
 
 const KPROBE_BLACKLIST: &str = "/sys/kernel/debug/kprobes/blacklist";
 

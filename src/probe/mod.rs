@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use crate::bpf::abi::bs_limits;
+use bpfscope_bpf::abi::bs_limits;
 
 use crate::error::Error;
 use crate::usage;

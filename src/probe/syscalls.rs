@@ -1,7 +1,7 @@
 //! Syscall numbers (from the build-time table) and the shape of syscall records.
 
-use crate::bpf::abi::bs_limits;
-use crate::bpf::syscalls::SYSCALLS;
+use bpfscope_bpf::abi::bs_limits;
+use bpfscope_bpf::syscalls::SYSCALLS;
 
 /// Syscall trace events whose names differ from the __NR_ names.
 const ALIASES: &[(&str, &str)] = &[

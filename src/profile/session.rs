@@ -11,11 +11,11 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PerfEventOpts};
 
 use crate::attach::{libbpf_log, pod_read};
-use crate::bpf::profile::types::{bp_key, bp_lost, bp_stacks, bp_target_mode, bp_val};
-use crate::bpf::profile::{ProfileSkel, ProfileSkelBuilder};
 use crate::cli::profile::{Mode, SampleSettings};
 use crate::cli::Target;
 use crate::error::Error;
+use bpfscope_bpf::profile::types::{bp_key, bp_lost, bp_stacks, bp_target_mode, bp_val};
+use bpfscope_bpf::profile::{ProfileSkel, ProfileSkelBuilder};
 
 /// A user frame as the kernel stored it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,5 +1,6 @@
-//! The BPF objects, compiled by build.rs into skeletons, and the generated
-//! ABI types shared with them.
+//! bpfscope's BPF objects (C under `src/bpf/`), compiled by build.rs into
+//! skeletons, and the ABI types generated from their headers. A crate of
+//! its own so the C build is cached apart from the Rust around it.
 
 #[allow(
     clippy::all,
