@@ -18,6 +18,12 @@ pub enum Error {
     Interrupted,
 }
 
+impl From<bpfscope_sys::MissingPrivileges> for Error {
+    fn from(e: bpfscope_sys::MissingPrivileges) -> Error {
+        Error::Environment(e.to_string())
+    }
+}
+
 /// Shorthand for returning a usage error.
 #[macro_export]
 macro_rules! usage {
@@ -36,7 +42,7 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         0
     } else if err.chain().any(|e| {
         e.downcast_ref::<Error>().is_some()
-            || e.downcast_ref::<crate::sys::outfile::OutputError>()
+            || e.downcast_ref::<bpfscope_sys::outfile::OutputError>()
                 .is_some()
     }) {
         2

@@ -19,7 +19,6 @@ pub mod probe;
 pub mod profile;
 pub mod render;
 pub mod symbolize;
-pub mod sys;
 
 #[cfg(test)]
 mod proptests;

@@ -25,11 +25,11 @@ fn main() {
     };
     // Before resolving probes (which can take a while), so that a signal
     // at any moment ends the run the way the stages expect.
-    if let Err(e) = bpfscope::sys::signals::install() {
+    if let Err(e) = bpfscope_sys::signals::install() {
         eprintln!("bpfscope: error: installing signal handlers: {e}");
         std::process::exit(1);
     }
-    bpfscope::sys::raise_fd_limit();
+    bpfscope_sys::raise_fd_limit();
     let result = Settings::from_cli(cli)
         .map_err(anyhow::Error::from)
         .and_then(bpfscope::cmd::run);

@@ -7,25 +7,6 @@ pub mod plan;
 pub mod session;
 pub mod target;
 
-/// The bytes of a plain-old-data skeleton type, for writing it into a map.
-pub fn pod_bytes<T: Copy>(v: &T) -> &[u8] {
-    // SAFETY: T is a #[repr(C)] type generated from trace.h whose fields
-    // are integers and arrays laid out without implicit padding (the header
-    // pads explicitly), so every byte is initialized; the slice borrows v.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
-}
-
-/// Reads a plain-old-data skeleton type from the front of `b`.
-pub fn pod_read<T: Copy + Default>(b: &[u8]) -> Option<T> {
-    if b.len() < std::mem::size_of::<T>() {
-        return None;
-    }
-    // SAFETY: the length was checked; T is a #[repr(C)] skeleton type made
-    // of integers and arrays, for which every bit pattern is valid; the read
-    // is unaligned-safe.
-    Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
-}
-
 /// libbpf's log: shown with -v, otherwise kept so that a failed load can
 /// say why in one line.
 pub mod libbpf_log {

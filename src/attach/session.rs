@@ -17,7 +17,8 @@ use crate::attach::features::{Features, Template};
 use crate::attach::kfunc::{self, ProgImage, RawLink};
 
 use crate::attach::plan::{KfuncPath, Mech, Path, Plan};
-use crate::attach::{libbpf_log, pod_bytes};
+use crate::attach::libbpf_log;
+use bpfscope_sys::pod;
 use crate::cli::{Action, Target, TraceSettings};
 use bpfscope_bpf::abi::{bs_limits, bs_target_mode};
 use bpfscope_bpf::trace::{TraceSkel, TraceSkelBuilder};
@@ -222,7 +223,7 @@ impl<'obj> Session<'obj> {
         for (i, p) in plan.probes.iter().enumerate() {
             let key = (i as u32).to_ne_bytes();
             maps.probes
-                .update(&key, pod_bytes(&p.cfg), MapFlags::ANY)
+                .update(&key, pod::bytes(&p.cfg), MapFlags::ANY)
                 .context("writing probe configuration")?;
             if let Path::Syscall(sc) = p.path {
                 let slot = if sc.exit {
@@ -343,7 +344,7 @@ impl<'obj> Session<'obj> {
         }
         let progs = &self.skel.progs;
         for (i, p) in plan.probes.iter().enumerate() {
-            if crate::sys::signals::interrupted() {
+            if bpfscope_sys::signals::interrupted() {
                 return Err(crate::error::Error::Interrupted.into());
             }
             // Cookie 0 means "no configuration", so indexes are shifted by one.

@@ -92,7 +92,7 @@ impl State {
                         }
                     }
                     libbpf_sys::PERF_BPF_EVENT_PROG_UNLOAD => {
-                        let now = crate::cmd::monotonic_ns();
+                        let now = bpfscope_sys::monotonic_ns();
                         // Gone before its info could be read: what the JIT symbols told.
                         if let Some(i) = self.pending.iter().position(|p| p.0 == id) {
                             let (_, tag, _) = self.pending.remove(i);

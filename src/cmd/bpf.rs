@@ -24,7 +24,7 @@ pub fn run(s: BpfSettings) -> Result<()> {
         // Reads a file only: no privileges needed, and it works on any machine.
         return annotate(recording, prog.as_deref(), *json);
     }
-    super::require_privileges()?;
+    bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
     match s {
         BpfSettings::List { json } => list(json),
         BpfSettings::Top {

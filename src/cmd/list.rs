@@ -16,7 +16,7 @@ pub fn run(s: ListSettings) -> Result<()> {
         )
         .into());
     }
-    super::require_privileges()?;
+    bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
     let probes = probe::list(s.pattern.as_deref(), s.pid)?;
     if probes.is_empty() {
         // The same wording as the tracing verbs' no-match error.

@@ -4,7 +4,7 @@
 use std::io::{self, BufWriter, Read, Write};
 use std::path::PathBuf;
 
-use crate::sys::outfile::PendingFile;
+use bpfscope_sys::outfile::PendingFile;
 
 use anyhow::{Context, Result};
 
@@ -69,7 +69,7 @@ fn sample(s: &crate::cli::profile::SampleSettings) -> Result<Option<crate::profi
         r => {
             // What follows (symbolizing, writing) has nothing partial worth
             // printing: from now on a signal ends the process at once.
-            crate::sys::signals::die_on_next();
+            bpfscope_sys::signals::die_on_next();
             r.map(Some)
         }
     }
@@ -220,7 +220,7 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
                 let why: String = resolver.notes().iter().map(|n| format!("; {n}")).collect();
                 return Err(crate::usage!(
                     "no ELF file with build id {} in the debug directories{}{why}",
-                    symbolize::elf::hex(id),
+                    bpfscope_sys::buildid::hex(id),
                     if s.symbols.debuginfod.is_empty() {
                         " (no debuginfod server given)"
                     } else {

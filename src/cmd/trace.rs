@@ -22,7 +22,7 @@ use crate::probe;
 use crate::render;
 use crate::render::heatmap::Heatmap;
 use crate::render::{Decoder, Output};
-use crate::sys::outfile::PendingFile;
+use bpfscope_sys::outfile::PendingFile;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How long in-flight program runs get to finish with the old epoch before it is read.
@@ -30,7 +30,7 @@ const EPOCH_GRACE: Duration = Duration::from_millis(10);
 
 pub fn run(s: TraceSettings) -> Result<()> {
     libbpf_log::init(s.verbose);
-    super::require_privileges()?;
+    bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
     let features = Features::detect();
     let (roles, resolve_skipped) = resolve_roles(&s)?;
     let plan = plan::build(&s, roles, &features)?;
@@ -53,7 +53,7 @@ pub fn run(s: TraceSettings) -> Result<()> {
         .map(PendingFile::reserve)
         .transpose()?;
 
-    crate::sys::signals::install().context("installing signal handlers")?;
+    bpfscope_sys::signals::install().context("installing signal handlers")?;
     let stopper = Stopper::new(s.duration)?;
     // The command is forked before any BPF object exists, so it can never
     // hold one; it waits at its gate until the probes are attached.
@@ -108,11 +108,11 @@ pub fn run(s: TraceSettings) -> Result<()> {
     let n = att.probes;
     eprintln!("Attached {n} probe{}", if n == 1 { "" } else { "s" });
     stopper.start();
-    let t0 = super::monotonic_ns();
+    let t0 = bpfscope_sys::monotonic_ns();
     if let Some(g) = gated {
         // A signal between the last check and here must not let the
         // command run untraced: dropping the gate kills it instead.
-        if crate::sys::signals::interrupted() {
+        if bpfscope_sys::signals::interrupted() {
             drop(g);
             eprintln!("bpfscope: interrupted before the command started; nothing gathered");
             return Ok(());

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::attach::pod_read;
+use bpfscope_sys::pod;
 use bpfscope_bpf::abi::bs_agg_val;
 
 /// Merged value of one key (and bucket) over all CPUs.
@@ -41,7 +41,7 @@ impl AggVal {
     }
 
     fn from_bytes(b: &[u8]) -> AggVal {
-        let v: bs_agg_val = pod_read(b).unwrap_or_default();
+        let v: bs_agg_val = pod::read(b).unwrap_or_default();
         AggVal {
             count: v.count,
             sum: v.sum,

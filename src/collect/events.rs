@@ -1,6 +1,6 @@
 //! Decoding per-event records from the ring buffer.
 
-use crate::attach::pod_read;
+use bpfscope_sys::pod;
 use bpfscope_bpf::abi::bs_event_hdr;
 
 /// One event: the common header and the probe's field data.
@@ -50,7 +50,7 @@ pub fn escape_bytes(b: &[u8]) -> String {
 }
 
 pub fn decode(raw: &[u8]) -> Option<Event<'_>> {
-    let h: bs_event_hdr = pod_read(raw)?;
+    let h: bs_event_hdr = pod::read(raw)?;
     let comm: Vec<u8> = h.comm.iter().map(|&c| c as u8).collect();
     Some(Event {
         ts_ns: h.ts_ns,

@@ -130,7 +130,7 @@ impl Stopper {
             }
         });
         // A signal that came before this Stopper existed (while resolving) counts too.
-        if crate::sys::signals::interrupted() {
+        if bpfscope_sys::signals::interrupted() {
             let _ = tx.send(StopReason::Signal);
             notify(&wake);
         }

@@ -162,11 +162,12 @@ pub fn resolve(spec: &str, pid: Option<u32>) -> Result<PathBuf, Error> {
 /// A file mapped by the process whose name matches the spec (the program
 /// itself included, through /proc/PID/exe).
 fn from_maps(spec: &str, pid: u32) -> Option<PathBuf> {
-    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let maps = bpfscope_sys::procfs::maps(pid).unwrap_or_default();
     let exe = fs::read_link(format!("/proc/{pid}/exe")).ok();
     let paths = maps
-        .lines()
-        .filter_map(|line| line.split_whitespace().nth(5).map(PathBuf::from))
+        .into_iter()
+        .filter(|m| m.is_file())
+        .map(|m| PathBuf::from(m.path))
         .chain(exe);
     let mut best: Option<((u8, usize), PathBuf)> = None;
     for path in paths {

@@ -231,24 +231,11 @@ fn parse_usdt_arg(spec: &str) -> Option<UsdtArg> {
 /// way it is resolved for every process on this machine, without loading
 /// anything new.
 pub fn resolve_ifunc(binary: &Path, name: &str) -> Option<u64> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let ours: Vec<(u64, u64, u64)> = maps
-        .lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            let range = it.next()?;
-            let _perms = it.next()?;
-            let off = u64::from_str_radix(it.next()?, 16).ok()?;
-            let (_dev, _ino) = (it.next()?, it.next()?);
-            let file = it.next()?;
-            let same = Path::new(file).canonicalize().ok()? == binary;
-            let (a, b) = range.split_once('-')?;
-            let (a, b) = (
-                u64::from_str_radix(a, 16).ok()?,
-                u64::from_str_radix(b, 16).ok()?,
-            );
-            same.then_some((a, b, off))
-        })
+    let ours: Vec<(u64, u64, u64)> = bpfscope_sys::procfs::maps("self")
+        .ok()?
+        .into_iter()
+        .filter(|m| m.is_file() && Path::new(&m.path).canonicalize().ok().as_deref() == Some(binary))
+        .map(|m| (m.start, m.end, m.offset))
         .collect();
     if ours.is_empty() {
         return None;

@@ -4,9 +4,11 @@
 //! give as raw addresses (its build-id lookup fell back to the IP).
 
 use std::collections::{BTreeSet, HashMap};
-use std::fs::{self, File};
+use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::Path;
+
+use bpfscope_sys::procfs::{self, MapsEntry};
 
 use crate::profile::format::Segment;
 use crate::symbolize::elf;
@@ -54,16 +56,13 @@ impl Snapshots {
     /// /proc/PID/map_files, which works for deleted files and other mount
     /// namespaces too). False when the process is gone.
     pub fn snapshot(&mut self, pid: u32) -> bool {
-        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Ok(entries) = procfs::maps(pid) else {
             return false;
         };
-        let mut maps = Vec::new();
-        for line in text.lines() {
-            let Some(m) = self.parse_line(pid, line) else {
-                continue;
-            };
-            maps.push(m);
-        }
+        let maps: Vec<Mapping> = entries
+            .iter()
+            .filter_map(|m| self.mapping(pid, m))
+            .collect();
         // Later snapshots (after dlopen or exec) add to what was known.
         let entry = self.procs.entry(pid).or_default();
         for m in maps {
@@ -77,30 +76,19 @@ impl Snapshots {
         true
     }
 
-    fn parse_line(&mut self, pid: u32, line: &str) -> Option<Mapping> {
-        let mut it = line.split_whitespace();
-        let range = it.next()?;
+    fn mapping(&mut self, pid: u32, m: &MapsEntry) -> Option<Mapping> {
         // Most mappings are not executable: skip them before any allocation.
-        if !it.next()?.contains('x') {
+        if !m.executable() || !m.is_file() {
             return None;
         }
-        let offset = u64::from_str_radix(it.next()?, 16).ok()?;
-        let dev = it.next()?;
-        let inode: u64 = it.next()?.parse().ok()?;
-        let path = it.collect::<Vec<_>>().join(" ");
-        if inode == 0 || !path.starts_with('/') {
-            return None;
-        }
-        let (s, e) = range.split_once('-')?;
-        let start = u64::from_str_radix(s, 16).ok()?;
-        let end = u64::from_str_radix(e, 16).ok()?;
-        let key = (dev.to_string(), inode);
+        let (start, end, offset, path) = (m.start, m.end, m.offset, &m.path);
+        let key = (m.dev.clone(), m.inode);
         let file = match self.by_inode.get(&key) {
             Some(&i) => i,
             None => {
-                let via = format!("/proc/{pid}/map_files/{range}");
+                let via = format!("/proc/{pid}/map_files/{}", m.range_name());
                 let info = elf::inspect(Path::new(&via))
-                    .or_else(|_| elf::inspect(Path::new(&path)))
+                    .or_else(|_| elf::inspect(Path::new(path)))
                     .ok();
                 let (build_id, segments) =
                     info.map(|i| (i.build_id, i.segments)).unwrap_or_default();
@@ -110,7 +98,7 @@ impl Snapshots {
                     None
                 };
                 self.open_files += usize::from(open.is_some());
-                let path = path.trim_end_matches(" (deleted)").to_string();
+                let path = path.clone();
                 self.files.push(MappedFile {
                     path,
                     build_id,

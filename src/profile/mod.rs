@@ -25,7 +25,8 @@ use crate::collect::Stopper;
 use crate::symbolize::kernel;
 use format::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack};
 use maps::Snapshots;
-use session::{KernelLost, ProfileSession, RawStack, UserFrame};
+use bpfscope_bpf::stack::UserFrame;
+use session::{KernelLost, ProfileSession, RawStack};
 
 /// When announced processes' mappings are read again (once: reads cost
 /// CPU, and libraries opened later in long-lived processes are caught by
@@ -52,8 +53,8 @@ pub struct Sampled {
 /// Runs one sampling session until the duration, Ctrl-C or the command's exit.
 pub fn sample(s: &SampleSettings) -> Result<Sampled> {
     libbpf_log::init(s.verbose);
-    crate::cmd::require_privileges()?;
-    crate::sys::signals::install().context("installing signal handlers")?;
+    bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
+    bpfscope_sys::signals::install().context("installing signal handlers")?;
     let stopper = Stopper::new(Some(s.duration))?;
     // The command is forked before any BPF object exists, so it can never
     // hold one; it waits at its gate until sampling runs.
@@ -75,7 +76,7 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
             None
         }
     };
-    if crate::sys::signals::interrupted() {
+    if bpfscope_sys::signals::interrupted() {
         return Err(crate::error::Error::Interrupted.into());
     }
     let n = session
@@ -101,7 +102,7 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
     }
     if let Some(g) = gated {
         // A signal since attaching must not let the command run untraced.
-        if crate::sys::signals::interrupted() {
+        if bpfscope_sys::signals::interrupted() {
             drop(g);
             return Err(crate::error::Error::Interrupted.into());
         }
@@ -203,7 +204,7 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
         sideband_lost,
         start_unix_ns,
         duration,
-        cpus: session::online_cpus().map(|c| c.len() as u32).unwrap_or(0),
+        cpus: bpfscope_sys::online_cpus().map(|c| c.len() as u32).unwrap_or(0),
     })
 }
 
@@ -309,8 +310,7 @@ pub fn to_recording(s: &SampleSettings, sampled: &Sampled, in_process: bool) -> 
         let mut unresolved = false;
         for f in &r.user {
             match *f {
-                UserFrame::BuildId(id, off) => {
-                    let id = trim_build_id(&id);
+                UserFrame::BuildId(ref id, off) => {
                     user_binary.push(intern(id));
                     user_offset.push(off);
                 }
@@ -379,17 +379,6 @@ pub fn to_recording(s: &SampleSettings, sampled: &Sampled, in_process: bool) -> 
         kernel_symbols,
         stacks,
         bpf_programs: sampled.bpf_programs.clone(),
-    }
-}
-
-/// Build ids are 20 bytes in the kernel's record; shorter ones (e.g. MD5
-/// style, 16 bytes) are zero-padded there.
-pub fn trim_build_id(id: &[u8; 20]) -> &[u8] {
-    let n = id.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-    if n <= 16 {
-        &id[..16]
-    } else {
-        &id[..]
     }
 }
 

@@ -10,21 +10,14 @@ use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PerfEventOpts};
 
-use crate::attach::{libbpf_log, pod_read};
+use crate::attach::libbpf_log;
+use bpfscope_sys::pod;
 use crate::cli::profile::{Mode, SampleSettings};
 use crate::cli::Target;
 use crate::error::Error;
 use bpfscope_bpf::profile::types::{bp_key, bp_lost, bp_stacks, bp_target_mode, bp_val};
 use bpfscope_bpf::profile::{ProfileSkel, ProfileSkelBuilder};
-
-/// A user frame as the kernel stored it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UserFrame {
-    /// ELF build id and file offset.
-    BuildId([u8; 20], u64),
-    /// The kernel could not read the build id: a raw address.
-    Ip(u64),
-}
+use bpfscope_bpf::stack::{self, UserFrame};
 
 /// One unique (process, kernel stack, user stack) and its weight.
 #[derive(Debug, Clone)]
@@ -59,45 +52,13 @@ pub struct ProfileSession<'obj> {
     pub skel: ProfileSkel<'obj>,
 }
 
-/// The CPUs that are online, from /sys.
-pub fn online_cpus() -> Result<Vec<u32>> {
-    let s = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .context("reading /sys/devices/system/cpu/online")?;
-    let mut cpus = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let (a, b): (u32, u32) = (
-            a.parse().context("parsing online CPUs")?,
-            b.parse().context("parsing online CPUs")?,
-        );
-        cpus.extend(a..=b);
-    }
-    Ok(cpus)
-}
-
-/// A cgroup v2 directory's id (its inode) and depth below the root.
+/// A cgroup v2 directory's id and depth, with `--cgroup` errors as usage errors.
 fn cgroup_id(path: &std::path::Path) -> Result<(u64, u32), Error> {
-    use std::os::unix::fs::MetadataExt;
-    let root = crate::render::cgroup::cgroup2_root()
-        .ok_or_else(|| Error::Environment("no cgroup2 file system is mounted".into()))?;
-    let full = if path.is_absolute() && path.starts_with(&root) {
-        path.to_path_buf()
-    } else {
-        root.join(path.strip_prefix("/").unwrap_or(path))
-    };
-    let md =
-        std::fs::metadata(&full).map_err(|e| crate::usage!("--cgroup {}: {e}", full.display()))?;
-    if !md.is_dir() {
-        return Err(crate::usage!(
-            "--cgroup {}: not a cgroup directory",
-            full.display()
-        ));
-    }
-    let level = full
-        .strip_prefix(&root)
-        .map(|r| r.components().count() as u32)
-        .unwrap_or(0);
-    Ok((md.ino(), level))
+    use bpfscope_sys::cgroup::{id_of, CgroupError};
+    id_of(path).map_err(|e| match e {
+        CgroupError::NotMounted => Error::Environment(e.to_string()),
+        _ => crate::usage!("--cgroup {e}"),
+    })
 }
 
 impl<'obj> ProfileSession<'obj> {
@@ -205,7 +166,7 @@ impl<'obj> ProfileSession<'obj> {
                 Ok(1)
             }
             Mode::Cpu => {
-                let cpus = online_cpus()?;
+                let cpus = bpfscope_sys::online_cpus().context("reading the online CPUs")?;
                 for &cpu in &cpus {
                     let fd = open_cpu_clock(cpu, s.frequency)?;
                     let link = self
@@ -238,7 +199,7 @@ impl<'obj> ProfileSession<'obj> {
                 .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
                 .context("reading lost-stack counters")?
                 .unwrap_or_default();
-            Ok(v.iter().filter_map(|b| pod_read::<u64>(b)).sum())
+            Ok(v.iter().filter_map(|b| pod::read::<u64>(b)).sum())
         };
         Ok(KernelLost {
             kernel_stacks: slot(bp_lost::BP_LOST_KSTACK.0)?,
@@ -258,7 +219,7 @@ impl<'obj> ProfileSession<'obj> {
         let mut ucache: std::collections::HashMap<i32, Vec<UserFrame>> = Default::default();
         let mut out = Vec::new();
         for kb in maps.counts.keys() {
-            let Some(key) = pod_read::<bp_key>(&kb) else {
+            let Some(key) = pod::read::<bp_key>(&kb) else {
                 continue;
             };
             let Some(vb) = maps
@@ -268,7 +229,7 @@ impl<'obj> ProfileSession<'obj> {
             else {
                 continue;
             };
-            let Some(val) = pod_read::<bp_val>(&vb) else {
+            let Some(val) = pod::read::<bp_val>(&vb) else {
                 continue;
             };
             let kernel = cached(&mut kcache, key.kstack, |id| read_kstack(&maps.kstacks, id))?;
@@ -310,42 +271,19 @@ fn cached<T: Clone>(
 }
 
 fn read_kstack(map: &dyn MapCore, id: i32) -> Result<Vec<u64>> {
-    let Some(b) = map
+    Ok(map
         .lookup(&(id as u32).to_ne_bytes(), MapFlags::ANY)
         .context("reading a kernel stack")?
-    else {
-        return Ok(Vec::new());
-    };
-    Ok(b.chunks_exact(8)
-        .filter_map(pod_read::<u64>)
-        .take_while(|&ip| ip != 0)
-        .collect())
+        .map(|b| stack::kernel_frames(&b))
+        .unwrap_or_default())
 }
 
 fn read_ustack(map: &dyn MapCore, id: i32) -> Result<Vec<UserFrame>> {
-    let Some(b) = map
+    Ok(map
         .lookup(&(id as u32).to_ne_bytes(), MapFlags::ANY)
         .context("reading a user stack")?
-    else {
-        return Ok(Vec::new());
-    };
-    let size = std::mem::size_of::<libbpf_sys::bpf_stack_build_id>();
-    let mut frames = Vec::new();
-    for chunk in b.chunks_exact(size) {
-        let Some(f) = pod_read::<libbpf_sys::bpf_stack_build_id>(chunk) else {
-            break;
-        };
-        // SAFETY: both union members are u64; which one is meant follows from status.
-        let word = unsafe { f.__bindgen_anon_1.offset };
-        match f.status as u32 {
-            libbpf_sys::BPF_STACK_BUILD_ID_VALID => {
-                frames.push(UserFrame::BuildId(f.build_id, word))
-            }
-            libbpf_sys::BPF_STACK_BUILD_ID_IP => frames.push(UserFrame::Ip(word)),
-            _ => break,
-        }
-    }
-    Ok(frames)
+        .map(|b| stack::user_frames(&b))
+        .unwrap_or_default())
 }
 
 /// One software cpu-clock event on `cpu`, sampling at `hz`, for all tasks.

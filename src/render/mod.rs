@@ -1,7 +1,7 @@
 //! Render stage: aggregates, events and lost counts as text or JSON lines;
 //! profiles as folded stacks, flame graphs, pprof, JSON or a top table.
 
-pub mod cgroup;
+
 pub mod flame;
 pub mod heatmap;
 pub mod hist;
@@ -106,7 +106,7 @@ impl Decoder {
             ValueKind::Probe => Cell::Str(self.probe_name(word(b) as u32).to_string()),
             ValueKind::Cgroup => {
                 let id = word(b);
-                let names = self.cgroups.get_or_init(cgroup::id_paths);
+                let names = self.cgroups.get_or_init(bpfscope_sys::cgroup::id_paths);
                 Cell::Str(
                     names
                         .get(&id)

@@ -127,7 +127,7 @@ impl Debuginfod {
 
     /// The cached or downloaded debug file for a build id.
     pub fn debuginfo(&mut self, build_id: &[u8]) -> Option<PathBuf> {
-        let hex = elf::hex(build_id);
+        let hex = bpfscope_sys::buildid::hex(build_id);
         let path = self.cache.join(&hex).join("debuginfo");
         if path.is_file() {
             return Some(path);
@@ -191,7 +191,7 @@ impl Debuginfod {
                 Some(b) if b == build_id => {}
                 other => {
                     return Err(FetchError::WrongBuildId(
-                        other.map_or_else(|| "none".to_string(), |b| elf::hex(&b)),
+                        other.map_or_else(|| "none".to_string(), |b| bpfscope_sys::buildid::hex(&b)),
                     ))
                 }
             },

@@ -105,11 +105,6 @@ pub fn file_to_virt(segments: &[Segment], off: u64) -> Option<u64> {
         .map(|s| off.wrapping_add(s.vaddr.wrapping_sub(s.file_offset)))
 }
 
-/// Build id as lowercase hex.
-pub fn hex(id: &[u8]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

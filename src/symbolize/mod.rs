@@ -152,7 +152,7 @@ impl Resolver {
     /// directory, else the mapped file if it has symbols, else one from
     /// debuginfod, else the mapped file with whatever dynamic symbols it has.
     pub fn find(&mut self, build_id: &[u8], paths: &[String]) -> Option<Found> {
-        let hex = elf::hex(build_id);
+        let hex = bpfscope_sys::buildid::hex(build_id);
         if hex.len() > 2 {
             for d in self.debug_dirs.clone() {
                 let p = d
@@ -393,7 +393,7 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
     };
     p.mappings.push(Mapping {
         name: "[kernel.kallsyms]".into(),
-        build_id: elf::hex(&rec.meta.kernel_build_id),
+        build_id: bpfscope_sys::buildid::hex(&rec.meta.kernel_build_id),
         kernel: true,
     });
     for b in &rec.binaries {
@@ -402,8 +402,8 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
                 .paths
                 .first()
                 .cloned()
-                .unwrap_or_else(|| format!("[build id {}]", elf::hex(&b.build_id))),
-            build_id: elf::hex(&b.build_id),
+                .unwrap_or_else(|| format!("[build id {}]", bpfscope_sys::buildid::hex(&b.build_id))),
+            build_id: bpfscope_sys::buildid::hex(&b.build_id),
             kernel: false,
         });
     }
@@ -436,7 +436,7 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
         };
         let symbolized = results.iter().filter(|r| r.is_some()).count();
         reports.push(BinaryReport {
-            build_id: elf::hex(&b.build_id),
+            build_id: bpfscope_sys::buildid::hex(&b.build_id),
             found: found.as_ref().map(|f| (f.path.clone(), f.origin)),
             frames: offs.len(),
             symbolized,
@@ -445,7 +445,7 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
             p.notes.push(format!(
                 "no symbols for {} (build id {}): add --debug-dir or --debuginfod",
                 b.paths.first().map_or("a binary", String::as_str),
-                elf::hex(&b.build_id)
+                bpfscope_sys::buildid::hex(&b.build_id)
             ));
         }
         for (&o, r) in offs.iter().zip(results) {

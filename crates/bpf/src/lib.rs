@@ -35,3 +35,20 @@ pub use trace::types as abi;
 pub mod syscalls {
     include!(concat!(env!("OUT_DIR"), "/syscalls.rs"));
 }
+
+pub mod stack;
+
+use bpfscope_sys::pod::Pod;
+
+// SAFETY: these are the #[repr(C)] types generated from trace.h and
+// profile.h, made of integers and arrays of integers; the headers pad every
+// struct explicitly, so no byte is uninitialized and any bit pattern is valid.
+unsafe impl Pod for trace::types::bs_probe_cfg {}
+// SAFETY: as above.
+unsafe impl Pod for trace::types::bs_event_hdr {}
+// SAFETY: as above.
+unsafe impl Pod for trace::types::bs_agg_val {}
+// SAFETY: as above.
+unsafe impl Pod for profile::types::bp_key {}
+// SAFETY: as above.
+unsafe impl Pod for profile::types::bp_val {}
