@@ -18,7 +18,7 @@ pub mod filter;
 pub mod probe;
 pub mod profile;
 pub mod render;
-pub mod symbolize;
+pub mod report;
 
 #[cfg(test)]
 mod proptests;

@@ -247,8 +247,8 @@ proptest! {
 
 // ---- recordings ----
 
-fn sample_recording() -> crate::profile::format::Recording {
-    use crate::profile::format::{Binary, Recording, Stack};
+fn sample_recording() -> bpfscope_recording::Recording {
+    use bpfscope_recording::{Binary, Recording, Stack};
     let mut r = Recording::default();
     r.meta.mode = "cpu".into();
     r.binaries.push(Binary {
@@ -272,8 +272,8 @@ fn sample_recording() -> crate::profile::format::Recording {
 
 #[test]
 fn recordings_cut_anywhere_or_flipped_anywhere_fail_cleanly() {
-    use crate::profile::format::decode;
-    let bytes = crate::profile::format::encode(&sample_recording());
+    use bpfscope_recording::decode;
+    let bytes = bpfscope_recording::encode(&sample_recording());
     let path = std::path::Path::new("sample.bscope");
     let back = decode(path, &bytes).expect("the whole recording reads back");
     assert_eq!(back.stacks.len(), 3);
@@ -303,10 +303,10 @@ proptest! {
     /// the file, not allocate what they claim.
     #[test]
     fn recordings_with_random_words_fail_cleanly(at in any::<usize>(), word in any::<u64>()) {
-        let mut bytes = crate::profile::format::encode(&sample_recording());
+        let mut bytes = bpfscope_recording::encode(&sample_recording());
         let i = at % bytes.len().saturating_sub(8).max(1);
         bytes[i..i + 8].copy_from_slice(&word.to_le_bytes());
-        if let Err(e) = crate::profile::format::decode(std::path::Path::new("x"), &bytes) {
+        if let Err(e) = bpfscope_recording::decode(std::path::Path::new("x"), &bytes) {
             one_line(&e.to_string())?;
         }
     }

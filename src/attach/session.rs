@@ -16,12 +16,12 @@ use libbpf_rs::{
 use crate::attach::features::{Features, Template};
 use crate::attach::kfunc::{self, ProgImage, RawLink};
 
-use crate::attach::plan::{KfuncPath, Mech, Path, Plan};
 use crate::attach::libbpf_log;
-use bpfscope_sys::pod;
+use crate::attach::plan::{KfuncPath, Mech, Path, Plan};
 use crate::cli::{Action, Target, TraceSettings};
 use bpfscope_bpf::abi::{bs_limits, bs_target_mode};
 use bpfscope_bpf::trace::{TraceSkel, TraceSkelBuilder};
+use bpfscope_sys::pod;
 
 const PAGE: u32 = 4096;
 /// Latency starts waiting for their end (LRU: the oldest unmatched age out).

@@ -12,7 +12,7 @@ use libbpf_rs::btf::Btf;
 use libbpf_rs::AsRawLibbpf;
 use libbpf_sys::{bpf_func_info, bpf_line_info, bpf_prog_info};
 
-use super::{BpfProg, Line, Subprog};
+use bpfscope_recording::bpfprog::{BpfProg, Line, Subprog};
 
 /// Why a program could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -19,7 +19,8 @@ use anyhow::{anyhow, Context, Result};
 use libbpf_rs::{MapHandle, MapType};
 use libbpf_sys::perf_event_header;
 
-use super::{info, BpfProg, Subprog};
+use super::info;
+use bpfscope_recording::bpfprog::{BpfProg, Subprog};
 
 /// What the side-band has seen so far.
 #[derive(Debug, Default)]

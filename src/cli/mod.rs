@@ -281,7 +281,7 @@ impl Settings {
                     .map(|p| profile::output_format(&p).map(|f| (p, f)))
                     .transpose()?,
                 sample: profile::sample_settings(a.sample)?,
-                symbols: profile::symbol_settings(a.symbols)?,
+                symbols: profile::symbol_config(a.symbols)?,
             })),
             Command::Record(a) => Settings::Record(Box::new(profile::RecordSettings {
                 sample: profile::sample_settings(a.sample)?,
@@ -293,7 +293,7 @@ impl Settings {
                     .map(|p| profile::output_format(&p).map(|f| (p, f)))
                     .transpose()?,
                 input: a.input,
-                symbols: profile::symbol_settings(a.symbols)?,
+                symbols: profile::symbol_config(a.symbols)?,
                 verbose: a.verbose,
             })),
             Command::Symbolize(a) => Settings::Symbolize(Box::new(profile::symbolize_settings(a)?)),

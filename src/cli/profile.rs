@@ -8,6 +8,7 @@ use clap::Args;
 use super::{parse_target, seconds, Target};
 use crate::error::Error;
 use crate::usage;
+use bpfscope_symbolize::SymbolConfig;
 
 #[derive(Debug, Args)]
 pub struct SampleArgs {
@@ -172,13 +173,6 @@ pub struct SampleSettings {
     pub verbose: bool,
 }
 
-/// Where symbols come from.
-#[derive(Debug, Clone, Default)]
-pub struct SymbolSettings {
-    pub debug_dirs: Vec<PathBuf>,
-    pub debuginfod: Vec<String>,
-}
-
 /// Output formats, chosen by the output file's extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -193,7 +187,7 @@ pub struct ProfileSettings {
     pub sample: SampleSettings,
     /// None: print the top functions.
     pub output: Option<(PathBuf, Format)>,
-    pub symbols: SymbolSettings,
+    pub symbols: SymbolConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -206,7 +200,7 @@ pub struct RecordSettings {
 pub struct ReportSettings {
     pub input: PathBuf,
     pub output: Option<(PathBuf, Format)>,
-    pub symbols: SymbolSettings,
+    pub symbols: SymbolConfig,
     pub verbose: bool,
 }
 
@@ -224,7 +218,7 @@ pub struct SymbolizeSettings {
     pub source: SymSource,
     /// Addresses from the command line; empty: read stdin.
     pub addrs: Vec<u64>,
-    pub symbols: SymbolSettings,
+    pub symbols: SymbolConfig,
 }
 
 const MAX_FREQUENCY: u64 = 100_000;
@@ -271,24 +265,7 @@ pub fn sample_settings(a: SampleArgs) -> Result<SampleSettings, Error> {
     })
 }
 
-impl SymbolSettings {
-    /// Without options: the system's debug directories and DEBUGINFOD_URLS.
-    pub fn from_env() -> SymbolSettings {
-        SymbolSettings {
-            debug_dirs: Vec::new(),
-            debuginfod: std::env::var("DEBUGINFOD_URLS")
-                .map(|v| {
-                    v.split_whitespace()
-                        .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
-                        .map(String::from)
-                        .collect()
-                })
-                .unwrap_or_default(),
-        }
-    }
-}
-
-pub fn symbol_settings(a: SymbolArgs) -> Result<SymbolSettings, Error> {
+pub fn symbol_config(a: SymbolArgs) -> Result<SymbolConfig, Error> {
     let mut urls = a.debuginfod;
     if !a.no_debuginfod {
         if let Ok(env) = std::env::var("DEBUGINFOD_URLS") {
@@ -310,7 +287,7 @@ pub fn symbol_settings(a: SymbolArgs) -> Result<SymbolSettings, Error> {
         }
     }
     urls.dedup();
-    Ok(SymbolSettings {
+    Ok(SymbolConfig {
         debug_dirs: a.debug_dirs,
         debuginfod: urls,
     })
@@ -368,7 +345,7 @@ pub fn symbolize_settings(a: SymbolizeArgs) -> Result<SymbolizeSettings, Error> 
     Ok(SymbolizeSettings {
         source,
         addrs,
-        symbols: symbol_settings(a.symbols)?,
+        symbols: symbol_config(a.symbols)?,
     })
 }
 

@@ -52,8 +52,8 @@ enum Spot {
 }
 
 fn annotate(path: &std::path::Path, want: Option<&str>, json: bool) -> Result<()> {
-    use crate::bpfmeta::{lookup, BpfProg};
-    let rec = crate::profile::format::read(path).map_err(|e| crate::usage!("{e}"))?;
+    use bpfscope_recording::bpfprog::{lookup, BpfProg};
+    let rec = bpfscope_recording::read(path).map_err(|e| crate::usage!("{e}"))?;
     let progs: Vec<&BpfProg> = rec
         .bpf_programs
         .iter()

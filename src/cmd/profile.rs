@@ -9,12 +9,13 @@ use bpfscope_sys::outfile::PendingFile;
 use anyhow::{Context, Result};
 
 use crate::cli::profile::{
-    parse_addr, Format, ProfileSettings, RecordSettings, ReportSettings, SymSource, SymbolSettings,
+    parse_addr, Format, ProfileSettings, RecordSettings, ReportSettings, SymSource,
     SymbolizeSettings,
 };
-use crate::profile::format::{self, LostCounts, Recording};
 use crate::render::pprof;
-use crate::symbolize::{self, kernel, Line, Profile, Resolver};
+use crate::report::{self, Profile};
+use bpfscope_recording::{self as format, LostCounts, Recording};
+use bpfscope_symbolize::{kernel, Line, Resolver};
 
 pub fn profile(s: ProfileSettings) -> Result<()> {
     // A bad output path fails now, not after the whole run.
@@ -95,11 +96,11 @@ fn report_lost(rec: &Recording) {
 fn lost_lines(l: &LostCounts) -> Vec<String> {
     let mut out = Vec::new();
     if l.kernel_stacks > 0 {
-        let why = symbolize::stack_loss("kernel", l.kernel_stack_map_full);
+        let why = report::stack_loss("kernel", l.kernel_stack_map_full);
         out.push(format!("lost {} {why}", l.kernel_stacks));
     }
     if l.user_stacks > 0 {
-        let why = symbolize::stack_loss("user", l.user_stack_map_full);
+        let why = report::stack_loss("user", l.user_stack_map_full);
         out.push(format!("lost {} {why}", l.user_stacks));
     }
     if l.keys > 0 {
@@ -115,11 +116,11 @@ fn lost_lines(l: &LostCounts) -> Vec<String> {
 fn emit(
     rec: &Recording,
     output: Option<(PendingFile, Format)>,
-    symbols: &SymbolSettings,
+    symbols: &bpfscope_symbolize::SymbolConfig,
     verbose: bool,
 ) -> Result<()> {
     let mut resolver = Resolver::new(symbols, true);
-    let (profile, reports) = symbolize::recording(rec, &mut resolver);
+    let (profile, reports) = report::recording(rec, &mut resolver);
     if verbose {
         for r in &reports {
             match &r.found {

@@ -462,6 +462,7 @@ fn name_stacks(
         &kids,
         &uids,
         &probed,
+        &bpfscope_symbolize::SymbolConfig::from_env(),
     );
     if table.unresolved > 0 {
         eprintln!(

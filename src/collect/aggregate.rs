@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use bpfscope_sys::pod;
 use bpfscope_bpf::abi::bs_agg_val;
+use bpfscope_sys::pod;
 
 /// Merged value of one key (and bucket) over all CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

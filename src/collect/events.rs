@@ -1,7 +1,7 @@
 //! Decoding per-event records from the ring buffer.
 
-use bpfscope_sys::pod;
 use bpfscope_bpf::abi::bs_event_hdr;
+use bpfscope_sys::pod;
 
 /// One event: the common header and the probe's field data.
 #[derive(Debug, Clone)]

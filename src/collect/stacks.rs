@@ -8,10 +8,10 @@ use std::path::Path;
 
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::cli::profile::SymbolSettings;
 use bpfscope_bpf::stack::{call_site, kernel_frames, user_frames, UserFrame};
+use bpfscope_symbolize::SymbolConfig;
+use bpfscope_symbolize::{elf, kernel, Resolver};
 use bpfscope_sys::{buildid, procfs};
-use crate::symbolize::{elf, kernel, Resolver};
 
 /// Frame names per stack id, leaf first.
 #[derive(Debug, Default, Clone)]
@@ -58,7 +58,6 @@ fn kernel_stacks(map: &dyn MapCore, ids: &BTreeSet<u32>) -> HashMap<u32, Vec<Str
         .collect()
 }
 
-
 /// Files that may hold the build ids: the probed binaries, and every file
 /// mapped by a live process (what a process used is usually still around).
 fn candidates(probed: &[&Path]) -> HashMap<Vec<u8>, String> {
@@ -83,6 +82,7 @@ fn user_stacks(
     map: &dyn MapCore,
     ids: &BTreeSet<u32>,
     probed: &[&Path],
+    symbols: &SymbolConfig,
     unresolved: &mut u64,
 ) -> HashMap<u32, Vec<String>> {
     let stacks: Vec<(u32, Vec<UserFrame>)> = ids
@@ -106,7 +106,7 @@ fn user_stacks(
     } else {
         candidates(probed)
     };
-    let mut resolver = Resolver::new(&SymbolSettings::from_env(), false);
+    let mut resolver = Resolver::new(symbols, false);
     let mut names: HashMap<(Vec<u8>, u64), String> = HashMap::new();
     for (bin, offs) in &per_bin {
         let paths: Vec<String> = index.get(bin).cloned().into_iter().collect();
@@ -163,11 +163,12 @@ pub fn resolve(
     kernel_ids: &BTreeSet<u32>,
     user_ids: &BTreeSet<u32>,
     probed: &[&Path],
+    symbols: &SymbolConfig,
 ) -> StackTable {
     let mut unresolved = 0;
     StackTable {
         kernel: kernel_stacks(kmap, kernel_ids),
-        user: user_stacks(umap, user_ids, probed, &mut unresolved),
+        user: user_stacks(umap, user_ids, probed, symbols, &mut unresolved),
         unresolved,
     }
 }

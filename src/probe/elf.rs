@@ -234,7 +234,9 @@ pub fn resolve_ifunc(binary: &Path, name: &str) -> Option<u64> {
     let ours: Vec<(u64, u64, u64)> = bpfscope_sys::procfs::maps("self")
         .ok()?
         .into_iter()
-        .filter(|m| m.is_file() && Path::new(&m.path).canonicalize().ok().as_deref() == Some(binary))
+        .filter(|m| {
+            m.is_file() && Path::new(&m.path).canonicalize().ok().as_deref() == Some(binary)
+        })
         .map(|m| (m.start, m.end, m.offset))
         .collect();
     if ours.is_empty() {

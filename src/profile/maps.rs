@@ -10,8 +10,8 @@ use std::path::Path;
 
 use bpfscope_sys::procfs::{self, MapsEntry};
 
-use crate::profile::format::Segment;
-use crate::symbolize::elf;
+use bpfscope_recording::Segment;
+use bpfscope_symbolize::elf;
 
 #[derive(Debug, Clone)]
 struct Mapping {

@@ -2,7 +2,6 @@
 //! perf events, off-CPU via sched_switch), snapshots of mappings for raw
 //! frames, and the recording format that carries it all to `report`.
 
-pub mod format;
 pub mod maps;
 pub mod session;
 
@@ -18,14 +17,14 @@ use libbpf_rs::RingBufferBuilder;
 use crate::attach::libbpf_log;
 use crate::attach::target::GatedChild;
 use crate::bpfmeta::sideband::SideBand;
-use crate::bpfmeta::BpfProg;
 use crate::cli::profile::{Mode, SampleSettings};
 use crate::cli::Target;
 use crate::collect::Stopper;
-use crate::symbolize::kernel;
-use format::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack};
-use maps::Snapshots;
 use bpfscope_bpf::stack::UserFrame;
+use bpfscope_recording::bpfprog::BpfProg;
+use bpfscope_recording::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack};
+use bpfscope_symbolize::kernel;
+use maps::Snapshots;
 use session::{KernelLost, ProfileSession, RawStack};
 
 /// When announced processes' mappings are read again (once: reads cost
@@ -204,7 +203,9 @@ pub fn sample(s: &SampleSettings) -> Result<Sampled> {
         sideband_lost,
         start_unix_ns,
         duration,
-        cpus: bpfscope_sys::online_cpus().map(|c| c.len() as u32).unwrap_or(0),
+        cpus: bpfscope_sys::online_cpus()
+            .map(|c| c.len() as u32)
+            .unwrap_or(0),
     })
 }
 

@@ -11,13 +11,13 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PerfEventOpts};
 
 use crate::attach::libbpf_log;
-use bpfscope_sys::pod;
 use crate::cli::profile::{Mode, SampleSettings};
 use crate::cli::Target;
 use crate::error::Error;
 use bpfscope_bpf::profile::types::{bp_key, bp_lost, bp_stacks, bp_target_mode, bp_val};
 use bpfscope_bpf::profile::{ProfileSkel, ProfileSkelBuilder};
 use bpfscope_bpf::stack::{self, UserFrame};
+use bpfscope_sys::pod;
 
 /// One unique (process, kernel stack, user stack) and its weight.
 #[derive(Debug, Clone)]

@@ -1,7 +1,6 @@
 //! Render stage: aggregates, events and lost counts as text or JSON lines;
 //! profiles as folded stacks, flame graphs, pprof, JSON or a top table.
 
-
 pub mod flame;
 pub mod heatmap;
 pub mod hist;

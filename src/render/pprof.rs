@@ -8,7 +8,7 @@ use std::io::{self, Write};
 
 use prost::Message;
 
-use crate::symbolize::Profile as Symbolized;
+use crate::report::Profile as Symbolized;
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Profile {
@@ -379,7 +379,7 @@ pub fn write(p: &Symbolized, w: &mut dyn Write) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbolize::{Location as Loc, Mapping as Map, Sample as Smp};
+    use crate::report::{Location as Loc, Mapping as Map, Sample as Smp};
 
     fn mapping(name: &str, kernel: bool) -> Map {
         Map {

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
-use crate::symbolize::{Location, Profile, Sample};
+use crate::report::{Location, Profile, Sample};
 
 impl Profile {
     pub fn off_cpu(&self) -> bool {

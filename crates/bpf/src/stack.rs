@@ -81,7 +81,11 @@ mod tests {
         );
         let mut b = frame(libbpf_sys::BPF_STACK_BUILD_ID_VALID, 7, 0x1234);
         b.extend(frame(libbpf_sys::BPF_STACK_BUILD_ID_IP, 0, 0x7fff_0000));
-        b.extend(frame(libbpf_sys::BPF_STACK_BUILD_ID_VALID, 7, 0xffff_a9b7_442d_7000));
+        b.extend(frame(
+            libbpf_sys::BPF_STACK_BUILD_ID_VALID,
+            7,
+            0xffff_a9b7_442d_7000,
+        ));
         b.extend(frame(libbpf_sys::BPF_STACK_BUILD_ID_VALID, 7, 0x99));
         let f = user_frames(&b);
         assert_eq!(
@@ -96,7 +100,10 @@ mod tests {
 
     #[test]
     fn decodes_kernel_frames() {
-        let b: Vec<u8> = [5u64, 6, 0, 7].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let b: Vec<u8> = [5u64, 6, 0, 7]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
         assert_eq!(kernel_frames(&b), vec![5, 6]);
         assert_eq!((call_site(0, 10), call_site(1, 10)), (10, 9));
     }

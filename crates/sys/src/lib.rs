@@ -94,7 +94,10 @@ mod tests {
 
     #[test]
     fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,5,7-8\n"), Some(vec![0, 1, 2, 3, 5, 7, 8]));
+        assert_eq!(
+            parse_cpu_list("0-3,5,7-8\n"),
+            Some(vec![0, 1, 2, 3, 5, 7, 8])
+        );
         assert_eq!(parse_cpu_list("0"), Some(vec![0]));
         assert_eq!(parse_cpu_list("0-x"), None);
         assert!(!online_cpus().unwrap().is_empty());

@@ -120,7 +120,10 @@ mod tests {
             "7f1c2a000000-7f1c2a028000 r-xp 00028000 fd:01 1835139   /usr/lib/a b.so (deleted)",
         )
         .unwrap();
-        assert_eq!((e.start, e.end, e.offset), (0x7f1c2a000000, 0x7f1c2a028000, 0x28000));
+        assert_eq!(
+            (e.start, e.end, e.offset),
+            (0x7f1c2a000000, 0x7f1c2a028000, 0x28000)
+        );
         assert_eq!((e.dev.as_str(), e.inode), ("fd:01", 1835139));
         assert_eq!(e.path, "/usr/lib/a b.so");
         assert!(e.deleted && e.executable() && e.is_file());

@@ -13,7 +13,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::symbolize::elf;
+use crate::elf;
 
 /// Default cap on one debug file: above the debug files of most programs,
 /// low enough that a runaway server cannot fill the disk or take minutes
@@ -190,9 +190,10 @@ impl Debuginfod {
             Ok(info) => match info.build_id {
                 Some(b) if b == build_id => {}
                 other => {
-                    return Err(FetchError::WrongBuildId(
-                        other.map_or_else(|| "none".to_string(), |b| bpfscope_sys::buildid::hex(&b)),
-                    ))
+                    return Err(FetchError::WrongBuildId(other.map_or_else(
+                        || "none".to_string(),
+                        |b| bpfscope_sys::buildid::hex(&b),
+                    )))
                 }
             },
         }

@@ -5,7 +5,7 @@ use blazesym::symbolize::source::{Kernel, Source};
 use blazesym::symbolize::{Input, Symbolizer};
 use blazesym::MaybeDefault;
 
-use crate::profile::format::KernelSymbol;
+use bpfscope_recording::KernelSymbol;
 
 /// GNU build id of the running kernel, from the ELF notes in /sys/kernel/notes.
 pub fn build_id() -> Option<Vec<u8>> {

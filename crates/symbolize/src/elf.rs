@@ -9,7 +9,7 @@ use std::path::Path;
 use object::read::ReadCache;
 use object::{Object, ObjectSegment, SegmentFlags};
 
-use crate::profile::format::Segment;
+use bpfscope_recording::Segment;
 
 #[derive(Debug, Clone, Default)]
 pub struct ElfInfo {

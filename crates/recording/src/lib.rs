@@ -7,8 +7,10 @@
 //! without breaking older readers (unknown fields are skipped), and
 //! unknown sections are skipped unless flagged as required.
 
+pub mod bpfprog;
+
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use prost::Message;
@@ -195,7 +197,7 @@ pub struct Recording {
     pub binaries: Vec<Binary>,
     pub kernel_symbols: Vec<KernelSymbol>,
     pub stacks: Vec<Stack>,
-    pub bpf_programs: Vec<crate::bpfmeta::BpfProg>,
+    pub bpf_programs: Vec<crate::bpfprog::BpfProg>,
 }
 
 /// Why a recording could not be read.
@@ -260,7 +262,7 @@ pub fn encode(r: &Recording) -> Vec<u8> {
         &st.encode_to_vec(),
     );
     if !r.bpf_programs.is_empty() {
-        let bp = crate::bpfmeta::BpfProgs {
+        let bp = crate::bpfprog::BpfProgs {
             programs: r.bpf_programs.clone(),
         };
         // Not required: a reader that does not know it still reports the rest.
@@ -268,51 +270,6 @@ pub fn encode(r: &Recording) -> Vec<u8> {
     }
     section(&mut out, SectionKind::End, FLAG_REQUIRED, &[]);
     out
-}
-
-/// Writes a file through a temporary name in the same directory and a
-/// rename, so that the final name only ever holds a complete file.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".into());
-    let mut tmp = TempFile {
-        path: dir.join(format!(".{name}.tmp.{}", std::process::id())),
-        renamed: false,
-    };
-    {
-        let f = File::create(&tmp.path)?;
-        let mut w = BufWriter::new(f);
-        w.write_all(bytes)?;
-        w.flush()?;
-        w.get_ref().sync_all()?;
-    }
-    std::fs::rename(&tmp.path, path)?;
-    tmp.renamed = true;
-    Ok(())
-}
-
-/// Removes a temporary file unless it was renamed into place.
-struct TempFile {
-    path: PathBuf,
-    renamed: bool,
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.renamed {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
-pub fn write(path: &Path, r: &Recording) -> io::Result<()> {
-    write_atomic(path, &encode(r))
 }
 
 pub fn read(path: &Path) -> Result<Recording, ReadError> {
@@ -410,7 +367,7 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<Recording, ReadError> {
                 stacks = true;
             }
             k if k == SectionKind::BpfPrograms as u32 => {
-                rec.bpf_programs = crate::bpfmeta::BpfProgs::decode(body)
+                rec.bpf_programs = crate::bpfprog::BpfProgs::decode(body)
                     .map_err(|e| bad("BPF programs", e))?
                     .programs;
             }

@@ -1,0 +1,266 @@
+//! Report stage: a recording (samples as build id + file offset, kernel
+//! addresses, BPF program info) becomes a symbolized `Profile`, the one
+//! model every output format is rendered from. The only place that knows
+//! both the recording format and the symbolizer.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bpfscope_bpf::stack::call_site;
+use bpfscope_recording::{bpfprog, Recording};
+use bpfscope_symbolize::{kernel, Line, Origin, Resolver};
+
+/// A symbolized profile: what every output format is rendered from.
+#[derive(Debug, Clone, Default)]
+pub struct Profile {
+    /// "cpu" or "offcpu".
+    pub mode: String,
+    pub frequency_hz: u64,
+    pub start_unix_ns: u64,
+    pub duration_ns: u64,
+    pub mappings: Vec<Mapping>,
+    pub locations: Vec<Location>,
+    pub samples: Vec<Sample>,
+    /// Things the reader should know (losses, binaries without symbols).
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    /// File path, or [kernel.kallsyms], or [unknown].
+    pub name: String,
+    pub build_id: String,
+    pub kernel: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Location {
+    pub mapping: usize,
+    /// File offset (user), absolute address (kernel) or raw address (unknown).
+    pub address: u64,
+    /// Outer function first; empty when no symbol was found.
+    pub lines: Vec<Line>,
+}
+
+impl Location {
+    /// A frame name for when no symbol was found.
+    pub fn fallback_name(&self, mappings: &[Mapping]) -> String {
+        match mappings.get(self.mapping) {
+            Some(m) if !m.kernel && m.name != "[unknown]" => {
+                let base = Path::new(&m.name)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| m.name.clone());
+                format!("[{base}]")
+            }
+            _ => "[unknown]".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub pid: u32,
+    pub comm: String,
+    pub count: u64,
+    pub value: u64,
+    /// Indexes into `Profile::locations`, leaf first.
+    pub locations: Vec<usize>,
+    pub kernel_frames: usize,
+}
+
+/// Per-build-id outcome, for -v.
+#[derive(Debug, Clone)]
+pub struct BinaryReport {
+    pub build_id: String,
+    pub found: Option<(PathBuf, Origin)>,
+    pub frames: usize,
+    pub symbolized: usize,
+}
+
+/// Symbolizes a recording into a profile.
+pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<BinaryReport>) {
+    let mut p = Profile {
+        mode: rec.meta.mode.clone(),
+        frequency_hz: rec.meta.frequency_hz,
+        start_unix_ns: rec.meta.start_unix_ns,
+        duration_ns: rec.meta.duration_ns,
+        ..Default::default()
+    };
+    p.mappings.push(Mapping {
+        name: "[kernel.kallsyms]".into(),
+        build_id: bpfscope_sys::buildid::hex(&rec.meta.kernel_build_id),
+        kernel: true,
+    });
+    for b in &rec.binaries {
+        p.mappings.push(Mapping {
+            name: b.paths.first().cloned().unwrap_or_else(|| {
+                format!("[build id {}]", bpfscope_sys::buildid::hex(&b.build_id))
+            }),
+            build_id: bpfscope_sys::buildid::hex(&b.build_id),
+            kernel: false,
+        });
+    }
+    let unknown = p.mappings.len();
+    p.mappings.push(Mapping {
+        name: "[unknown]".into(),
+        build_id: String::new(),
+        kernel: false,
+    });
+
+    // Unique offsets per binary, symbolized in one batch each.
+    let mut per_bin: Vec<Vec<u64>> = vec![Vec::new(); rec.binaries.len()];
+    for s in &rec.stacks {
+        for (i, (&b, &o)) in s.user_binary.iter().zip(&s.user_offset).enumerate() {
+            if b > 0 {
+                per_bin[b as usize - 1].push(call_site(i, o));
+            }
+        }
+    }
+    let mut loc_index: HashMap<(usize, u64), usize> = HashMap::new();
+    let mut reports = Vec::new();
+    for (i, offs) in per_bin.iter_mut().enumerate() {
+        offs.sort_unstable();
+        offs.dedup();
+        let b = &rec.binaries[i];
+        let found = resolver.find(&b.build_id, &b.paths);
+        let results = match &found {
+            Some(f) => resolver.offsets(&f.path, &b.segments, offs),
+            None => vec![None; offs.len()],
+        };
+        let symbolized = results.iter().filter(|r| r.is_some()).count();
+        reports.push(BinaryReport {
+            build_id: bpfscope_sys::buildid::hex(&b.build_id),
+            found: found.as_ref().map(|f| (f.path.clone(), f.origin)),
+            frames: offs.len(),
+            symbolized,
+        });
+        if found.is_none() {
+            p.notes.push(format!(
+                "no symbols for {} (build id {}): add --debug-dir or --debuginfod",
+                b.paths.first().map_or("a binary", String::as_str),
+                bpfscope_sys::buildid::hex(&b.build_id)
+            ));
+        }
+        for (&o, r) in offs.iter().zip(results) {
+            loc_index.insert((i + 1, o), p.locations.len());
+            p.locations.push(Location {
+                mapping: i + 1,
+                address: o,
+                lines: r.map(|(l, _)| l).unwrap_or_default(),
+            });
+        }
+    }
+    let ktable = kernel::KernelTable::new(&rec.kernel_symbols);
+    for s in &rec.stacks {
+        let mut locs = Vec::with_capacity(s.kernel.len() + s.user_binary.len());
+        for (i, &a) in s.kernel.iter().enumerate() {
+            let a = call_site(i, a);
+            let id = *loc_index.entry((0, a)).or_insert_with(|| {
+                // BPF JIT code first: kallsyms may no longer (or never) have the program.
+                let bpf = bpfprog::lookup(&rec.bpf_programs, a).map(|f| {
+                    vec![Line {
+                        function: f.symbol.to_string(),
+                        file: f.line.map(|l| l.file.clone()),
+                        line: f.line.map_or(0, |l| l.line),
+                    }]
+                });
+                let lines = bpf
+                    .or_else(|| {
+                        ktable.lookup(a).map(|k| {
+                            vec![Line {
+                                function: if k.module.is_empty() {
+                                    k.name.clone()
+                                } else {
+                                    format!("{} [{}]", k.name, k.module)
+                                },
+                                file: None,
+                                line: 0,
+                            }]
+                        })
+                    })
+                    .unwrap_or_default();
+                p.locations.push(Location {
+                    mapping: 0,
+                    address: a,
+                    lines,
+                });
+                p.locations.len() - 1
+            });
+            locs.push(id);
+        }
+        for (i, (&b, &o)) in s.user_binary.iter().zip(&s.user_offset).enumerate() {
+            let m = if b == 0 { unknown } else { b as usize };
+            let o = if b == 0 { o } else { call_site(i, o) };
+            let id = *loc_index.entry((m, o)).or_insert_with(|| {
+                p.locations.push(Location {
+                    mapping: m,
+                    address: o,
+                    lines: Vec::new(),
+                });
+                p.locations.len() - 1
+            });
+            locs.push(id);
+        }
+        p.samples.push(Sample {
+            pid: s.pid,
+            comm: s.comm.clone(),
+            count: s.count,
+            value: s.value,
+            locations: locs,
+            kernel_frames: s.kernel.len(),
+        });
+    }
+    if let Some(l) = rec.meta.lost {
+        let unit = if p.mode == "offcpu" { "ns" } else { "samples" };
+        let kernel_why = stack_loss("kernel", l.kernel_stack_map_full);
+        let user_why = stack_loss("user", l.user_stack_map_full);
+        let items = [
+            (l.kernel_stacks, kernel_why.as_str()),
+            (l.user_stacks, user_why.as_str()),
+            (
+                l.keys,
+                "samples found the stack count map full (raise --max-stacks)",
+            ),
+            (l.notifications, "new-process notifications were dropped"),
+            (
+                l.bpf_events,
+                "BPF program load/unload records were dropped (such programs may show unnamed)",
+            ),
+            (
+                l.offcpu_starts,
+                "off-CPU switch-outs could not be remembered",
+            ),
+            (
+                l.unresolved_frames,
+                "user frames had no build id and no known mapping (shown as [unknown])",
+            ),
+        ];
+        for (n, what) in items {
+            if n > 0 {
+                p.notes.push(format!("lost: {n} {what}"));
+            }
+        }
+        if l.unresolved_weight > 0 {
+            p.notes.push(format!(
+                "{} {unit} carry [unknown] user frames",
+                l.unresolved_weight
+            ));
+        }
+    }
+    (p, reports)
+}
+
+/// Why stacks of one kind (kernel or user) could not be stored. The
+/// kernel's stack map refuses a stack when it is full, or when another
+/// stack already holds the slot its hash selects; only the first is cured
+/// by a larger map.
+pub fn stack_loss(which: &str, map_full: bool) -> String {
+    if map_full {
+        format!("{which} stacks could not be stored: the stack map was full (raise --max-stacks)")
+    } else {
+        format!(
+            "{which} stacks could not be stored: the stack map was not full, but another stack held their hash slot (a hash collision)"
+        )
+    }
+}
