@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 
 use crate::attach::features::Features;
-use crate::cli::{Action, Buckets, TraceSettings};
 use crate::error::Error;
 use crate::filter::{self, Expr, Operand, StrTable};
 use crate::probe::btf::{self, Shape};
+use crate::probe::spec::ProbeSpec;
 use crate::probe::{FieldKind, KfuncKind, Probe, ProbeKind, SyscallTp};
 use crate::usage;
 use bpfscope_bpf::abi::{
@@ -17,6 +17,70 @@ use bpfscope_bpf::abi::{
 
 const STR_MAX: usize = bs_limits::BS_STR_MAX.0 as usize;
 const COMM_LEN: usize = bs_limits::BS_COMM_LEN.0 as usize;
+
+/// What a tracing command computes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Count,
+    Stats {
+        value: String,
+    },
+    Hist {
+        value: String,
+        buckets: Buckets,
+    },
+    Trace {
+        fields: Vec<String>,
+    },
+    /// Time from a start to its end, in ns.
+    Latency {
+        buckets: Buckets,
+        /// The END probe of a START/END pair; None: function returns.
+        end: Option<ProbeSpec>,
+        /// Fields that pair a start with its end (`--match`); empty: the
+        /// thread id.
+        matching: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Buckets {
+    Log2,
+    /// `nbuckets` buckets of `step` from `min`; the last ends at or above max.
+    Linear {
+        min: i64,
+        step: u64,
+        nbuckets: u32,
+    },
+}
+
+/// The plan stage's input: what each probe computes.
+#[derive(Debug, Clone)]
+pub struct PlanConfig {
+    pub action: Action,
+    pub probes: Vec<ProbeSpec>,
+    /// `--by` key names, in order.
+    pub keys: Vec<String>,
+    pub filter: Option<Expr>,
+}
+
+impl PlanConfig {
+    /// The END probe of a latency pair.
+    pub fn latency_end(&self) -> Option<&ProbeSpec> {
+        match &self.action {
+            Action::Latency { end, .. } => end.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// `--match` fields of a latency pair (empty: none given).
+    pub fn matching(&self) -> &[String] {
+        match &self.action {
+            Action::Latency { matching, .. } => matching,
+            _ => &[],
+        }
+    }
+}
 
 /// The kernel mechanism a probe is attached through, cheapest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -701,7 +765,7 @@ fn side_for(names: &[String], probes: &[(Probe, Role)], what: &str) -> Result<Si
 
 /// Builds the plan for probes in their roles.
 pub fn build(
-    s: &TraceSettings,
+    s: &PlanConfig,
     probes: Vec<(Probe, Role)>,
     features: &Features,
 ) -> Result<Plan, Error> {
@@ -728,13 +792,13 @@ pub fn build(
     // even where an event has a field called tid).
     let matching: Vec<String> = if !latency {
         Vec::new()
-    } else if s.matching.is_empty() {
+    } else if s.matching().is_empty() {
         vec!["tid".to_string()]
     } else {
-        s.matching.clone()
+        s.matching().to_vec()
     };
     let match_names = |probe: &Probe, role: Role| -> Vec<String> {
-        if s.matching.is_empty() {
+        if s.matching().is_empty() {
             return matching.clone();
         }
         matching
@@ -865,6 +929,7 @@ pub fn build(
             }
             | Action::Latency {
                 buckets: Buckets::Log2,
+                ..
             } => bs_agg::BS_AGG_HIST_LOG2,
             Action::Hist {
                 buckets: Buckets::Linear { .. },
@@ -872,6 +937,7 @@ pub fn build(
             }
             | Action::Latency {
                 buckets: Buckets::Linear { .. },
+                ..
             } => bs_agg::BS_AGG_HIST_LINEAR,
             Action::Trace { .. } => bs_agg::BS_AGG_EVENT,
         }
@@ -892,6 +958,7 @@ pub fn build(
                     step,
                     nbuckets,
                 },
+            ..
         } = s.action
         {
             cfg.lin_min = min;
@@ -923,7 +990,7 @@ pub fn build(
                 };
                 // A function's return runs in the task of its entry: only
                 // the traced tasks' returns need looking at.
-                if matches!(role, Role::End(_)) && s.end.is_none() {
+                if matches!(role, Role::End(_)) && s.latency_end().is_none() {
                     cfg.flags |= bs_cfg_flags::BS_CFG_SAME_TASK.0;
                 }
                 for (i, m) in match_names(&probe, role).iter().enumerate() {

@@ -18,7 +18,7 @@ use crate::attach::kfunc::{self, ProgImage, RawLink};
 
 use crate::attach::libbpf_log;
 use crate::attach::plan::{KfuncPath, Mech, Path, Plan};
-use crate::cli::{Action, Target, TraceSettings};
+use crate::attach::target::Target;
 use bpfscope_bpf::abi::{bs_limits, bs_target_mode};
 use bpfscope_bpf::trace::{TraceSkel, TraceSkelBuilder};
 use bpfscope_sys::pod;
@@ -69,12 +69,27 @@ pub struct Attached {
     pub notes: Vec<String>,
 }
 
+/// How the trace object is sized and loaded, besides what the plan says.
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    pub target: Target,
+    /// Aggregation keys the maps hold (`--max-keys`); None: the run only
+    /// emits events.
+    pub max_keys: Option<u32>,
+    /// Stacks each stack map holds (`--max-stacks`); None: no stack keys.
+    pub max_stacks: Option<u32>,
+    /// Ring buffer size for events (`--ringbuf-kib`); None: no events.
+    pub ringbuf_bytes: Option<u32>,
+    /// Report load times and verifier statistics.
+    pub verbose: bool,
+}
+
 impl<'obj> Session<'obj> {
     /// Opens, specializes, sizes and loads the trace object for this plan.
     pub fn load(
         storage: &'obj mut MaybeUninit<OpenObject>,
         plan: &Plan,
-        s: &TraceSettings,
+        s: &LoadConfig,
         features: &Features,
     ) -> Result<Session<'obj>> {
         let mut open = TraceSkelBuilder::default()
@@ -109,19 +124,20 @@ impl<'obj> Session<'obj> {
         }
         let (kst, ust) = plan.stacks();
         if kst {
-            open.maps.kstacks.set_max_entries(s.max_stacks)?;
+            open.maps
+                .kstacks
+                .set_max_entries(s.max_stacks.unwrap_or(1))?;
         }
         if ust {
-            open.maps.ustacks.set_max_entries(s.max_stacks)?;
+            open.maps
+                .ustacks
+                .set_max_entries(s.max_stacks.unwrap_or(1))?;
         }
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.use_stacks = u32::from(kst || ust);
         }
-        let tracing = matches!(s.action, Action::Trace { .. });
-        open.maps
-            .aggs
-            .set_max_entries(if tracing { 1 } else { s.max_keys })?;
-        let rb = if tracing { s.ringbuf_bytes } else { PAGE };
+        open.maps.aggs.set_max_entries(s.max_keys.unwrap_or(1))?;
+        let rb = s.ringbuf_bytes.unwrap_or(PAGE);
         open.maps.events.set_max_entries(rb)?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.wakeup_bytes = u64::from(rb / 4);

@@ -8,9 +8,21 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+
+/// Which processes are traced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    All,
+    Pid(u32),
+    /// Run this program (resolved path) with these arguments.
+    Command {
+        program: PathBuf,
+        args: Vec<String>,
+    },
+}
 
 /// A forked command that waits before exec until `release` is called.
 pub struct GatedChild {
@@ -50,8 +62,7 @@ impl RunningChild {
 impl GatedChild {
     /// The gated command of a `-- CMD` target (None for other targets),
     /// and the pid to put in the kernel's tracked set before attaching.
-    pub fn for_target(target: &crate::cli::Target) -> Result<(Option<GatedChild>, Option<u32>)> {
-        use crate::cli::Target;
+    pub fn for_target(target: &Target) -> Result<(Option<GatedChild>, Option<u32>)> {
         Ok(match target {
             Target::Command { program, args } => {
                 let g = GatedChild::spawn(program, args)?;

@@ -1,6 +1,8 @@
 //! Command-line definitions (clap). Nothing outside `cli` sees these raw
 //! strings: `Settings::from_cli` validates them once.
 
+use std::path::PathBuf;
+
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -31,13 +33,13 @@ pub enum Command {
     /// List probes and their fields
     List(ListArgs),
     /// Sample stacks (CPU, or off-CPU time) and write a flame graph, pprof, folded stacks or the top functions
-    Profile(super::profile::ProfileArgs),
+    Profile(ProfileArgs),
     /// Sample stacks into an unsymbolized recording for a later `report`
-    Record(super::profile::RecordArgs),
+    Record(RecordArgs),
     /// Symbolize a recording into a flame graph, pprof, folded stacks or the top functions
-    Report(super::profile::ReportArgs),
+    Report(ReportArgs),
     /// Print function, file and line for addresses or file offsets
-    Symbolize(super::profile::SymbolizeArgs),
+    Symbolize(SymbolizeArgs),
     /// BPF programs: list them, watch their CPU time
     Bpf {
         #[command(subcommand)]
@@ -81,7 +83,7 @@ pub struct KeyArgs {
 
     /// Write stack counts (with --by kstack or ustack) to FILE.folded or FILE.svg
     #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: Option<std::path::PathBuf>,
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -199,7 +201,7 @@ pub struct LatencyArgs {
     pub linear: Option<String>,
     /// Write a heatmap (latency bucket x time, one column per interval) to FILE.svg
     #[arg(long, value_name = "FILE.svg")]
-    pub heatmap: Option<std::path::PathBuf>,
+    pub heatmap: Option<PathBuf>,
     #[command(flatten)]
     pub keys: KeyArgs,
     #[command(flatten)]
@@ -240,7 +242,7 @@ pub enum BpfCommand {
     Annotate {
         /// A recording made by `bpfscope record`
         #[arg(long, value_name = "FILE")]
-        recording: std::path::PathBuf,
+        recording: PathBuf,
         /// Only this program: its id or name
         #[arg(value_name = "ID|NAME")]
         prog: Option<String>,
@@ -264,4 +266,143 @@ pub struct ListArgs {
     /// One JSON object per probe
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SampleArgs {
+    /// Samples per second on each CPU (software cpu-clock)
+    #[arg(
+        short = 'F',
+        long = "frequency",
+        value_name = "HZ",
+        default_value_t = 99
+    )]
+    pub frequency: u64,
+
+    /// Stop after this many seconds (Ctrl-C ends earlier)
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 10.0,
+        allow_negative_numbers = true
+    )]
+    pub duration: f64,
+
+    /// Only this process (all its threads)
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        allow_negative_numbers = true
+    )]
+    pub pid: Option<i64>,
+
+    /// Only tasks in this cgroup (v2) and its descendants: a path under the cgroup2 mount, or relative to it
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+
+    /// Where threads wait instead of where they run: stacks at each switch-out, weighted by the time until they run again
+    #[arg(long)]
+    pub off_cpu: bool,
+
+    /// User-space frames only
+    #[arg(long, conflicts_with = "kernel_only")]
+    pub user_only: bool,
+
+    /// Kernel frames only
+    #[arg(long)]
+    pub kernel_only: bool,
+
+    /// Most distinct (process, stack) pairs kept in the kernel; more are counted as lost
+    #[arg(long, value_name = "N", default_value_t = 16384)]
+    pub max_stacks: u32,
+
+    /// Say what is happening
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Profile this command and its descendants, stop when it exits
+    #[arg(last = true, value_name = "CMD")]
+    pub cmd: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SymbolArgs {
+    /// More directories with debug files in the build-id layout (DIR/.build-id/xx/rest.debug); /usr/lib/debug is always searched
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dirs: Vec<PathBuf>,
+
+    /// debuginfod server to fetch debug files from (repeatable; DEBUGINFOD_URLS is used as well)
+    #[arg(long = "debuginfod", value_name = "URL")]
+    pub debuginfod: Vec<String>,
+
+    /// Do not use debuginfod, not even through DEBUGINFOD_URLS
+    #[arg(long)]
+    pub no_debuginfod: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    pub sample: SampleArgs,
+    /// Output file; the format follows the extension: .svg, .folded, .pb.gz (pprof), .json; default: top functions on stdout
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub sample: SampleArgs,
+    /// The recording to write (unsymbolized; turn it into outputs with `bpfscope report`)
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "bpfscope.bscope"
+    )]
+    pub output: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A recording written by `bpfscope record`
+    #[arg(value_name = "RECORDING")]
+    pub input: PathBuf,
+    /// Output file; the format follows the extension: .svg, .folded, .pb.gz (pprof), .json; default: top functions on stdout
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+    /// Say where symbols came from
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SymbolizeArgs {
+    /// Addresses in hex (also read from stdin, whitespace-separated, when none are given)
+    #[arg(value_name = "ADDR")]
+    pub addrs: Vec<String>,
+    /// File offsets in this ELF file
+    #[arg(long, value_name = "FILE", group = "source")]
+    pub elf: Option<PathBuf>,
+    /// File offsets in the ELF file with this build id (looked up in debug directories and debuginfod)
+    #[arg(long, value_name = "HEX", group = "source")]
+    pub build_id: Option<String>,
+    /// Absolute addresses in this running process
+    #[arg(
+        long,
+        value_name = "PID",
+        group = "source",
+        allow_negative_numbers = true
+    )]
+    pub pid: Option<i64>,
+    /// Absolute kernel addresses (kallsyms)
+    #[arg(long, group = "source")]
+    pub kernel: bool,
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
 }

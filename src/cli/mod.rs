@@ -10,74 +10,25 @@ use std::time::Duration;
 pub use args::Cli;
 use args::{BpfCommand, Command, KeyArgs, OutputArgs, ProbeArgs, TargetArgs};
 
+pub use crate::attach::plan::{Action, Buckets, PlanConfig};
+pub use crate::attach::session::LoadConfig;
+pub use crate::attach::target::Target;
 use crate::error::Error;
 use crate::filter;
 use crate::probe::ProbeSpec;
 use crate::usage;
 
-/// What a tracing command computes.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Action {
-    Count,
-    Stats {
-        value: String,
-    },
-    Hist {
-        value: String,
-        buckets: Buckets,
-    },
-    Trace {
-        fields: Vec<String>,
-    },
-    /// Time from a start to its end, in ns.
-    Latency {
-        buckets: Buckets,
-    },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Buckets {
-    Log2,
-    /// `nbuckets` buckets of `step` from `min`; the last ends at or above max.
-    Linear {
-        min: i64,
-        step: u64,
-        nbuckets: u32,
-    },
-}
-
-/// Which processes are traced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    All,
-    Pid(u32),
-    /// Run this program (resolved path) with these arguments.
-    Command {
-        program: PathBuf,
-        args: Vec<String>,
-    },
-}
-
+/// `count`, `stats`, `hist`, `trace` and `latency`: one config per stage
+/// (what to plan, how to load) and what the run itself needs.
 #[derive(Debug, Clone)]
 pub struct TraceSettings {
-    pub action: Action,
-    pub probes: Vec<ProbeSpec>,
-    pub keys: Vec<String>,
-    pub filter: Option<filter::Expr>,
-    pub target: Target,
+    pub plan: PlanConfig,
+    pub load: LoadConfig,
     pub duration: Option<Duration>,
     pub interval: Option<Duration>,
     pub json: bool,
-    pub verbose: bool,
-    pub max_keys: u32,
-    pub max_stacks: u32,
     /// Stack counts to write: .folded or .svg.
     pub stack_output: Option<PathBuf>,
-    pub ringbuf_bytes: u32,
-    /// Latency: the END probe of a START/END pair (None: function returns).
-    pub end: Option<ProbeSpec>,
-    /// Latency: fields that pair a start with its end.
-    pub matching: Vec<String>,
     /// Latency: heatmap SVG to write.
     pub heatmap: Option<PathBuf>,
 }
@@ -142,7 +93,7 @@ impl Settings {
                 Some(a.keys),
                 a.target,
                 a.output,
-                0,
+                None,
             )?)),
             Command::Stats(a) => Settings::Trace(Box::new(trace_settings(
                 Action::Stats {
@@ -152,7 +103,7 @@ impl Settings {
                 Some(a.keys),
                 a.target,
                 a.output,
-                0,
+                None,
             )?)),
             Command::Hist(a) => {
                 let buckets = match &a.linear {
@@ -168,7 +119,7 @@ impl Settings {
                     Some(a.keys),
                     a.target,
                     a.output,
-                    0,
+                    None,
                 )?))
             }
             Command::Trace(a) => {
@@ -190,7 +141,7 @@ impl Settings {
                     None,
                     a.target,
                     a.output,
-                    bytes,
+                    Some(bytes),
                 )?))
             }
             Command::Latency(a) => {
@@ -207,13 +158,21 @@ impl Settings {
                     probes: vec![start],
                     filter: a.filter,
                 };
+                let mut matching = Vec::new();
+                for m in &a.matching {
+                    matching.push(match_entry(m)?);
+                }
                 let mut t = trace_settings(
-                    Action::Latency { buckets },
+                    Action::Latency {
+                        buckets,
+                        end: end.clone(),
+                        matching,
+                    },
                     probe,
                     Some(a.keys),
                     a.target,
                     a.output,
-                    0,
+                    None,
                 )?;
                 if end.is_none() {
                     if !a.matching.is_empty() {
@@ -221,16 +180,12 @@ impl Settings {
                             "--match pairs START and END probes; a function probe pairs entry and return by thread"
                         ));
                     }
-                    if t.probes.iter().any(|p| p.returning().is_none()) {
+                    if t.plan.probes.iter().any(|p| p.returning().is_none()) {
                         return Err(usage!(
                             "latency with one probe needs a function entry (uprobe:PATH:FUNC, kprobe:FUNC, fentry:FUNC); for events give START and END probes"
                         ));
                     }
                 }
-                for m in &a.matching {
-                    t.matching.push(match_entry(m)?);
-                }
-                t.end = end;
                 if let Some(h) = &a.heatmap {
                     if h.extension().and_then(|e| e.to_str()) != Some("svg") {
                         return Err(usage!(
@@ -280,11 +235,11 @@ impl Settings {
                     .output
                     .map(|p| profile::output_format(&p).map(|f| (p, f)))
                     .transpose()?,
-                sample: profile::sample_settings(a.sample)?,
+                sample: profile::sampling_config(a.sample)?,
                 symbols: profile::symbol_config(a.symbols)?,
             })),
             Command::Record(a) => Settings::Record(Box::new(profile::RecordSettings {
-                sample: profile::sample_settings(a.sample)?,
+                sample: profile::sampling_config(a.sample)?,
                 output: a.output,
             })),
             Command::Report(a) => Settings::Report(Box::new(profile::ReportSettings {
@@ -307,7 +262,7 @@ fn trace_settings(
     keys: Option<KeyArgs>,
     target: TargetArgs,
     output: OutputArgs,
-    ringbuf_bytes: u32,
+    ringbuf_bytes: Option<u32>,
 ) -> Result<TraceSettings, Error> {
     let probes = probe
         .probes
@@ -352,26 +307,34 @@ fn trace_settings(
                     ));
                 }
             }
-            (names, k.max_keys, k.max_stacks, k.output)
+            let stacks = names.iter().any(|n| n == "kstack" || n == "ustack");
+            (
+                names,
+                Some(k.max_keys),
+                stacks.then_some(k.max_stacks),
+                k.output,
+            )
         }
-        None => (Vec::new(), 0, 0, None),
+        None => (Vec::new(), None, None, None),
     };
     Ok(TraceSettings {
-        action,
-        probes,
-        keys,
-        filter,
-        target: parse_target(&target)?,
+        plan: PlanConfig {
+            action,
+            probes,
+            keys,
+            filter,
+        },
+        load: LoadConfig {
+            target: parse_target(&target)?,
+            max_keys,
+            max_stacks,
+            ringbuf_bytes,
+            verbose: output.verbose,
+        },
         duration: seconds(target.duration, "--duration")?,
         interval: seconds(target.interval, "--interval")?,
         json: output.json,
-        verbose: output.verbose,
-        max_keys,
-        max_stacks,
         stack_output,
-        ringbuf_bytes,
-        end: None,
-        matching: Vec::new(),
         heatmap: None,
     })
 }

@@ -3,175 +3,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
-
-use super::{parse_target, seconds, Target};
+use super::args::{SampleArgs, SymbolArgs, SymbolizeArgs, TargetArgs};
+use super::{parse_target, seconds};
 use crate::error::Error;
+pub use crate::profile::{Mode, SamplingConfig};
 use crate::usage;
 use bpfscope_symbolize::SymbolConfig;
-
-#[derive(Debug, Args)]
-pub struct SampleArgs {
-    /// Samples per second on each CPU (software cpu-clock)
-    #[arg(
-        short = 'F',
-        long = "frequency",
-        value_name = "HZ",
-        default_value_t = 99
-    )]
-    pub frequency: u64,
-
-    /// Stop after this many seconds (Ctrl-C ends earlier)
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value_t = 10.0,
-        allow_negative_numbers = true
-    )]
-    pub duration: f64,
-
-    /// Only this process (all its threads)
-    #[arg(
-        short = 'p',
-        long = "pid",
-        value_name = "PID",
-        allow_negative_numbers = true
-    )]
-    pub pid: Option<i64>,
-
-    /// Only tasks in this cgroup (v2) and its descendants: a path under the cgroup2 mount, or relative to it
-    #[arg(long, value_name = "PATH")]
-    pub cgroup: Option<PathBuf>,
-
-    /// Where threads wait instead of where they run: stacks at each switch-out, weighted by the time until they run again
-    #[arg(long)]
-    pub off_cpu: bool,
-
-    /// User-space frames only
-    #[arg(long, conflicts_with = "kernel_only")]
-    pub user_only: bool,
-
-    /// Kernel frames only
-    #[arg(long)]
-    pub kernel_only: bool,
-
-    /// Most distinct (process, stack) pairs kept in the kernel; more are counted as lost
-    #[arg(long, value_name = "N", default_value_t = 16384)]
-    pub max_stacks: u32,
-
-    /// Say what is happening
-    #[arg(short, long)]
-    pub verbose: bool,
-
-    /// Profile this command and its descendants, stop when it exits
-    #[arg(last = true, value_name = "CMD")]
-    pub cmd: Vec<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct SymbolArgs {
-    /// More directories with debug files in the build-id layout (DIR/.build-id/xx/rest.debug); /usr/lib/debug is always searched
-    #[arg(long = "debug-dir", value_name = "DIR")]
-    pub debug_dirs: Vec<PathBuf>,
-
-    /// debuginfod server to fetch debug files from (repeatable; DEBUGINFOD_URLS is used as well)
-    #[arg(long = "debuginfod", value_name = "URL")]
-    pub debuginfod: Vec<String>,
-
-    /// Do not use debuginfod, not even through DEBUGINFOD_URLS
-    #[arg(long)]
-    pub no_debuginfod: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct ProfileArgs {
-    #[command(flatten)]
-    pub sample: SampleArgs,
-    /// Output file; the format follows the extension: .svg, .folded, .pb.gz (pprof), .json; default: top functions on stdout
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    #[command(flatten)]
-    pub symbols: SymbolArgs,
-}
-
-#[derive(Debug, Args)]
-pub struct RecordArgs {
-    #[command(flatten)]
-    pub sample: SampleArgs,
-    /// The recording to write (unsymbolized; turn it into outputs with `bpfscope report`)
-    #[arg(
-        short = 'o',
-        long = "output",
-        value_name = "FILE",
-        default_value = "bpfscope.bscope"
-    )]
-    pub output: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct ReportArgs {
-    /// A recording written by `bpfscope record`
-    #[arg(value_name = "RECORDING")]
-    pub input: PathBuf,
-    /// Output file; the format follows the extension: .svg, .folded, .pb.gz (pprof), .json; default: top functions on stdout
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    #[command(flatten)]
-    pub symbols: SymbolArgs,
-    /// Say where symbols came from
-    #[arg(short, long)]
-    pub verbose: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct SymbolizeArgs {
-    /// Addresses in hex (also read from stdin, whitespace-separated, when none are given)
-    #[arg(value_name = "ADDR")]
-    pub addrs: Vec<String>,
-    /// File offsets in this ELF file
-    #[arg(long, value_name = "FILE", group = "source")]
-    pub elf: Option<PathBuf>,
-    /// File offsets in the ELF file with this build id (looked up in debug directories and debuginfod)
-    #[arg(long, value_name = "HEX", group = "source")]
-    pub build_id: Option<String>,
-    /// Absolute addresses in this running process
-    #[arg(
-        long,
-        value_name = "PID",
-        group = "source",
-        allow_negative_numbers = true
-    )]
-    pub pid: Option<i64>,
-    /// Absolute kernel addresses (kallsyms)
-    #[arg(long, group = "source")]
-    pub kernel: bool,
-    #[command(flatten)]
-    pub symbols: SymbolArgs,
-}
-
-/// What is sampled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// On-CPU samples at a frequency.
-    Cpu,
-    /// Time blocked, from context switches.
-    OffCpu,
-}
-
-/// A validated profiling run.
-#[derive(Debug, Clone)]
-pub struct SampleSettings {
-    pub mode: Mode,
-    pub frequency: u64,
-    pub duration: Duration,
-    pub target: Target,
-    /// cgroup v2 path, when the target is a cgroup.
-    pub cgroup: Option<PathBuf>,
-    pub kernel: bool,
-    pub user: bool,
-    pub max_stacks: u32,
-    pub verbose: bool,
-}
 
 /// Output formats, chosen by the output file's extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,7 +21,7 @@ pub enum Format {
 
 #[derive(Debug, Clone)]
 pub struct ProfileSettings {
-    pub sample: SampleSettings,
+    pub sample: SamplingConfig,
     /// None: print the top functions.
     pub output: Option<(PathBuf, Format)>,
     pub symbols: SymbolConfig,
@@ -192,7 +29,7 @@ pub struct ProfileSettings {
 
 #[derive(Debug, Clone)]
 pub struct RecordSettings {
-    pub sample: SampleSettings,
+    pub sample: SamplingConfig,
     pub output: PathBuf,
 }
 
@@ -226,7 +63,7 @@ const MAX_FREQUENCY: u64 = 100_000;
 /// so 131072 is up to 256 MiB of kernel memory per stack map.
 pub const MAX_PROFILE_STACKS: u32 = 1 << 17;
 
-pub fn sample_settings(a: SampleArgs) -> Result<SampleSettings, Error> {
+pub fn sampling_config(a: SampleArgs) -> Result<SamplingConfig, Error> {
     if a.frequency == 0 || a.frequency > MAX_FREQUENCY {
         return Err(usage!(
             "-F {}: must be between 1 and {MAX_FREQUENCY} Hz",
@@ -246,13 +83,13 @@ pub fn sample_settings(a: SampleArgs) -> Result<SampleSettings, Error> {
             "-p, --cgroup and -- CMD exclude each other; use one"
         ));
     }
-    let target = parse_target(&super::args::TargetArgs {
+    let target = parse_target(&TargetArgs {
         pid: a.pid,
         duration: None,
         interval: None,
         cmd: a.cmd,
     })?;
-    Ok(SampleSettings {
+    Ok(SamplingConfig {
         mode: if a.off_cpu { Mode::OffCpu } else { Mode::Cpu },
         frequency: a.frequency,
         duration,

@@ -61,7 +61,7 @@ pub fn report(s: ReportSettings) -> Result<()> {
 
 /// Samples until the run ends; None when a signal came before sampling
 /// started (nothing gathered, said on stderr, exit status 0).
-fn sample(s: &crate::cli::profile::SampleSettings) -> Result<Option<crate::profile::Sampled>> {
+fn sample(s: &crate::cli::profile::SamplingConfig) -> Result<Option<crate::profile::Sampled>> {
     match crate::profile::sample(s) {
         Err(e) if crate::error::is_interrupted(&e) => {
             eprintln!("bpfscope: interrupted before sampling; nothing gathered");

@@ -29,12 +29,12 @@ use std::collections::{BTreeMap, BTreeSet};
 const EPOCH_GRACE: Duration = Duration::from_millis(10);
 
 pub fn run(s: TraceSettings) -> Result<()> {
-    libbpf_log::init(s.verbose);
+    libbpf_log::init(s.load.verbose);
     bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
     let features = Features::detect();
     let (roles, resolve_skipped) = resolve_roles(&s)?;
-    let plan = plan::build(&s, roles, &features)?;
-    if s.verbose {
+    let plan = plan::build(&s.plan, roles, &features)?;
+    if s.load.verbose {
         eprintln!(
             "raw_tp cookies: {}",
             if features.raw_tp_cookie { "yes" } else { "no" }
@@ -57,17 +57,17 @@ pub fn run(s: TraceSettings) -> Result<()> {
     let stopper = Stopper::new(s.duration)?;
     // The command is forked before any BPF object exists, so it can never
     // hold one; it waits at its gate until the probes are attached.
-    let (gated, tracked) = GatedChild::for_target(&s.target)?;
-    if let Target::Pid(pid) = s.target {
+    let (gated, tracked) = GatedChild::for_target(&s.load.target)?;
+    if let Target::Pid(pid) = s.load.target {
         stopper.watch_pid(pid)?;
     }
     let mut storage = MaybeUninit::uninit();
     let mut session =
-        Session::load(&mut storage, &plan, &s, &features).map_err(crate::error::refused)?;
+        Session::load(&mut storage, &plan, &s.load, &features).map_err(crate::error::refused)?;
     if let Some(pid) = tracked {
         session.track(pid)?;
     }
-    let user_pid = match s.target {
+    let user_pid = match s.load.target {
         Target::Pid(p) => p as i32,
         _ => -1,
     };
@@ -86,7 +86,7 @@ pub fn run(s: TraceSettings) -> Result<()> {
     }
     // Events of a glob the kernel refuses are skipped and named; a probe
     // named on its own must attach.
-    let globbed = s.probes.iter().any(|sp| match sp {
+    let globbed = s.plan.probes.iter().any(|sp| match sp {
         probe::ProbeSpec::Tracepoint { subsys, event } => {
             [subsys, event].iter().any(|p| p.contains(['*', '?']))
         }
@@ -104,7 +104,7 @@ pub fn run(s: TraceSettings) -> Result<()> {
         r => r.map_err(crate::error::refused)?,
     };
     att.skipped.extend(resolve_skipped);
-    report_skipped(&att, s.verbose);
+    report_skipped(&att, s.load.verbose);
     let n = att.probes;
     eprintln!("Attached {n} probe{}", if n == 1 { "" } else { "s" });
     stopper.start();
@@ -122,7 +122,7 @@ pub fn run(s: TraceSettings) -> Result<()> {
 
     let mut out = Output::new(s.json);
     let mut dec = Decoder::new(&plan);
-    let result = if matches!(s.action, Action::Trace { .. }) {
+    let result = if matches!(s.plan.action, Action::Trace { .. }) {
         run_events(&mut session, &plan, &stopper, &mut out, &dec, t0)
     } else {
         let files = OutFiles {
@@ -176,20 +176,20 @@ type Roles = (Vec<(probe::Probe, Role)>, Vec<(String, String)>);
 
 /// Resolves the probes, and for latency the starts and ends they pair.
 fn resolve_roles(s: &TraceSettings) -> Result<Roles> {
-    let pid = match s.target {
+    let pid = match s.load.target {
         Target::Pid(p) => Some(p),
         _ => None,
     };
-    let resolved = probe::resolve_all(&s.probes, pid)?;
+    let resolved = probe::resolve_all(&s.plan.probes, pid)?;
     let (starts, skipped) = (resolved.probes, resolved.skipped);
-    if !matches!(s.action, Action::Latency { .. }) {
+    if !matches!(s.plan.action, Action::Latency { .. }) {
         return Ok((
             starts.into_iter().map(|p| (p, Role::Plain)).collect(),
             skipped,
         ));
     }
     let mut out = Vec::new();
-    match &s.end {
+    match s.plan.latency_end() {
         // START and END events: every start pairs with every end on the match fields.
         Some(end) => {
             let ends = probe::resolve(std::slice::from_ref(end), pid)?;
@@ -313,8 +313,8 @@ fn run_aggregates(
     let mut next = s.interval.map(|i| started + i);
     let mut lost_before = Lost::default();
     // Latency with intervals: a heatmap row per interval, the whole run's histogram at the end.
-    let mut heat = match s.action {
-        Action::Latency { buckets } if s.interval.is_some() => Some(Heatmap::new(buckets)),
+    let mut heat = match s.plan.action {
+        Action::Latency { buckets, .. } if s.interval.is_some() => Some(Heatmap::new(buckets)),
         _ => None,
     };
     let rows = heat.is_some() && !s.json;
@@ -353,7 +353,7 @@ fn run_aggregates(
                 out.raw_line(&h.terminal_row())?;
             }
         } else {
-            out.aggregates(plan, &s.action, &data, dec, Some(interval_no))?;
+            out.aggregates(plan, &s.plan.action, &data, dec, Some(interval_no))?;
         }
         let mut lost = Lost::read(&session.skel.maps.lost)?;
         lost.nested = session.recursion_misses();
@@ -373,16 +373,16 @@ fn run_aggregates(
         if rows {
             out.raw_line(&h.terminal_row())?;
             out.raw_line("")?;
-            out.aggregates(plan, &s.action, &total, dec, None)?;
+            out.aggregates(plan, &s.plan.action, &total, dec, None)?;
         } else {
-            out.aggregates(plan, &s.action, &data, dec, interval)?;
+            out.aggregates(plan, &s.plan.action, &data, dec, interval)?;
         }
         if let Some(f) = files.heatmap {
             let title = probe_names(plan, " -> ");
             commit(f, h.svg(&format!("latency: {title}")).as_bytes())?;
         }
     } else {
-        out.aggregates(plan, &s.action, &data, dec, interval)?;
+        out.aggregates(plan, &s.plan.action, &data, dec, interval)?;
     }
     if let Some(f) = files.stacks {
         let path = f.path().to_path_buf();

@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
@@ -16,9 +17,8 @@ use libbpf_rs::RingBufferBuilder;
 
 use crate::attach::libbpf_log;
 use crate::attach::target::GatedChild;
+use crate::attach::target::Target;
 use crate::bpfmeta::sideband::SideBand;
-use crate::cli::profile::{Mode, SampleSettings};
-use crate::cli::Target;
 use crate::collect::Stopper;
 use bpfscope_bpf::stack::UserFrame;
 use bpfscope_recording::bpfprog::BpfProg;
@@ -31,6 +31,30 @@ use session::{KernelLost, ProfileSession, RawStack};
 /// CPU, and libraries opened later in long-lived processes are caught by
 /// the last look at the end).
 const RELOOK: [Duration; 1] = [Duration::from_millis(50)];
+
+/// What is sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// On-CPU samples at a frequency.
+    Cpu,
+    /// Time blocked, from context switches.
+    OffCpu,
+}
+
+/// The sampling stage's config: what is sampled, where, how often.
+#[derive(Debug, Clone)]
+pub struct SamplingConfig {
+    pub mode: Mode,
+    pub frequency: u64,
+    pub duration: Duration,
+    pub target: Target,
+    /// cgroup v2 path, when the target is a cgroup.
+    pub cgroup: Option<PathBuf>,
+    pub kernel: bool,
+    pub user: bool,
+    pub max_stacks: u32,
+    pub verbose: bool,
+}
 
 /// What a sampling run gathered, before it becomes a recording.
 pub struct Sampled {
@@ -50,7 +74,7 @@ pub struct Sampled {
 }
 
 /// Runs one sampling session until the duration, Ctrl-C or the command's exit.
-pub fn sample(s: &SampleSettings) -> Result<Sampled> {
+pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     libbpf_log::init(s.verbose);
     bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
     bpfscope_sys::signals::install().context("installing signal handlers")?;
@@ -244,7 +268,7 @@ fn wait_readable(fds: &[i32], timeout: Option<Duration>) {
     unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
 }
 
-fn describe_target(s: &SampleSettings) -> String {
+fn describe_target(s: &SamplingConfig) -> String {
     match (&s.target, &s.cgroup) {
         (_, Some(c)) => format!(", cgroup {}", c.display()),
         (Target::All, None) => ", all processes".into(),
@@ -255,7 +279,7 @@ fn describe_target(s: &SampleSettings) -> String {
     }
 }
 
-fn target_text(s: &SampleSettings) -> String {
+fn target_text(s: &SamplingConfig) -> String {
     match (&s.target, &s.cgroup) {
         (_, Some(c)) => format!("cgroup {}", c.display()),
         (Target::All, None) => "all".into(),
@@ -275,7 +299,7 @@ fn target_text(s: &SampleSettings) -> String {
 /// With `in_process`, binaries also list descriptors opened while they
 /// were mapped (for symbolizing right away, even deleted files); such a
 /// recording must not be written out.
-pub fn to_recording(s: &SampleSettings, sampled: &Sampled, in_process: bool) -> Recording {
+pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> Recording {
     let paths = sampled.snapshots.paths_by_build_id();
     let mut bin_index: HashMap<Vec<u8>, u32> = HashMap::new();
     let mut binaries: Vec<Binary> = Vec::new();

@@ -11,9 +11,9 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PerfEventOpts};
 
 use crate::attach::libbpf_log;
-use crate::cli::profile::{Mode, SampleSettings};
-use crate::cli::Target;
+use crate::attach::target::Target;
 use crate::error::Error;
+use crate::profile::{Mode, SamplingConfig};
 use bpfscope_bpf::profile::types::{bp_key, bp_lost, bp_stacks, bp_target_mode, bp_val};
 use bpfscope_bpf::profile::{ProfileSkel, ProfileSkelBuilder};
 use bpfscope_bpf::stack::{self, UserFrame};
@@ -64,7 +64,7 @@ fn cgroup_id(path: &std::path::Path) -> Result<(u64, u32), Error> {
 impl<'obj> ProfileSession<'obj> {
     pub fn load(
         storage: &'obj mut MaybeUninit<OpenObject>,
-        s: &SampleSettings,
+        s: &SamplingConfig,
     ) -> Result<ProfileSession<'obj>> {
         let cgroup = s.cgroup.as_deref().map(cgroup_id).transpose()?;
         let mut open = ProfileSkelBuilder::default()
@@ -137,7 +137,7 @@ impl<'obj> ProfileSession<'obj> {
     }
 
     /// Starts sampling; returns how many CPUs (or hooks) are live.
-    pub fn attach(&mut self, s: &SampleSettings, follow_forks: bool) -> Result<usize> {
+    pub fn attach(&mut self, s: &SamplingConfig, follow_forks: bool) -> Result<usize> {
         self.links.push(
             self.skel
                 .progs

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::cli::Buckets;
+use crate::attach::plan::Buckets;
 use crate::collect::aggregate::KeyAgg;
 use crate::render::hist;
 

@@ -1,6 +1,6 @@
 //! Histogram buckets: bounds, labels and bars.
 
-use crate::cli::Buckets;
+use crate::attach::plan::Buckets;
 
 /// Half-open bounds [low, high) of a bucket. The lowest bucket starts at
 /// i64::MIN; the top log2 bucket ends at u64::MAX (2^64 has no JSON integer).

@@ -13,8 +13,8 @@ use std::io::{self, BufWriter, Stdout, Write};
 
 use serde_json::{json, Map, Value};
 
+use crate::attach::plan::{Action, Buckets};
 use crate::attach::plan::{Plan, Slot, ValueKind};
-use crate::cli::{Action, Buckets};
 use crate::collect::aggregate::{AggVal, KeyAgg};
 use crate::collect::events::{buf_field, c_str, escape_bytes, Event};
 use crate::collect::stacks::StackTable;
@@ -266,7 +266,7 @@ impl Output {
                 }
                 Ok(())
             }
-            Action::Latency { buckets } => {
+            Action::Latency { buckets, .. } => {
                 for (cells, agg, total) in &rows {
                     let h = HistOf {
                         value: "latency",
