@@ -40,7 +40,7 @@ pub struct UsdtNote {
 }
 
 #[derive(Debug, Clone)]
-pub struct ElfInfo {
+pub struct ElfProbes {
     pub path: PathBuf,
     pub funcs: Vec<Func>,
     pub usdt: Vec<UsdtNote>,
@@ -48,7 +48,7 @@ pub struct ElfInfo {
 
 /// The separate debug file of a build id in the system's debug directory.
 fn debug_file_by_build_id(id: &[u8]) -> Option<PathBuf> {
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = bpfscope_sys::buildid::hex(id);
     if hex.len() < 3 {
         return None;
     }
@@ -74,7 +74,7 @@ fn file_offset(segments: &[(u64, u64, u64)], vaddr: u64) -> Option<u64> {
         .map(|(addr, _, off)| vaddr - addr + off)
 }
 
-pub fn read(path: &Path) -> Result<ElfInfo, Error> {
+pub fn read(path: &Path) -> Result<ElfProbes, Error> {
     let data = std::fs::read(path).map_err(|e| usage!("cannot read {}: {e}", path.display()))?;
     let file = object::File::parse(&*data).map_err(|e| {
         usage!(
@@ -146,7 +146,7 @@ pub fn read(path: &Path) -> Result<ElfInfo, Error> {
     funcs.dedup_by(|a, b| a.name == b.name);
 
     let usdt = usdt_notes(&data, &file, &segments).unwrap_or_default();
-    Ok(ElfInfo {
+    Ok(ElfProbes {
         path: path.to_path_buf(),
         funcs,
         usdt,

@@ -151,7 +151,7 @@ type TracefsEvents = (PathBuf, Vec<(String, String)>);
 struct Resolver {
     pid: Option<u32>,
     tracefs: Option<TracefsEvents>,
-    elves: HashMap<PathBuf, elf::ElfInfo>,
+    elves: HashMap<PathBuf, elf::ElfProbes>,
     kfuncs: Option<Rc<kfunc::Catalog>>,
     /// Functions a pattern matched that cannot be probed, with the reason.
     skipped: Vec<(String, String)>,
@@ -270,7 +270,7 @@ impl Resolver {
             .ok_or_else(|| Error::Environment("tracefs unavailable".into()))
     }
 
-    fn elf(&mut self, path: &str) -> Result<&elf::ElfInfo, Error> {
+    fn elf(&mut self, path: &str) -> Result<&elf::ElfProbes, Error> {
         let bin = binary::resolve(path, self.pid)?;
         if !self.elves.contains_key(&bin) {
             let info = elf::read(&bin)?;

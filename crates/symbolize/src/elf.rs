@@ -12,7 +12,7 @@ use object::{Object, ObjectSegment, SegmentFlags};
 use bpfscope_recording::Segment;
 
 #[derive(Debug, Clone, Default)]
-pub struct ElfInfo {
+pub struct ElfSummary {
     pub build_id: Option<Vec<u8>>,
     pub segments: Vec<Segment>,
     /// Has .symtab or DWARF: worth symbolizing from directly.
@@ -29,7 +29,7 @@ pub enum ElfError {
 }
 
 /// Reads headers only (lazily, through a read cache), never whole files.
-pub fn inspect(path: &Path) -> Result<ElfInfo, ElfError> {
+pub fn inspect(path: &Path) -> Result<ElfSummary, ElfError> {
     let name = || path.display().to_string();
     let f = File::open(path).map_err(|e| ElfError::Io(name(), e))?;
     let cache = ReadCache::new(f);
@@ -61,7 +61,7 @@ pub fn inspect(path: &Path) -> Result<ElfInfo, ElfError> {
     let segments = segments.into_iter().map(|(s, _)| s).collect();
     let has_debug_info = obj.section_by_name(".debug_info").is_some();
     let has_symbols = has_debug_info || obj.section_by_name(".symtab").is_some();
-    Ok(ElfInfo {
+    Ok(ElfSummary {
         build_id,
         segments,
         has_symbols,

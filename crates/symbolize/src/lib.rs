@@ -67,7 +67,7 @@ pub enum Origin {
 pub struct Found {
     pub path: PathBuf,
     pub origin: Origin,
-    pub info: elf::ElfInfo,
+    pub info: elf::ElfSummary,
 }
 
 /// Finds symbol files and symbolizes file offsets in them.
