@@ -448,7 +448,7 @@ fn pprof_output_decodes_back() {
     flate2::read::GzDecoder::new(std::fs::File::open(&out).unwrap())
         .read_to_end(&mut raw)
         .unwrap();
-    let p = pprof::Profile::decode(&raw[..]).unwrap();
+    let p = pprof::proto::Profile::decode(&raw[..]).unwrap();
     let s = |i: i64| p.string_table[i as usize].as_str();
     assert_eq!(p.string_table[0], "");
     let types: Vec<(&str, &str)> = p

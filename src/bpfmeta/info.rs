@@ -12,7 +12,7 @@ use libbpf_rs::btf::Btf;
 use libbpf_rs::AsRawLibbpf;
 use libbpf_sys::{bpf_func_info, bpf_line_info, bpf_prog_info};
 
-use bpfscope_recording::bpfprog::{BpfProg, Line, Subprog};
+use bpfscope_recording::bpfprog::{BpfProg, LineInfo, Subprog};
 
 /// Why a program could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -175,11 +175,11 @@ pub fn fetch(id: u32) -> Result<BpfProg, InfoError> {
             }
         })
         .collect();
-    let mut out_lines: Vec<Line> = match &btf {
+    let mut out_lines: Vec<LineInfo> = match &btf {
         Some(b) => lines
             .iter()
             .zip(&jited_lines)
-            .map(|(l, &addr)| Line {
+            .map(|(l, &addr)| LineInfo {
                 addr,
                 file: btf_str(b, l.file_name_off),
                 line: l.line_col >> 10,

@@ -15,7 +15,7 @@ use crate::cli::profile::{
 use crate::render::pprof;
 use crate::report::{self, Profile};
 use bpfscope_recording::{self as format, LostCounts, Recording};
-use bpfscope_symbolize::{kernel, Line, Resolver};
+use bpfscope_symbolize::{kernel, FuncLine, Resolver};
 
 pub fn profile(s: ProfileSettings) -> Result<()> {
     // A bad output path fails now, not after the whole run.
@@ -180,7 +180,7 @@ fn write_output(p: &Profile, file: PendingFile, fmt: Format) -> Result<()> {
 }
 
 /// One output line of `symbolize`.
-fn sym_line(addr: u64, r: Option<&(Vec<Line>, u64)>) -> String {
+fn sym_line(addr: u64, r: Option<&(Vec<FuncLine>, u64)>) -> String {
     let Some((lines, off)) = r else {
         return format!("{addr:#x} ??");
     };
@@ -212,7 +212,7 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
     // One line per address: the outer function and the address's own line,
     // which needs no inline chain.
     let mut resolver = Resolver::new(&s.symbols, false);
-    let results: Vec<Option<(Vec<Line>, u64)>> = match &s.source {
+    let results: Vec<Option<(Vec<FuncLine>, u64)>> = match &s.source {
         SymSource::Elf(p) => resolver.offsets(p, &[], &addrs),
         SymSource::BuildId(id) => match resolver.find(id, &[]) {
             Some(f) => resolver.offsets(&f.path, &f.info.segments, &addrs),
@@ -241,7 +241,7 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
                 .map(|r| {
                     r.map(|(name, off)| {
                         (
-                            vec![Line {
+                            vec![FuncLine {
                                 function: name,
                                 file: None,
                                 line: 0,

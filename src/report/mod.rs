@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use bpfscope_bpf::stack::call_site;
 use bpfscope_recording::{bpfprog, Recording};
-use bpfscope_symbolize::{kernel, Line, Origin, Resolver};
+use bpfscope_symbolize::{kernel, FuncLine, Origin, Resolver};
 
 /// A symbolized profile: what every output format is rendered from.
 #[derive(Debug, Clone, Default)]
@@ -39,7 +39,7 @@ pub struct Location {
     /// File offset (user), absolute address (kernel) or raw address (unknown).
     pub address: u64,
     /// Outer function first; empty when no symbol was found.
-    pub lines: Vec<Line>,
+    pub lines: Vec<FuncLine>,
 }
 
 impl Location {
@@ -159,7 +159,7 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
             let id = *loc_index.entry((0, a)).or_insert_with(|| {
                 // BPF JIT code first: kallsyms may no longer (or never) have the program.
                 let bpf = bpfprog::lookup(&rec.bpf_programs, a).map(|f| {
-                    vec![Line {
+                    vec![FuncLine {
                         function: f.symbol.to_string(),
                         file: f.line.map(|l| l.file.clone()),
                         line: f.line.map_or(0, |l| l.line),
@@ -168,7 +168,7 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
                 let lines = bpf
                     .or_else(|| {
                         ktable.lookup(a).map(|k| {
-                            vec![Line {
+                            vec![FuncLine {
                                 function: if k.module.is_empty() {
                                     k.name.clone()
                                 } else {

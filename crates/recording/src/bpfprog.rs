@@ -19,7 +19,7 @@ pub struct Subprog {
 
 /// A source line of a program, at the JIT address where its code starts.
 #[derive(Clone, PartialEq, Message)]
-pub struct Line {
+pub struct LineInfo {
     #[prost(uint64, tag = "1")]
     pub addr: u64,
     #[prost(string, tag = "2")]
@@ -51,7 +51,7 @@ pub struct BpfProg {
     pub subprogs: Vec<Subprog>,
     /// Sorted by address.
     #[prost(message, repeated, tag = "6")]
-    pub lines: Vec<Line>,
+    pub lines: Vec<LineInfo>,
     /// Size of the JIT image and of the translated program, in bytes.
     #[prost(uint32, tag = "7")]
     pub jited_len: u32,
@@ -88,7 +88,7 @@ pub struct BpfFrame<'a> {
     pub symbol: &'a str,
     /// Offset from the start of the sub-program.
     pub offset: u64,
-    pub line: Option<&'a Line>,
+    pub line: Option<&'a LineInfo>,
 }
 
 impl BpfProg {
@@ -112,7 +112,7 @@ impl BpfProg {
     }
 
     /// `file:line` of the source line, shortened to the file name.
-    pub fn short_line(line: &Line) -> String {
+    pub fn short_line(line: &LineInfo) -> String {
         let file = line.file.rsplit('/').next().unwrap_or(&line.file);
         format!("{file}:{}", line.line)
     }
@@ -128,7 +128,7 @@ mod tests {
     use super::*;
 
     fn prog() -> BpfProg {
-        let line = |addr, line| Line {
+        let line = |addr, line| LineInfo {
             addr,
             file: "/src/x.bpf.c".into(),
             line,

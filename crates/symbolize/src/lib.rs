@@ -48,7 +48,7 @@ impl SymbolConfig {
 /// function inlined into the one before it. The file and line are where
 /// the address is within that function (for the callers: the call site).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Line {
+pub struct FuncLine {
     pub function: String,
     pub file: Option<String>,
     pub line: u32,
@@ -93,7 +93,7 @@ fn symbolizer(debug_dirs: &[PathBuf], inlined: bool) -> Symbolizer {
         .build()
 }
 
-fn elf_batch(sym: &Symbolizer, path: &Path, vaddrs: &[u64]) -> Vec<Option<(Vec<Line>, u64)>> {
+fn elf_batch(sym: &Symbolizer, path: &Path, vaddrs: &[u64]) -> Vec<Option<(Vec<FuncLine>, u64)>> {
     let src = Source::Elf(Elf::new(path));
     match sym.symbolize(&src, Input::VirtOffset(vaddrs)) {
         Ok(v) => v
@@ -241,7 +241,7 @@ impl Resolver {
         path: &Path,
         segments: &[Segment],
         offsets: &[u64],
-    ) -> Vec<Option<(Vec<Line>, u64)>> {
+    ) -> Vec<Option<(Vec<FuncLine>, u64)>> {
         let own;
         let segments = if segments.is_empty() {
             own = elf::inspect(path).map(|i| i.segments).unwrap_or_default();
@@ -275,7 +275,7 @@ impl Resolver {
         } else {
             elf_batch(&self.symbolizer, path, &vaddrs)
         };
-        let found: HashMap<u64, (Vec<Line>, u64)> = vaddrs
+        let found: HashMap<u64, (Vec<FuncLine>, u64)> = vaddrs
             .iter()
             .zip(results)
             .filter_map(|(&v, r)| r.map(|r| (v, r)))
@@ -287,7 +287,7 @@ impl Resolver {
     }
 
     /// Symbolizes absolute addresses in a live process.
-    pub fn process(&self, pid: u32, addrs: &[u64]) -> Vec<Option<(Vec<Line>, u64)>> {
+    pub fn process(&self, pid: u32, addrs: &[u64]) -> Vec<Option<(Vec<FuncLine>, u64)>> {
         let src = Source::Process(blazesym::symbolize::source::Process::new(pid.into()));
         match self.symbolizer.symbolize(&src, Input::AbsAddr(addrs)) {
             Ok(v) => v
@@ -309,16 +309,16 @@ fn code_loc(ci: Option<&blazesym::symbolize::CodeInfo<'_>>) -> (Option<String>, 
     }
 }
 
-fn lines(sym: &Sym<'_>) -> Vec<Line> {
+fn lines(sym: &Sym<'_>) -> Vec<FuncLine> {
     let (file, line) = code_loc(sym.code_info.as_deref());
-    let mut v = vec![Line {
+    let mut v = vec![FuncLine {
         function: sym.name.to_string(),
         file,
         line,
     }];
     for f in sym.inlined.iter() {
         let (file, line) = code_loc(f.code_info.as_ref());
-        v.push(Line {
+        v.push(FuncLine {
             function: f.name.to_string(),
             file,
             line,
