@@ -264,3 +264,166 @@ pub fn stack_loss(which: &str, map_full: bool) -> String {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bpfscope_recording::bpfprog::{BpfProg, LineInfo, Subprog};
+    use bpfscope_recording::{Binary, KernelSymbol, LostCounts, Meta, Stack};
+    use bpfscope_symbolize::{elf, SymbolConfig};
+
+    #[inline(never)]
+    #[no_mangle]
+    pub extern "C" fn bpfscope_report_test_marker() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    /// A recording made by hand: one stack through a BPF program's JIT
+    /// code, a kernel function and a module function in the kernel, and
+    /// this test binary's marker function plus an unknown raw address in
+    /// user space; one stack whose binary has no symbols anywhere.
+    fn recording() -> Recording {
+        let exe = std::env::current_exe().unwrap();
+        let build_id = elf::inspect(&exe).unwrap().build_id.unwrap();
+        let addr = bpfscope_report_test_marker as usize as u64;
+        let m = bpfscope_sys::procfs::maps("self")
+            .unwrap()
+            .into_iter()
+            .find(|m| m.executable() && addr >= m.start && addr < m.end)
+            .unwrap();
+        let prog = BpfProg {
+            id: 9,
+            name: "handler".into(),
+            subprogs: vec![Subprog {
+                symbol: "bpf_prog_00_handler".into(),
+                addr: 0xffff_ffff_c000_0000,
+                len: 0x100,
+            }],
+            lines: vec![LineInfo {
+                addr: 0xffff_ffff_c000_0000,
+                file: "/src/x.bpf.c".into(),
+                line: 12,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        Recording {
+            meta: Meta {
+                mode: "cpu".into(),
+                frequency_hz: 99,
+                lost: Some(LostCounts {
+                    user_stacks: 3,
+                    unresolved_frames: 1,
+                    unresolved_weight: 2,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            binaries: vec![
+                Binary {
+                    build_id,
+                    paths: vec![exe.display().to_string()],
+                    segments: Vec::new(),
+                },
+                Binary {
+                    build_id: vec![0xab; 20],
+                    paths: vec!["/gone/libnothing.so".into()],
+                    segments: Vec::new(),
+                },
+            ],
+            kernel_symbols: vec![
+                KernelSymbol {
+                    addr: 0xffff_ffff_8100_0000,
+                    name: "do_syscall_64".into(),
+                    module: String::new(),
+                },
+                KernelSymbol {
+                    addr: 0xffff_ffff_a000_0000,
+                    name: "ext4_read".into(),
+                    module: "ext4".into(),
+                },
+            ],
+            stacks: vec![
+                Stack {
+                    pid: 1,
+                    comm: "a".into(),
+                    count: 2,
+                    value: 2,
+                    // The leaf is used as is; callers are return addresses.
+                    kernel: vec![
+                        0xffff_ffff_c000_0010,
+                        0xffff_ffff_a000_0021,
+                        0xffff_ffff_8100_0041,
+                    ],
+                    user_binary: vec![1, 0],
+                    user_offset: vec![m.file_offset(addr), 0x1234],
+                },
+                Stack {
+                    pid: 2,
+                    comm: "b".into(),
+                    count: 1,
+                    value: 1,
+                    kernel: Vec::new(),
+                    user_binary: vec![2],
+                    user_offset: vec![0x10],
+                },
+            ],
+            bpf_programs: vec![prog],
+        }
+    }
+
+    fn names(p: &Profile, s: &Sample) -> Vec<String> {
+        s.locations
+            .iter()
+            .map(|&i| {
+                let l = &p.locations[i];
+                l.lines
+                    .first()
+                    .map(|f| f.function.clone())
+                    .unwrap_or_else(|| l.fallback_name(&p.mappings))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_recording_becomes_a_named_profile() {
+        let mut r = Resolver::new(&SymbolConfig::default(), false);
+        let (p, reports) = super::recording(&recording(), &mut r);
+        assert_eq!(
+            names(&p, &p.samples[0]),
+            [
+                "bpf_prog_00_handler",
+                "ext4_read [ext4]",
+                "do_syscall_64",
+                "bpfscope_report_test_marker",
+                "[unknown]"
+            ]
+        );
+        assert_eq!(p.samples[0].kernel_frames, 3);
+        let bpf = &p.locations[p.samples[0].locations[0]].lines[0];
+        assert_eq!((bpf.file.as_deref(), bpf.line), (Some("/src/x.bpf.c"), 12));
+        assert_eq!(names(&p, &p.samples[1]), ["[libnothing.so]"]);
+        assert_eq!(reports.len(), 2);
+        assert_eq!((reports[0].frames, reports[0].symbolized), (1, 1));
+        assert!(reports[1].found.is_none());
+        let notes = p.notes.join("\n");
+        assert!(
+            notes.contains("no symbols for /gone/libnothing.so"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("lost: 3 user stacks could not be stored"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("2 samples carry [unknown] user frames"),
+            "{notes}"
+        );
+    }
+
+    #[test]
+    fn stack_losses_name_their_cause() {
+        assert!(stack_loss("user", true).contains("raise --max-stacks"));
+        assert!(stack_loss("kernel", false).contains("hash collision"));
+    }
+}

@@ -326,3 +326,79 @@ fn lines(sym: &Sym<'_>) -> Vec<FuncLine> {
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bpfscope_sys::procfs;
+
+    /// A function of this test binary with a known name, kept out of line.
+    #[inline(never)]
+    #[no_mangle]
+    pub extern "C" fn bpfscope_symbolize_test_marker() -> u64 {
+        std::hint::black_box(42)
+    }
+
+    fn own_build_id() -> (PathBuf, Vec<u8>) {
+        let exe = std::env::current_exe().unwrap();
+        let id = elf::inspect(&exe)
+            .unwrap()
+            .build_id
+            .expect("test binary has a build id");
+        (exe, id)
+    }
+
+    /// The file offset of the marker in this process's executable.
+    fn marker_offset() -> u64 {
+        let addr = bpfscope_symbolize_test_marker as usize as u64;
+        let m = procfs::maps("self")
+            .unwrap()
+            .into_iter()
+            .find(|m| m.executable() && addr >= m.start && addr < m.end)
+            .expect("the marker is mapped");
+        m.file_offset(addr)
+    }
+
+    #[test]
+    fn names_a_function_of_the_mapped_file_by_build_id_and_offset() {
+        let (exe, id) = own_build_id();
+        let mut r = Resolver::new(&SymbolConfig::default(), false);
+        let found = r.find(&id, &[exe.display().to_string()]).unwrap();
+        assert_eq!(found.origin, Origin::Mapped);
+        let off = marker_offset();
+        let res = r.offsets(&found.path, &[], &[off, off + 1]);
+        let (lines, within) = res[0].clone().expect("the marker is symbolized");
+        assert_eq!(lines[0].function, "bpfscope_symbolize_test_marker");
+        assert_eq!(within, 0);
+        assert_eq!(res[1].as_ref().map(|(_, o)| *o), Some(1));
+    }
+
+    #[test]
+    fn a_debug_directory_is_searched_before_the_mapped_path() {
+        let (exe, id) = own_build_id();
+        let hex = bpfscope_sys::buildid::hex(&id);
+        let dir = std::env::temp_dir().join(format!("bpfscope-symtest-{}", std::process::id()));
+        let sub = dir.join(".build-id").join(&hex[..2]);
+        std::fs::create_dir_all(&sub).unwrap();
+        let debug = sub.join(format!("{}.debug", &hex[2..]));
+        std::fs::copy(&exe, &debug).unwrap();
+        let cfg = SymbolConfig {
+            debug_dirs: vec![dir.clone()],
+            debuginfod: Vec::new(),
+        };
+        let mut r = Resolver::new(&cfg, false);
+        let found = r.find(&id, &[exe.display().to_string()]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let found = found.unwrap();
+        assert_eq!((found.origin, found.path), (Origin::DebugDir, debug));
+    }
+
+    #[test]
+    fn an_unknown_build_id_is_found_nowhere() {
+        let mut r = Resolver::new(&SymbolConfig::default(), false);
+        let (exe, _) = own_build_id();
+        // The path exists but has another build id: it must not be used.
+        assert!(r.find(&[0xde; 20], &[exe.display().to_string()]).is_none());
+        assert!(r.notes().is_empty());
+    }
+}
