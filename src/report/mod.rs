@@ -285,7 +285,7 @@ mod tests {
     fn recording() -> Recording {
         let exe = std::env::current_exe().unwrap();
         let build_id = elf::inspect(&exe).unwrap().build_id.unwrap();
-        let addr = bpfscope_report_test_marker as usize as u64;
+        let addr = bpfscope_report_test_marker as extern "C" fn() -> u64 as usize as u64;
         let m = bpfscope_sys::procfs::maps("self")
             .unwrap()
             .into_iter()

@@ -350,7 +350,7 @@ mod tests {
 
     /// The file offset of the marker in this process's executable.
     fn marker_offset() -> u64 {
-        let addr = bpfscope_symbolize_test_marker as usize as u64;
+        let addr = bpfscope_symbolize_test_marker as extern "C" fn() -> u64 as usize as u64;
         let m = procfs::maps("self")
             .unwrap()
             .into_iter()
