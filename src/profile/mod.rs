@@ -111,18 +111,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
         .unwrap_or(0);
     stopper.start();
     let t0 = Instant::now();
-    match s.mode {
-        Mode::Cpu => eprintln!(
-            "Attached: sampling {n} CPU{} at {} Hz{}",
-            if n == 1 { "" } else { "s" },
-            s.frequency,
-            describe_target(s)
-        ),
-        Mode::OffCpu => eprintln!(
-            "Attached: off-CPU time at sched_switch{}",
-            describe_target(s)
-        ),
-    }
+    announce(s, n);
     if let Some(g) = gated {
         // A signal since attaching must not let the command run untraced.
         if bpfscope_sys::signals::interrupted() {
@@ -135,6 +124,41 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     // New processes are announced on a ring buffer; their mappings are
     // read right away, while they still exist.
     let mut snapshots = Snapshots::default();
+    follow_processes(&mut session, &stopper, &mut snapshots)?;
+    let (all_progs, sideband_lost) = sideband.map(SideBand::finish).unwrap_or_default();
+    let duration = t0.elapsed();
+    let mut sampled = read_out(s, &session, snapshots, all_progs)?;
+    sampled.sideband_lost = sideband_lost;
+    sampled.start_unix_ns = start_unix_ns;
+    sampled.duration = duration;
+    Ok(sampled)
+}
+
+/// The first line of a run: what is sampled, where.
+fn announce(s: &SamplingConfig, n: usize) {
+    match s.mode {
+        Mode::Cpu => eprintln!(
+            "Attached: sampling {n} CPU{} at {} Hz{}",
+            if n == 1 { "" } else { "s" },
+            s.frequency,
+            describe_target(s)
+        ),
+        Mode::OffCpu => eprintln!(
+            "Attached: off-CPU time at sched_switch{}",
+            describe_target(s)
+        ),
+    }
+}
+
+/// Until the run stops: snapshots the mappings of every process the
+/// programs announce, and looks again shortly after (a process is often
+/// announced while the dynamic loader is still mapping its libraries).
+/// Detaches the programs when the run stops.
+fn follow_processes(
+    session: &mut ProfileSession<'_>,
+    stopper: &Stopper,
+    snapshots: &mut Snapshots,
+) -> Result<()> {
     let fresh: RefCell<Vec<u32>> = RefCell::new(Vec::new());
     {
         let mut builder = RingBufferBuilder::new();
@@ -147,8 +171,6 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
             0
         })?;
         let rb = builder.build().context("setting up the ring buffer")?;
-        // A process is often announced while the dynamic loader is still
-        // mapping its libraries: look again shortly after.
         let mut again: VecDeque<(Instant, u32, usize)> = VecDeque::new();
         loop {
             // Sleep until a process is announced, a stop reason arrives, a
@@ -189,11 +211,20 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
         session.detach();
         let _ = rb.consume();
     }
-    let (all_progs, sideband_lost) = sideband.map(SideBand::finish).unwrap_or_default();
-    let duration = t0.elapsed();
     for pid in fresh.into_inner() {
         snapshots.snapshot(pid);
     }
+    Ok(())
+}
+
+/// After the run: the unique stacks, the kernel symbols and BPF programs
+/// their kernel frames hit, the mappings of every process seen, the losses.
+fn read_out(
+    s: &SamplingConfig,
+    session: &ProfileSession<'_>,
+    mut snapshots: Snapshots,
+    all_progs: Vec<BpfProg>,
+) -> Result<Sampled> {
     let mut stacks = session.read_stacks()?;
     let kernel_addrs: BTreeSet<u64> = stacks
         .iter()
@@ -224,9 +255,9 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
         lost,
         kernel_symbols,
         bpf_programs,
-        sideband_lost,
-        start_unix_ns,
-        duration,
+        sideband_lost: 0,
+        start_unix_ns: 0,
+        duration: Duration::ZERO,
         cpus: bpfscope_sys::online_cpus()
             .map(|c| c.len() as u32)
             .unwrap_or(0),
