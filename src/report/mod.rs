@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bpfscope_bpf::stack::call_site;
-use bpfscope_recording::{bpfprog, Recording};
+use bpfscope_recording::{bpfprog, LostCounts, Recording};
 use bpfscope_symbolize::{kernel, FuncLine, Origin, Resolver};
 
 /// A symbolized profile: what every output format is rendered from.
@@ -87,6 +87,55 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
         duration_ns: rec.meta.duration_ns,
         ..Default::default()
     };
+    let unknown = mappings(rec, &mut p);
+    let mut loc_index: HashMap<(usize, u64), usize> = HashMap::new();
+    let reports = user_locations(rec, resolver, &mut p, &mut loc_index);
+    let ktable = kernel::KernelTable::new(&rec.kernel_symbols);
+    for s in &rec.stacks {
+        let mut locs = Vec::with_capacity(s.kernel.len() + s.user_binary.len());
+        for (i, &a) in s.kernel.iter().enumerate() {
+            let a = call_site(i, a);
+            let id = *loc_index.entry((0, a)).or_insert_with(|| {
+                p.locations.push(Location {
+                    mapping: 0,
+                    address: a,
+                    lines: kernel_lines(rec, &ktable, a),
+                });
+                p.locations.len() - 1
+            });
+            locs.push(id);
+        }
+        for (i, (&b, &o)) in s.user_binary.iter().zip(&s.user_offset).enumerate() {
+            let m = if b == 0 { unknown } else { b as usize };
+            let o = if b == 0 { o } else { call_site(i, o) };
+            let id = *loc_index.entry((m, o)).or_insert_with(|| {
+                p.locations.push(Location {
+                    mapping: m,
+                    address: o,
+                    lines: Vec::new(),
+                });
+                p.locations.len() - 1
+            });
+            locs.push(id);
+        }
+        p.samples.push(Sample {
+            pid: s.pid,
+            comm: s.comm.clone(),
+            count: s.count,
+            value: s.value,
+            locations: locs,
+            kernel_frames: s.kernel.len(),
+        });
+    }
+    if let Some(l) = rec.meta.lost {
+        loss_notes(&mut p, &l);
+    }
+    (p, reports)
+}
+
+/// The kernel, each binary (index + 1 as in the recording) and [unknown]
+/// last, whose index is returned.
+fn mappings(rec: &Recording, p: &mut Profile) -> usize {
     p.mappings.push(Mapping {
         name: "[kernel.kallsyms]".into(),
         build_id: bpfscope_sys::buildid::hex(&rec.meta.kernel_build_id),
@@ -101,14 +150,22 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
             kernel: false,
         });
     }
-    let unknown = p.mappings.len();
     p.mappings.push(Mapping {
         name: "[unknown]".into(),
         build_id: String::new(),
         kernel: false,
     });
+    p.mappings.len() - 1
+}
 
-    // Unique offsets per binary, symbolized in one batch each.
+/// Symbolizes every user offset of the recording, one batch per binary
+/// (unique offsets), adding a location for each to `p` and `loc_index`.
+fn user_locations(
+    rec: &Recording,
+    resolver: &mut Resolver,
+    p: &mut Profile,
+    loc_index: &mut HashMap<(usize, u64), usize>,
+) -> Vec<BinaryReport> {
     let mut per_bin: Vec<Vec<u64>> = vec![Vec::new(); rec.binaries.len()];
     for s in &rec.stacks {
         for (i, (&b, &o)) in s.user_binary.iter().zip(&s.user_offset).enumerate() {
@@ -117,7 +174,6 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
             }
         }
     }
-    let mut loc_index: HashMap<(usize, u64), usize> = HashMap::new();
     let mut reports = Vec::new();
     for (i, offs) in per_bin.iter_mut().enumerate() {
         offs.sort_unstable();
@@ -151,104 +207,72 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
             });
         }
     }
-    let ktable = kernel::KernelTable::new(&rec.kernel_symbols);
-    for s in &rec.stacks {
-        let mut locs = Vec::with_capacity(s.kernel.len() + s.user_binary.len());
-        for (i, &a) in s.kernel.iter().enumerate() {
-            let a = call_site(i, a);
-            let id = *loc_index.entry((0, a)).or_insert_with(|| {
-                // BPF JIT code first: kallsyms may no longer (or never) have the program.
-                let bpf = bpfprog::lookup(&rec.bpf_programs, a).map(|f| {
-                    vec![FuncLine {
-                        function: f.symbol.to_string(),
-                        file: f.line.map(|l| l.file.clone()),
-                        line: f.line.map_or(0, |l| l.line),
-                    }]
-                });
-                let lines = bpf
-                    .or_else(|| {
-                        ktable.lookup(a).map(|k| {
-                            vec![FuncLine {
-                                function: if k.module.is_empty() {
-                                    k.name.clone()
-                                } else {
-                                    format!("{} [{}]", k.name, k.module)
-                                },
-                                file: None,
-                                line: 0,
-                            }]
-                        })
-                    })
-                    .unwrap_or_default();
-                p.locations.push(Location {
-                    mapping: 0,
-                    address: a,
-                    lines,
-                });
-                p.locations.len() - 1
-            });
-            locs.push(id);
-        }
-        for (i, (&b, &o)) in s.user_binary.iter().zip(&s.user_offset).enumerate() {
-            let m = if b == 0 { unknown } else { b as usize };
-            let o = if b == 0 { o } else { call_site(i, o) };
-            let id = *loc_index.entry((m, o)).or_insert_with(|| {
-                p.locations.push(Location {
-                    mapping: m,
-                    address: o,
-                    lines: Vec::new(),
-                });
-                p.locations.len() - 1
-            });
-            locs.push(id);
-        }
-        p.samples.push(Sample {
-            pid: s.pid,
-            comm: s.comm.clone(),
-            count: s.count,
-            value: s.value,
-            locations: locs,
-            kernel_frames: s.kernel.len(),
-        });
+    reports
+}
+
+/// A kernel address's name: BPF JIT code first (kallsyms may no longer,
+/// or never, have the program), then the recorded kallsyms entries.
+fn kernel_lines(rec: &Recording, ktable: &kernel::KernelTable<'_>, a: u64) -> Vec<FuncLine> {
+    if let Some(f) = bpfprog::lookup(&rec.bpf_programs, a) {
+        return vec![FuncLine {
+            function: f.symbol.to_string(),
+            file: f.line.map(|l| l.file.clone()),
+            line: f.line.map_or(0, |l| l.line),
+        }];
     }
-    if let Some(l) = rec.meta.lost {
-        let unit = if p.mode == "offcpu" { "ns" } else { "samples" };
-        let kernel_why = stack_loss("kernel", l.kernel_stack_map_full);
-        let user_why = stack_loss("user", l.user_stack_map_full);
-        let items = [
-            (l.kernel_stacks, kernel_why.as_str()),
-            (l.user_stacks, user_why.as_str()),
-            (
-                l.keys,
-                "samples found the stack count map full (raise --max-stacks)",
-            ),
-            (l.notifications, "new-process notifications were dropped"),
-            (
-                l.bpf_events,
-                "BPF program load/unload records were dropped (such programs may show unnamed)",
-            ),
-            (
-                l.offcpu_starts,
-                "off-CPU switch-outs could not be remembered",
-            ),
-            (
-                l.unresolved_frames,
-                "user frames had no build id and no known mapping (shown as [unknown])",
-            ),
-        ];
-        for (n, what) in items {
-            if n > 0 {
-                p.notes.push(format!("lost: {n} {what}"));
-            }
-        }
-        if l.unresolved_weight > 0 {
-            p.notes.push(format!(
-                "{} {unit} carry [unknown] user frames",
-                l.unresolved_weight
-            ));
+    ktable
+        .lookup(a)
+        .map(|k| {
+            vec![FuncLine {
+                function: if k.module.is_empty() {
+                    k.name.clone()
+                } else {
+                    format!("{} [{}]", k.name, k.module)
+                },
+                file: None,
+                line: 0,
+            }]
+        })
+        .unwrap_or_default()
+}
+
+/// What the recording lost, as notes for the reader.
+fn loss_notes(p: &mut Profile, l: &LostCounts) {
+    let unit = if p.mode == "offcpu" { "ns" } else { "samples" };
+    let kernel_why = stack_loss("kernel", l.kernel_stack_map_full);
+    let user_why = stack_loss("user", l.user_stack_map_full);
+    let items = [
+        (l.kernel_stacks, kernel_why.as_str()),
+        (l.user_stacks, user_why.as_str()),
+        (
+            l.keys,
+            "samples found the stack count map full (raise --max-stacks)",
+        ),
+        (l.notifications, "new-process notifications were dropped"),
+        (
+            l.bpf_events,
+            "BPF program load/unload records were dropped (such programs may show unnamed)",
+        ),
+        (
+            l.offcpu_starts,
+            "off-CPU switch-outs could not be remembered",
+        ),
+        (
+            l.unresolved_frames,
+            "user frames had no build id and no known mapping (shown as [unknown])",
+        ),
+    ];
+    for (n, what) in items {
+        if n > 0 {
+            p.notes.push(format!("lost: {n} {what}"));
         }
     }
-    (p, reports)
+    if l.unresolved_weight > 0 {
+        p.notes.push(format!(
+            "{} {unit} carry [unknown] user frames",
+            l.unresolved_weight
+        ));
+    }
 }
 
 /// Why stacks of one kind (kernel or user) could not be stored. The
