@@ -122,113 +122,15 @@ impl Settings {
                     None,
                 )?))
             }
-            Command::Trace(a) => {
-                let fields = a
-                    .fields
-                    .iter()
-                    .map(|f| field_name(f, "--fields"))
-                    .collect::<Result<_, _>>()?;
-                if a.ringbuf_kib == 0 || a.ringbuf_kib > 1 << 20 {
-                    return Err(usage!(
-                        "--ringbuf-kib {}: must be between 1 and 1048576",
-                        a.ringbuf_kib
-                    ));
-                }
-                let bytes = (a.ringbuf_kib.next_power_of_two() * 1024).max(4096);
-                Settings::Trace(Box::new(trace_settings(
-                    Action::Trace { fields },
-                    a.probe,
-                    None,
-                    a.target,
-                    a.output,
-                    Some(bytes),
-                )?))
-            }
-            Command::Latency(a) => {
-                let buckets = match &a.linear {
-                    None => Buckets::Log2,
-                    Some(s) => parse_linear(s)?,
-                };
-                let (start, end) = match a.probes.as_slice() {
-                    [one] => (one.clone(), None),
-                    [start, end] => (start.clone(), Some(ProbeSpec::parse(end)?)),
-                    _ => return Err(usage!("latency takes one function probe, or START and END")),
-                };
-                let probe = ProbeArgs {
-                    probes: vec![start],
-                    filter: a.filter,
-                };
-                let mut matching = Vec::new();
-                for m in &a.matching {
-                    matching.push(match_entry(m)?);
-                }
-                let mut t = trace_settings(
-                    Action::Latency {
-                        buckets,
-                        end: end.clone(),
-                        matching,
-                    },
-                    probe,
-                    Some(a.keys),
-                    a.target,
-                    a.output,
-                    None,
-                )?;
-                if end.is_none() {
-                    if !a.matching.is_empty() {
-                        return Err(usage!(
-                            "--match pairs START and END probes; a function probe pairs entry and return by thread"
-                        ));
-                    }
-                    if t.plan.probes.iter().any(|p| p.returning().is_none()) {
-                        return Err(usage!(
-                            "latency with one probe needs a function entry (uprobe:PATH:FUNC, kprobe:FUNC, fentry:FUNC); for events give START and END probes"
-                        ));
-                    }
-                }
-                if let Some(h) = &a.heatmap {
-                    if h.extension().and_then(|e| e.to_str()) != Some("svg") {
-                        return Err(usage!(
-                            "--heatmap {}: the file name must end in .svg",
-                            h.display()
-                        ));
-                    }
-                    // A heatmap has one column per interval.
-                    t.interval.get_or_insert(Duration::from_secs(1));
-                }
-                t.heatmap = a.heatmap;
-                Settings::Trace(Box::new(t))
-            }
+            Command::Trace(a) => trace_command(a)?,
+            Command::Latency(a) => latency_command(a)?,
             Command::List(a) => Settings::List(ListSettings {
                 pattern: a.pattern,
                 pid: a.pid,
                 names_only: a.names,
                 json: a.json,
             }),
-            Command::Bpf { command } => Settings::Bpf(match command {
-                BpfCommand::List { json } => BpfSettings::List { json },
-                BpfCommand::Top {
-                    interval,
-                    duration,
-                    json,
-                    rows,
-                } => BpfSettings::Top {
-                    interval: seconds(Some(interval), "--interval")?
-                        .unwrap_or(Duration::from_secs(1)),
-                    duration: seconds(duration, "--duration")?,
-                    json,
-                    rows: rows.max(1),
-                },
-                BpfCommand::Annotate {
-                    recording,
-                    prog,
-                    json,
-                } => BpfSettings::Annotate {
-                    recording,
-                    prog,
-                    json,
-                },
-            }),
+            Command::Bpf { command } => Settings::Bpf(bpf_settings(command)?),
             Command::Completions { shell } => Settings::Completions(shell),
             Command::Profile(a) => Settings::Profile(Box::new(profile::ProfileSettings {
                 output: a
@@ -254,6 +156,115 @@ impl Settings {
             Command::Symbolize(a) => Settings::Symbolize(Box::new(profile::symbolize_settings(a)?)),
         })
     }
+}
+
+/// `trace`: the fields to print and the ring buffer they go through.
+fn trace_command(a: args::TraceArgs) -> Result<Settings, Error> {
+    let fields = a
+        .fields
+        .iter()
+        .map(|f| field_name(f, "--fields"))
+        .collect::<Result<_, _>>()?;
+    if a.ringbuf_kib == 0 || a.ringbuf_kib > 1 << 20 {
+        return Err(usage!(
+            "--ringbuf-kib {}: must be between 1 and 1048576",
+            a.ringbuf_kib
+        ));
+    }
+    let bytes = (a.ringbuf_kib.next_power_of_two() * 1024).max(4096);
+    Ok(Settings::Trace(Box::new(trace_settings(
+        Action::Trace { fields },
+        a.probe,
+        None,
+        a.target,
+        a.output,
+        Some(bytes),
+    )?)))
+}
+
+/// `latency`: one function probe (entry to return) or START and END
+/// probes paired on `--match` fields, and the optional heatmap.
+fn latency_command(a: args::LatencyArgs) -> Result<Settings, Error> {
+    let buckets = match &a.linear {
+        None => Buckets::Log2,
+        Some(s) => parse_linear(s)?,
+    };
+    let (start, end) = match a.probes.as_slice() {
+        [one] => (one.clone(), None),
+        [start, end] => (start.clone(), Some(ProbeSpec::parse(end)?)),
+        _ => return Err(usage!("latency takes one function probe, or START and END")),
+    };
+    let probe = ProbeArgs {
+        probes: vec![start],
+        filter: a.filter,
+    };
+    let mut matching = Vec::new();
+    for m in &a.matching {
+        matching.push(match_entry(m)?);
+    }
+    let mut t = trace_settings(
+        Action::Latency {
+            buckets,
+            end: end.clone(),
+            matching,
+        },
+        probe,
+        Some(a.keys),
+        a.target,
+        a.output,
+        None,
+    )?;
+    if end.is_none() {
+        if !a.matching.is_empty() {
+            return Err(usage!(
+                "--match pairs START and END probes; a function probe pairs entry and return by thread"
+            ));
+        }
+        if t.plan.probes.iter().any(|p| p.returning().is_none()) {
+            return Err(usage!(
+                "latency with one probe needs a function entry (uprobe:PATH:FUNC, kprobe:FUNC, fentry:FUNC); for events give START and END probes"
+            ));
+        }
+    }
+    if let Some(h) = &a.heatmap {
+        if h.extension().and_then(|e| e.to_str()) != Some("svg") {
+            return Err(usage!(
+                "--heatmap {}: the file name must end in .svg",
+                h.display()
+            ));
+        }
+        // A heatmap has one column per interval.
+        t.interval.get_or_insert(Duration::from_secs(1));
+    }
+    t.heatmap = a.heatmap;
+    Ok(Settings::Trace(Box::new(t)))
+}
+
+/// `bpf list`, `bpf top`, `bpf annotate`.
+fn bpf_settings(command: BpfCommand) -> Result<BpfSettings, Error> {
+    Ok(match command {
+        BpfCommand::List { json } => BpfSettings::List { json },
+        BpfCommand::Top {
+            interval,
+            duration,
+            json,
+            rows,
+        } => BpfSettings::Top {
+            interval: seconds(Some(interval), "--interval")?.unwrap_or(Duration::from_secs(1)),
+            duration: seconds(duration, "--duration")?,
+            json,
+            rows: rows.max(1),
+        },
+        BpfCommand::Annotate {
+            recording,
+            prog,
+            json,
+        } => BpfSettings::Annotate {
+            recording,
+            prog,
+            json,
+        },
+    })
 }
 
 fn trace_settings(
