@@ -57,6 +57,27 @@ pub fn bpf_stats_turn() -> std::sync::MutexGuard<'static, ()> {
     BPF_STATS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// This kernel's release as a part of file names (`6_12_117_deb12_amd64`).
+pub fn release_tag() -> String {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    release
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// A fresh, empty directory for one test or case, in the target directory.
+/// Guests booted at once share that directory (tests/guest/run-tests) and
+/// run the same tests at the same time: the kernel release in the name
+/// keeps their runs apart.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", release_tag()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
 /// Compiles tests/workloads/NAME.c (once per test binary run) and returns the binary.
 pub fn workload(name: &str) -> PathBuf {
     workload_with(name, &[])
@@ -83,10 +104,11 @@ pub fn workload_with(name: &str, flags: &[&str]) -> PathBuf {
         .unwrap_or(false);
     if !fresh {
         // Build under a unique name and rename, so parallel tests never see a
-        // half-written file (tests of one binary share the pid: count too).
+        // half-written file (tests of one binary share the pid: count too;
+        // guests share the directory and may hand out the same pids).
         static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = out.with_extension(format!("tmp{}-{n}", std::process::id()));
+        let tmp = out.with_extension(format!("tmp{}-{}-{n}", release_tag(), std::process::id()));
         let st = Command::new("cc")
             .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
             .arg(&tmp)

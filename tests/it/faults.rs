@@ -33,10 +33,7 @@ const CLEANUP: Duration = Duration::from_secs(10);
 
 /// A fresh scratch directory for one case.
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    scratch_dir(&format!("faults-{name}"))
 }
 
 #[derive(Clone, Copy, Debug)]

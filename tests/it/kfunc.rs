@@ -90,13 +90,7 @@ fn kfunc_workload() -> PathBuf {
 /// at once share that directory and may hand out the same pids, hence the
 /// kernel release in the name.
 fn target_file(tag: &str) -> (String, String) {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let release: String = release
-        .trim()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    let name = format!("kf_{tag}_{release}_{}", std::process::id());
+    let name = format!("kf_{tag}_{}_{}", release_tag(), std::process::id());
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&name);
     (name, path.to_str().unwrap().to_string())
 }

@@ -3,7 +3,7 @@
 //! an output path is bad. Root integration tests against the real kernel.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,10 +13,7 @@ const WRITE: &str = "tracepoint:syscalls:sys_enter_write";
 
 /// A fresh directory for one test's files.
 fn scratch(test: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("targets-{test}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    scratch_dir(&format!("targets-{test}"))
 }
 
 /// Children of `pid` (all its threads').

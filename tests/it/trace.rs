@@ -1154,10 +1154,7 @@ fn numeric_options_out_of_range_are_usage_errors() {
 fn no_stacks_to_svg_is_an_svg_saying_so() {
     require_root();
     let w = workload("writer");
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty_flame");
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("none.svg");
-    let _ = std::fs::remove_file(&out);
+    let out = scratch_dir("empty_flame").join("none.svg");
     let o = run(&[
         "count",
         WRITE,

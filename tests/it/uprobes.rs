@@ -248,8 +248,7 @@ fn function_latency_buckets_are_exact() {
 fn syscall_pair_latency_and_heatmap() {
     require_root();
     let w = workload("uprobes");
-    let svg = Path::new(env!("CARGO_TARGET_TMPDIR")).join("heat.svg");
-    let _ = std::fs::remove_file(&svg);
+    let svg = scratch_dir("uprobes-heatmap").join("heat.svg");
     let o = run(&[
         "latency",
         "t:syscalls:sys_enter_clock_nanosleep",
@@ -438,7 +437,7 @@ fn user_stack_key_contains_the_caller() {
         "{frames:?}"
     );
 
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = scratch_dir("uprobes-ustack");
     let folded = dir.join("ustack.folded");
     let svg = dir.join("ustack.svg");
     for out in [&folded, &svg] {
