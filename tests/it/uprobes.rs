@@ -2,19 +2,16 @@
 //! uprobes, uretprobes, USDT with and without semaphores, glob
 //! mass-attach, function and paired-event latency.
 
-mod common;
-
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn uprobe_counts_exact_calls() {
-    if !root("uprobe_calls") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     let p = format!("uprobe:{}:work", w.display());
     let o = run(&[
@@ -43,10 +40,9 @@ fn uprobe_counts_exact_calls() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn uretprobe_sees_return_values() {
-    if !root("uretprobe") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     // work(i) returns 3 * i: for i < 10, 0..27.
     let o = run(&[
@@ -68,10 +64,9 @@ fn uretprobe_sees_return_values() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn usdt_without_and_with_semaphore() {
-    if !root("usdt") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     let list = ok(&run(&["list", &format!("usdt:{}:*:*", w.display())]));
     assert!(
@@ -118,10 +113,9 @@ fn usdt_without_and_with_semaphore() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn glob_becomes_one_multi_attachment_with_a_cookie_per_function() {
-    if !root("uprobe_glob") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     let o = run(&[
         "count",
@@ -162,10 +156,9 @@ fn glob_becomes_one_multi_attachment_with_a_cookie_per_function() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn library_names_resolve_like_the_loader() {
-    if !root("libc_glob") {
-        return;
-    }
+    require_root();
     let out = ok(&run(&["list", "uprobe:libc:strlen", "--names"]));
     assert!(out.trim().ends_with("libc.so.6:strlen"), "{out}");
     assert!(!out.contains("lib32"), "{out}");
@@ -184,10 +177,9 @@ fn library_names_resolve_like_the_loader() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn pid_target_for_uprobes() {
-    if !root("uprobe_pid") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     let mut child = Gated::spawn({
         let mut c = Command::new(&w);
@@ -203,10 +195,9 @@ fn pid_target_for_uprobes() {
 
 /// Latency buckets of a function that sleeps 1 ms K times and 20 ms M times.
 #[test]
+#[ignore = "needs root and BPF"]
 fn function_latency_buckets_are_exact() {
-    if !root("latency") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     // One 20 ms linear bucket and the overflow: a 1 ms sleep lands in
     // [0, 20ms) even when emulation overshoots it by 10 ms (seen in TCG
@@ -253,13 +244,11 @@ fn function_latency_buckets_are_exact() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn syscall_pair_latency_and_heatmap() {
-    if !root("latency_pair") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
-    let svg = Path::new(env!("CARGO_TARGET_TMPDIR")).join("heat.svg");
-    let _ = std::fs::remove_file(&svg);
+    let svg = scratch_dir("uprobes-heatmap").join("heat.svg");
     let o = run(&[
         "latency",
         "t:syscalls:sys_enter_clock_nanosleep",
@@ -304,16 +293,12 @@ fn on_block_device(p: &Path) -> bool {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn block_io_latency_matched_on_dev_and_sector() {
-    if !root("block_latency") {
-        return;
-    }
+    require_root();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     if !on_block_device(dir) {
-        eprintln!(
-            "SKIP block_io_latency: {} is not on a block device",
-            dir.display()
-        );
+        skip(&format!("{} is not on a block device", dir.display()));
         return;
     }
     let file = dir.join("dio.bin");
@@ -342,10 +327,9 @@ fn block_io_latency_matched_on_dev_and_sector() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn user_probe_bad_input() {
-    if !root("uprobe_bad_input") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
@@ -420,10 +404,9 @@ fn user_probe_bad_input() {
 /// A user stack key names the caller chain, from build id + offset after the
 /// process is gone; -o writes the stacks as folded lines or a flame graph.
 #[test]
+#[ignore = "needs root and BPF"]
 fn user_stack_key_contains_the_caller() {
-    if !root("ustack_key") {
-        return;
-    }
+    require_root();
     // At a function's entry only a `push %rbp` prologue lets the kernel find
     // the immediate caller: -O0 gives every function one.
     let w = workload_with("uprobes", &["-O0"]);
@@ -454,7 +437,7 @@ fn user_stack_key_contains_the_caller() {
         "{frames:?}"
     );
 
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = scratch_dir("uprobes-ustack");
     let folded = dir.join("ustack.folded");
     let svg = dir.join("ustack.svg");
     for out in [&folded, &svg] {
@@ -482,10 +465,9 @@ fn user_stack_key_contains_the_caller() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn kernel_stack_key() {
-    if !root("kstack_key") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     let o = run(&[
         "count",
@@ -536,10 +518,9 @@ fn attached_count(err: &str) -> usize {
 /// The workload is not running yet when bpfscope attaches (`-- CMD`), so
 /// this also shows the refusal is found at attach time, not lost at exec.
 #[test]
+#[ignore = "needs root and BPF"]
 fn refused_functions_of_a_glob_are_skipped_and_named() {
-    if !root("uprobe_refused_glob") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     let o = run(&[
         "count",
@@ -606,10 +587,9 @@ fn refused_functions_of_a_glob_are_skipped_and_named() {
 /// One named function the kernel cannot probe: exit 2, one line saying why
 /// and what to do, for entry probes, return probes and latency alike.
 #[test]
+#[ignore = "needs root and BPF"]
 fn a_refused_function_is_a_clear_error() {
-    if !root("uprobe_refused_one") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     let cases: Vec<(Vec<String>, &str)> =
         vec![
@@ -642,10 +622,9 @@ fn a_refused_function_is_a_clear_error() {
 /// and the AVX2 string functions (`__strchr_avx2`: vmovd) with VEX
 /// instructions uprobes refuse, whatever this CPU's IFUNCs pick.
 #[test]
+#[ignore = "needs root and BPF"]
 fn refused_libc_functions() {
-    if !root("uprobe_refused_libc") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     let mut child = Gated::spawn({
         let mut c = Command::new(&w);
@@ -665,7 +644,7 @@ fn refused_libc_functions() {
     // Local symbols need the debug file (libc6-dbg).
     let listed = ok(&run(&["list", "uprobe:libc:__strchr*", "--names"]));
     if !listed.contains(":__strchr_avx2\n") {
-        eprintln!("SKIP refused_libc_functions glob: no __strchr_avx2 (libc6-dbg missing?)");
+        skip("glob: no __strchr_avx2 (libc6-dbg missing?)");
         return;
     }
     let r = start(&["count", "uprobe:libc:__strchr*", "-p", &pid, "-v", "--json"]);
@@ -717,10 +696,9 @@ fn objdump_boundaries(bin: &Path, func: &str) -> Option<Vec<u64>> {
 /// program with SIGILL), past the end with the function's size; a real
 /// boundary counts every call.
 #[test]
+#[ignore = "needs root and BPF"]
 fn offsets_must_be_instruction_boundaries() {
-    if !root("uprobe_offsets") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     let o = run(&[
         "count",
@@ -770,10 +748,9 @@ fn offsets_must_be_instruction_boundaries() {
 /// end) must not show a frame: the kernel stores it as a "valid" build id
 /// with a wrapped negative offset (0 minus the start of the mapping above).
 #[test]
+#[ignore = "needs root and BPF"]
 fn user_stack_ends_at_a_zero_return_address() {
-    if !root("ustack_zero") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     let o = run(&[
         "count",
@@ -803,10 +780,9 @@ fn user_stack_ends_at_a_zero_return_address() {
 /// strchr begin with such instructions: every process calling them
 /// computed garbage, bpfscope included). bpfscope refuses such probes.
 #[test]
+#[ignore = "needs root and BPF"]
 fn instructions_the_kernel_mistakes_for_jumps_are_refused() {
-    if !root("uprobe_misemulated") {
-        return;
-    }
+    require_root();
     let w = workload("uprobes");
     let avx = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
@@ -835,7 +811,7 @@ fn instructions_the_kernel_mistakes_for_jumps_are_refused() {
             "{err}"
         );
     } else {
-        eprintln!("SKIP instructions_the_kernel_mistakes_for_jumps run: no AVX");
+        skip("run: no AVX");
     }
     let o = run(&[
         "count",
@@ -867,8 +843,6 @@ fn instructions_the_kernel_mistakes_for_jumps_are_refused() {
             "{err}"
         );
     } else {
-        eprintln!(
-            "SKIP instructions_the_kernel_mistakes_for_jumps libc: no __memset_evex_unaligned_erms"
-        );
+        skip("libc: no __memset_evex_unaligned_erms");
     }
 }

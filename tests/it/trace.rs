@@ -1,22 +1,19 @@
 //! Tracing engine against the real kernel (run as root): exact counts,
 //! histograms, filters, targets, JSON, bad input, cleanup.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 const WRITE: &str = "tracepoint:syscalls:sys_enter_write";
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn exact_count_of_sized_writes_by_a_named_process() {
-    if !root("exact_count") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     // The command target: only the workload's writes, then stop when it exits.
     let o = run(&[
@@ -41,10 +38,9 @@ fn exact_count_of_sized_writes_by_a_named_process() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn system_wide_count_until_ctrl_c() {
-    if !root("system_wide") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     let r = start(&[
         "count",
@@ -66,10 +62,9 @@ fn system_wide_count_until_ctrl_c() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn exact_log2_buckets() {
-    if !root("log2") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     // 10 x each size: 0 -> [0,1); 1 -> [1,2); 3 -> [2,4); 4096 and 5000 -> [4K,8K); 65536 -> [64K,128K)
     let o = run(&[
@@ -120,10 +115,9 @@ fn exact_log2_buckets() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn exact_linear_buckets_and_text_bars() {
-    if !root("linear") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     let o = run(&[
         "hist",
@@ -166,10 +160,9 @@ fn exact_linear_buckets_and_text_bars() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn filters_keep_and_drop() {
-    if !root("filters") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     let count = |filter: &str| -> u64 {
         let o = run(&[
@@ -206,10 +199,9 @@ fn filters_keep_and_drop() {
 
 /// A command that fails still gets its results, and a note saying how it ended.
 #[test]
+#[ignore = "needs root and BPF"]
 fn failed_command_is_noted_not_fatal() {
-    if !root("failed_command") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     // Size 2^21 is over the workload's buffer: it writes nothing, exits 2.
     let o = run(&[
@@ -232,10 +224,9 @@ fn failed_command_is_noted_not_fatal() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn command_target_follows_forks() {
-    if !root("follow_forks") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     let o = Command::new(bin())
         .args([
@@ -264,10 +255,9 @@ fn command_target_follows_forks() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn pid_target() {
-    if !root("pid_target") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     // Both wait until bpfscope has attached, however slow its start.
     let gated = || {
@@ -297,10 +287,9 @@ fn pid_target() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn intervals_add_up_exactly() {
-    if !root("intervals") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     let o = Command::new(bin())
         .args([
@@ -335,10 +324,9 @@ fn intervals_add_up_exactly() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn stats_by_cpu_on_a_classic_tracepoint() {
-    if !root("stats") {
-        return;
-    }
+    require_root();
     let o = run(&[
         "stats",
         "tracepoint:sched:sched_switch",
@@ -366,10 +354,9 @@ fn stats_by_cpu_on_a_classic_tracepoint() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn builtin_keys_take_the_cheapest_path() {
-    if !root("raw_tp") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     let o = run(&[
         "count",
@@ -403,10 +390,9 @@ fn builtin_keys_take_the_cheapest_path() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn trace_prints_events_with_fields() {
-    if !root("trace") {
-        return;
-    }
+    require_root();
     let o = run(&[
         "trace",
         "t:syscalls:sys_enter_openat",
@@ -451,10 +437,9 @@ fn trace_prints_events_with_fields() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn json_count_schema() {
-    if !root("json_schema") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     let o = run(&[
         "count",
@@ -488,10 +473,9 @@ fn json_count_schema() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn list_shows_fields() {
-    if !root("list") {
-        return;
-    }
+    require_root();
     let out = ok(&run(&["list", "syscalls:*openat*"]));
     assert!(
         out.contains("tracepoint:syscalls:sys_enter_openat\n"),
@@ -503,10 +487,9 @@ fn list_shows_fields() {
 
 /// Every bad input: exit 2, one line on stderr naming the problem, no panic.
 #[test]
+#[ignore = "needs root and BPF"]
 fn bad_input_is_one_line_and_exit_2() {
-    if !root("bad_input") {
-        return;
-    }
+    require_root();
     let cases: &[(&[&str], &str)] = &[
         (
             &["count", "tracepoint:syscalls:sys_enter_wirte"],
@@ -577,10 +560,9 @@ fn prog_exists(id: u64) -> bool {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn nothing_left_after_sigkill() {
-    if !root("sigkill") {
-        return;
-    }
+    require_root();
     let r = start(&[
         "count",
         "t:syscalls:sys_enter_*",
@@ -609,10 +591,9 @@ fn nothing_left_after_sigkill() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn lost_keys_are_reported() {
-    if !root("lost_keys") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     // 6 distinct sizes but room for 2 keys: 4 x 5 writes cannot be kept.
     let o = run(&[
@@ -650,10 +631,9 @@ fn lost_keys_are_reported() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn ring_buffer_drops_are_counted_exactly() {
-    if !root("ringbuf_lost") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     let r = start(&[
         "trace",
@@ -689,22 +669,24 @@ fn ring_buffer_drops_are_counted_exactly() {
     assert_eq!(events + lost, 20000);
 }
 
+/// As root, bpfscope runs as nobody for this; as any other user, as itself.
 #[test]
 fn non_root_gets_one_clear_line() {
-    if !root("non_root") {
-        return;
-    }
-    let o = Command::new("setpriv")
-        .args([
+    // SAFETY: geteuid has no preconditions.
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("setpriv");
+        c.args([
             "--reuid=65534",
             "--regid=65534",
             "--clear-groups",
             "--inh-caps=-all",
         ])
-        .arg(bin())
-        .args(["count", WRITE])
-        .output()
-        .unwrap();
+        .arg(bin());
+        c
+    } else {
+        Command::new(bin())
+    };
+    let o = cmd.args(["count", WRITE]).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
@@ -715,10 +697,9 @@ fn non_root_gets_one_clear_line() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn mounts_tracefs_when_missing() {
-    if !root("tracefs_mount") {
-        return;
-    }
+    require_root();
     // A private mount namespace: other tests keep their tracefs.
     let script = format!(
         "umount /sys/kernel/tracing 2>/dev/null; umount /sys/kernel/debug 2>/dev/null; \
@@ -774,10 +755,9 @@ fn mixed_32_term_filter(pid: &str, any: bool) -> String {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn filter_of_32_mixed_terms_loads_and_filters_exactly() {
-    if !root("filter_32") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     for any in [true, false] {
         let gated = || {
@@ -814,10 +794,9 @@ fn filter_of_32_mixed_terms_loads_and_filters_exactly() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn filters_that_once_exhausted_the_verifier_load() {
-    if !root("filter_verifier") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     let cases = [
         // No write of the command comes from pids 0..5.
@@ -852,10 +831,9 @@ fn filters_that_once_exhausted_the_verifier_load() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn write_buffers_show_count_bytes_escaped() {
-    if !root("write_buf") {
-        return;
-    }
+    require_root();
     let w = workload("bufs");
     let args = |json: bool| {
         let mut a = vec![
@@ -905,10 +883,9 @@ fn write_buffers_show_count_bytes_escaped() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn strings_that_fault_are_flagged() {
-    if !root("fault_str") {
-        return;
-    }
+    require_root();
     let w = workload("bufs");
     let dir = std::env::temp_dir().join(format!("bpfscope-fault-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -968,10 +945,9 @@ fn latency_count(out: &str) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn latency_pairs_differently_named_fields_exactly() {
-    if !root("match_fields_exact") {
-        return;
-    }
+    require_root();
     let w = workload_with("threads", &["-pthread"]);
     // Each thread is one clone (child_pid = its tid) and one exit whose
     // field pid is that tid; the builtin pid at exit is the process's, which
@@ -993,10 +969,9 @@ fn latency_pairs_differently_named_fields_exactly() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn runqlat_pairs_wakeup_pid_with_switch_next_pid() {
-    if !root("runqlat") {
-        return;
-    }
+    require_root();
     let w = workload_with("threads", &["-pthread"]);
     // sched_wakeup runs in the waker's context: system-wide, kept by the
     // woken task's name (the field comm, at the start).
@@ -1023,10 +998,9 @@ fn runqlat_pairs_wakeup_pid_with_switch_next_pid() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn a_field_named_like_a_builtin_is_shown_as_args() {
-    if !root("args_field") {
-        return;
-    }
+    require_root();
     let w = workload_with("threads", &["-pthread"]);
     let o = run(&[
         "trace",
@@ -1085,10 +1059,9 @@ fn a_field_named_like_a_builtin_is_shown_as_args() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn a_zero_count_without_keys_is_a_row() {
-    if !root("zero_count") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     let args = |json: bool| {
         let mut a = vec![
@@ -1119,10 +1092,9 @@ fn a_zero_count_without_keys_is_a_row() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn list_refuses_empty_and_unmatched_patterns() {
-    if !root("list_patterns") {
-        return;
-    }
+    require_root();
     for (pattern, msg) in [
         (
             "",
@@ -1141,10 +1113,9 @@ fn list_refuses_empty_and_unmatched_patterns() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn list_shows_array_dimensions() {
-    if !root("list_arrays") {
-        return;
-    }
+    require_root();
     let o = run(&["list", "tracepoint:sched:sched_switch"]);
     assert_eq!(
         ok(&o),
@@ -1154,9 +1125,6 @@ fn list_shows_array_dimensions() {
 
 #[test]
 fn numeric_options_out_of_range_are_usage_errors() {
-    if !root("numeric_ranges") {
-        return;
-    }
     for (args, msg) in [
         (
             vec!["count", WRITE, "--max-keys", "4294967295"],
@@ -1182,15 +1150,11 @@ fn numeric_options_out_of_range_are_usage_errors() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn no_stacks_to_svg_is_an_svg_saying_so() {
-    if !root("empty_flame") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty_flame");
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("none.svg");
-    let _ = std::fs::remove_file(&out);
+    let out = scratch_dir("empty_flame").join("none.svg");
     let o = run(&[
         "count",
         WRITE,

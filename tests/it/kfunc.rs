@@ -6,16 +6,13 @@
 //! the reason bpfscope gives; `tests/guest/run-tests` runs them on other
 //! kernels booted under QEMU.
 
-mod common;
-
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::{mpsc, OnceLock};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const VIA: &str = "BPFSCOPE_KFUNC_VIA";
 
@@ -67,21 +64,18 @@ fn support(via: &'static str) -> &'static Result<(), String> {
     })
 }
 
-/// True when the test can run: root, and kernel functions through each of `vias`.
-fn ready(test: &str, vias: &[&'static str]) -> bool {
-    if !root(test) {
-        return false;
-    }
+/// True when the test can run: kernel functions through each of `vias`.
+/// Fails when not root (the callers are root tests, asked for).
+fn ready(vias: &[&'static str]) -> bool {
+    require_root();
     // Built even when skipping: guests running these tests at once share
     // the target directory and must not both build it.
     kfunc_workload();
     for via in vias {
         if let Err(why) = support(via) {
-            // Straight to stderr, past the harness's capture: the reason must show.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIP {test}: kernel functions through {via} are refused here: {why}"
-            );
+            skip(&format!(
+                "kernel functions through {via} are refused here: {why}"
+            ));
             return false;
         }
     }
@@ -96,13 +90,7 @@ fn kfunc_workload() -> PathBuf {
 /// at once share that directory and may hand out the same pids, hence the
 /// kernel release in the name.
 fn target_file(tag: &str) -> (String, String) {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let release: String = release
-        .trim()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    let name = format!("kf_{tag}_{release}_{}", std::process::id());
+    let name = format!("kf_{tag}_{}_{}", release_tag(), std::process::id());
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&name);
     (name, path.to_str().unwrap().to_string())
 }
@@ -126,8 +114,9 @@ fn ok_env(env: &[(&str, &str)], args: &[&str]) -> (String, String) {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn kprobe_and_fentry_count_the_same_exact_calls() {
-    if !ready("kprobe_vs_fentry", &["kprobe", "fentry"]) {
+    if !ready(&["kprobe", "fentry"]) {
         return;
     }
     let w = kfunc_workload();
@@ -189,8 +178,9 @@ fn kprobe_and_fentry_count_the_same_exact_calls() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn return_values_through_fexit_and_kretprobe() {
-    if !ready("retval", &["kprobe", "fentry"]) {
+    if !ready(&["kprobe", "fentry"]) {
         return;
     }
     let w = kfunc_workload();
@@ -239,8 +229,9 @@ fn return_values_through_fexit_and_kretprobe() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn latency_pairs_entries_with_returns() {
-    if !ready("latency", &["kprobe", "fentry"]) {
+    if !ready(&["kprobe", "fentry"]) {
         return;
     }
     let w = kfunc_workload();
@@ -298,15 +289,13 @@ fn counts_missed() -> bool {
 /// (10 on a small machine): the kernel misses the returns of the reads made
 /// meanwhile, and bpfscope reports them instead of undercounting silently.
 #[test]
+#[ignore = "needs root and BPF"]
 fn missed_returns_are_reported() {
-    if !ready("missed_returns", &["kprobe"]) {
+    if !ready(&["kprobe"]) {
         return;
     }
     if !counts_missed() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIP missed_returns: this kernel does not count missed kprobe hits per link (6.7 and later do)"
-        );
+        skip("this kernel does not count missed kprobe hits per link (6.7 and later do)");
         return;
     }
     let w = kfunc_workload();
@@ -337,8 +326,9 @@ fn missed_returns_are_reported() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn glob_attaches_hundreds_of_functions_with_a_cookie_each() {
-    if !ready("glob", &["kprobe"]) {
+    if !ready(&["kprobe"]) {
         return;
     }
     let w = kfunc_workload();
@@ -376,8 +366,9 @@ fn glob_attaches_hundreds_of_functions_with_a_cookie_each() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn fentry_glob_loads_one_program_per_function() {
-    if !ready("fentry_glob", &["fentry"]) {
+    if !ready(&["fentry"]) {
         return;
     }
     let w = kfunc_workload();
@@ -403,8 +394,9 @@ fn fentry_glob_loads_one_program_per_function() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn loopback_packets_by_device_name() {
-    if !ready("loopback", &["any"]) {
+    if !ready(&["any"]) {
         return;
     }
     let _ = Command::new("ip")
@@ -431,10 +423,9 @@ fn loopback_packets_by_device_name() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn list_shows_btf_signatures() {
-    if !root("list_kfuncs") {
-        return;
-    }
+    require_root();
     // Resolution needs only BTF (and tracefs where it lists functions).
     let out = ok(&run(&["list", "kprobe:vfs_rea*"]));
     assert!(
@@ -457,10 +448,9 @@ fn list_shows_btf_signatures() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn bad_kernel_function_input_is_one_line_and_exit_2() {
-    if !root("kfunc_bad_input") {
-        return;
-    }
+    require_root();
     let one_line = |o: &Output| {
         assert_eq!(o.status.code(), Some(2), "{}", stderr(o));
         let e = stderr(o);
@@ -482,10 +472,7 @@ fn bad_kernel_function_input_is_one_line_and_exit_2() {
         assert!(e.contains("trace tracepoints instead"), "{e}");
     }
     if support("any").is_err() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIP kfunc_bad_input (member paths): kernel functions are refused here"
-        );
+        skip("member paths: kernel functions are refused here");
         return;
     }
     let e = one_line(&run(&[

@@ -1,11 +1,9 @@
 //! `bpf list` and `bpf top` against the real kernel (run as root).
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn stats_sysctl() -> String {
     std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
@@ -13,9 +11,6 @@ fn stats_sysctl() -> String {
         .trim()
         .to_string()
 }
-
-/// Run-time statistics are one setting for the whole kernel: these tests take turns.
-static STATS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Restores the stats sysctl when the test ends, however it ends.
 struct Sysctl(String);
@@ -26,11 +21,10 @@ impl Drop for Sysctl {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn top_counts_every_run_of_a_known_program() {
-    if !root("bpf_top") {
-        return;
-    }
-    let _turn = STATS.lock().unwrap_or_else(|e| e.into_inner());
+    require_root();
+    let _turn = bpf_stats_turn();
     let _restore = Sysctl(stats_sysctl());
     std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "0").unwrap();
     let w = workload("uprobes");
@@ -97,15 +91,14 @@ fn start_top() -> Running {
 fn start_until(args: &[&str], ready: &str) -> Running {
     let mut cmd = Command::new(bin());
     cmd.args(args);
-    common::start_cmd(cmd, ready)
+    start_cmd(cmd, ready)
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn top_leaves_the_stats_setting_as_found() {
-    if !root("bpf_stats_restore") {
-        return;
-    }
-    let _turn = STATS.lock().unwrap_or_else(|e| e.into_inner());
+    require_root();
+    let _turn = bpf_stats_turn();
     let _restore = Sysctl(stats_sysctl());
     let w = workload("uprobes");
     let runs_of = |id: u64| -> u64 {
@@ -182,7 +175,7 @@ fn lflag(fd: &std::os::fd::OwnedFd) -> libc::tcflag_t {
 fn top_on_a_terminal_ends_on(key: &[u8]) {
     use std::io::{Read, Write};
     use std::os::unix::process::CommandExt;
-    let _turn = STATS.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = bpf_stats_turn();
     let _restore = Sysctl(stats_sysctl());
     let (master, slave) = pty();
     let before = lflag(&master);
@@ -250,17 +243,15 @@ fn top_on_a_terminal_ends_on(key: &[u8]) {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn top_quits_on_q() {
-    if !root("bpf_top_q") {
-        return;
-    }
+    require_root();
     top_on_a_terminal_ends_on(b"q");
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn top_quits_on_ctrl_c() {
-    if !root("bpf_top_ctrl_c") {
-        return;
-    }
+    require_root();
     top_on_a_terminal_ends_on(b"\x03");
 }

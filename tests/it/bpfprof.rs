@@ -2,13 +2,11 @@
 //! unloaded in the middle of a recording is named by tag and name, and
 //! annotated by source line from the recording after it is gone.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn tmp(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
@@ -32,10 +30,9 @@ fn progs_of(pid: i32) -> Vec<(u64, String, String)> {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn program_loaded_and_unloaded_mid_profile_is_named_and_annotated() {
-    if !root("bpf_in_profile") {
-        return;
-    }
+    require_root();
     let rec = tmp("bpfprof.bscope");
     let _ = std::fs::remove_file(&rec);
     let recorder = start(&[

@@ -1,26 +1,81 @@
-//! Shared helpers for the root integration tests: building workload
-//! programs, running bpfscope, waiting for it to attach, parsing JSON lines.
-#![allow(dead_code)]
+//! Shared helpers of the integration tests: building workload programs,
+//! running bpfscope, waiting for it to attach, parsing JSON lines, and the
+//! two ways a test says it did not test everything (`require_root`, `skip`).
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_bpfscope")
 }
 
-/// True when running as root; otherwise prints why the test is skipped.
-pub fn root(test: &str) -> bool {
+/// The running test's path (`trace::pid_target`): libtest names each
+/// test's thread after it.
+pub fn test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("(unnamed test)")
+        .to_string()
+}
+
+/// First statement of every test marked `#[ignore = "needs root and BPF"]`.
+/// Those run only when asked for (`--include-ignored`, as `scripts/test`
+/// does), and a run that asked for them without root must not pass having
+/// tested nothing: it fails here, saying why.
+pub fn require_root() {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    if euid != 0 {
-        eprintln!("SKIP {test}: needs root to load BPF programs");
-        return false;
-    }
-    true
+    assert!(
+        euid == 0,
+        "{} needs root to load BPF programs, and this run (euid {euid}) is not root: \
+         run the tests as root, or without --include-ignored/--ignored",
+        test_name()
+    );
+}
+
+/// Says that the running test (or the part of it named in `why`) was
+/// skipped for a reason of this machine or kernel: one line
+/// `SKIP <test>: <why>`, written straight to stderr, past the harness's
+/// capture, so a passing run still shows what it did not test.
+pub fn skip(why: &str) {
+    // One write: the line must not interleave with other output.
+    let line = format!("SKIP {}: {why}\n", test_name());
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// Run-time statistics of BPF programs (the `bpf_stats_enabled` sysctl and
+/// the BPF_ENABLE_STATS hold `bpf top` takes) are one setting for the whole
+/// kernel: tests that change them or depend on them take turns.
+static BPF_STATS: Mutex<()> = Mutex::new(());
+
+/// Takes the turn on `BPF_STATS` (a test that panicked holding it does not
+/// block the others).
+pub fn bpf_stats_turn() -> std::sync::MutexGuard<'static, ()> {
+    BPF_STATS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// This kernel's release as a part of file names (`6_12_117_deb12_amd64`).
+pub fn release_tag() -> String {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    release
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// A fresh, empty directory for one test or case, in the target directory.
+/// Guests booted at once share that directory (tests/guest/run-tests) and
+/// run the same tests at the same time: the kernel release in the name
+/// keeps their runs apart.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", release_tag()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
 }
 
 /// Compiles tests/workloads/NAME.c (once per test binary run) and returns the binary.
@@ -49,10 +104,11 @@ pub fn workload_with(name: &str, flags: &[&str]) -> PathBuf {
         .unwrap_or(false);
     if !fresh {
         // Build under a unique name and rename, so parallel tests never see a
-        // half-written file (tests of one binary share the pid: count too).
+        // half-written file (tests of one binary share the pid: count too;
+        // guests share the directory and may hand out the same pids).
         static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = out.with_extension(format!("tmp{}-{n}", std::process::id()));
+        let tmp = out.with_extension(format!("tmp{}-{}-{n}", release_tag(), std::process::id()));
         let st = Command::new("cc")
             .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
             .arg(&tmp)
@@ -324,22 +380,6 @@ pub fn prog_ids_of(pid: i32) -> Vec<u64> {
     ids.sort();
     ids.dedup();
     ids
-}
-
-/// Names of loaded BPF programs (from bpftool), to check nothing of ours is left.
-pub fn loaded_prog_names() -> Vec<String> {
-    let out = Command::new("bpftool")
-        .args(["prog", "show", "--json"])
-        .output()
-        .expect("running bpftool");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| p["name"].as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// A workload started with GATE=1: it waits, stopped before its work, until

@@ -8,8 +8,6 @@
 //! that no half-written output or temporary file remains, and that losses
 //! are counted.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -20,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const WRITE: &str = "tracepoint:syscalls:sys_enter_write";
 const NANOSLEEP_IN: &str = "tracepoint:syscalls:sys_enter_nanosleep";
@@ -35,10 +33,7 @@ const CLEANUP: Duration = Duration::from_secs(10);
 
 /// A fresh scratch directory for one case.
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    scratch_dir(&format!("faults-{name}"))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -424,9 +419,10 @@ fn signal_suite(what: &str, sig: i32) {
             _ => "sigterm",
         }
     );
-    if !root(&name) {
-        return;
-    }
+    require_root();
+    // `bpf top` holds the kernel's run-time statistics on: not while a
+    // test of bpf:: counts on them being off.
+    let _turn = (what == "bpf_top").then(bpf_stats_turn);
     let mut problems = Vec::new();
     for m in MOMENTS {
         let dir = scratch(&name);
@@ -487,6 +483,7 @@ macro_rules! signal_tests {
     ($($name:ident: $what:expr, $sig:expr;)*) => {
         $(
             #[test]
+            #[ignore = "needs root and BPF"]
             fn $name() {
                 signal_suite($what, $sig);
             }
@@ -545,14 +542,13 @@ impl Drop for Tmpfs {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn record_to_a_full_disk_fails_in_one_line_and_leaves_no_file() {
-    if !root("record_full_disk") {
-        return;
-    }
+    require_root();
     let dir = scratch("fulldisk").join("mnt");
     std::fs::create_dir_all(&dir).unwrap();
     let Some(_mnt) = Tmpfs::mount(&dir, "64k") else {
-        eprintln!("SKIP record_full_disk: cannot mount a tmpfs");
+        skip("cannot mount a tmpfs");
         return;
     };
     // Filled to the brim: the recording's file can be created, not written.
@@ -668,10 +664,9 @@ fn chmod(p: &Path, mode: u32) {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn unreadable_debug_dir_is_named_once_and_the_report_completes() {
-    if !root("unreadable_debug_dir") {
-        return;
-    }
+    require_root();
     let dir = scratch("unreadable");
     chmod(&dir, 0o777);
     let (id, dbg, rec) = stripped_recording(&dir);
@@ -968,12 +963,14 @@ fn debuginfod_that_hangs_times_out() {
         Duration::from_secs(10),
     );
     assert!(err.contains("no answer within 2 s"), "{err}");
+}
 
-    // A report with several binaries to look up: the server is given up
-    // after its first timeout, the report completes and names it once.
-    if !root("debuginfod_hang_report") {
-        return;
-    }
+/// A report with several binaries to look up: the server is given up
+/// after its first timeout, the report completes and names it once.
+#[test]
+#[ignore = "needs root and BPF"]
+fn debuginfod_that_hangs_is_given_up_once_per_report() {
+    require_root();
     let dir = scratch("dinfod-hang-report");
     // Two stripped binaries (different code, so different build ids),
     // both to be looked up on the server.
@@ -1080,10 +1077,9 @@ fn debuginfod_gigabyte_body_is_capped_while_streaming() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn target_exiting_mid_attach_ends_the_run() {
-    if !root("target_exits_mid_attach") {
-        return;
-    }
+    require_root();
     // Many tracepoints take a while to attach; the target is gone before the end.
     let target = Command::new("/bin/sleep").arg("0.5").spawn().unwrap();
     let pid = target.id().to_string();
@@ -1137,10 +1133,9 @@ fn target_exiting_mid_attach_ends_the_run() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn ten_thousand_short_processes_during_a_system_wide_profile() {
-    if !root("ten_thousand_processes") {
-        return;
-    }
+    require_root();
     let dir = scratch("forks");
     let out = dir.join("x.folded");
     let forker = workload("forker");
@@ -1232,10 +1227,9 @@ fn ten_thousand_short_processes_during_a_system_wide_profile() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn ring_buffer_flood_counts_what_it_lost() {
-    if !root("ring_buffer_flood") {
-        return;
-    }
+    require_root();
     let w = workload("writer");
     // Two writers at once, one per CPU, outrun any reader of a 4 KiB buffer.
     const N: u64 = 1_000_000;

@@ -3,8 +3,6 @@
 //! files by build id, a real debuginfod server, pprof decoded back,
 //! off-CPU time, targets, recordings and their corruption.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::TcpListener;
@@ -12,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// The 3:1 workload. gcc gives its hot leaf a frame (see the source), so
 /// frame-pointer stacks keep every caller.
@@ -22,10 +20,7 @@ fn split() -> PathBuf {
 
 /// A fresh scratch directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("profile-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    scratch_dir(&format!("profile-{name}"))
 }
 
 /// Folded lines as (frames root first, weight).
@@ -118,10 +113,9 @@ fn assert_usage_error(o: &std::process::Output, what: &str) {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn cpu_split_three_to_one_with_caller_chains() {
-    if !root("cpu_split") {
-        return;
-    }
+    require_root();
     let dir = scratch("split");
     let out = dir.join("split.folded");
     let w = split();
@@ -168,10 +162,9 @@ fn cpu_split_three_to_one_with_caller_chains() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn process_that_exits_mid_profile_is_symbolized_even_with_its_binary_deleted() {
-    if !root("short_lived") {
-        return;
-    }
+    require_root();
     let dir = scratch("short");
     let out = dir.join("short.folded");
     let w = split();
@@ -209,10 +202,9 @@ fn process_that_exits_mid_profile_is_symbolized_even_with_its_binary_deleted() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn stripped_binary_with_debug_file_in_build_id_dir() {
-    if !root("stripped") {
-        return;
-    }
+    require_root();
     let dir = scratch("stripped");
     let (stripped, _, dbg) = stripped_with_debug_dir(&split(), &dir);
     let rec = dir.join("run.bscope");
@@ -327,9 +319,7 @@ fn start_debuginfod(dir: &Path, id: &str) -> Option<Debuginfod> {
         .status()
         .is_err()
     {
-        eprintln!(
-            "SKIP debuginfod test: the debuginfod server is not installed (scripts/install-deps)"
-        );
+        skip("the debuginfod server is not installed (scripts/install-deps)");
         return None;
     }
     let port = free_port();
@@ -360,10 +350,9 @@ fn start_debuginfod(dir: &Path, id: &str) -> Option<Debuginfod> {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn debuginfod_serves_the_debug_file_for_a_report() {
-    if !root("debuginfod") {
-        return;
-    }
+    require_root();
     let dir = scratch("debuginfod");
     let (stripped, debug, _) = stripped_with_debug_dir(&split(), &dir);
     let id = build_id(&stripped);
@@ -428,13 +417,12 @@ fn debuginfod_serves_the_debug_file_for_a_report() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn pprof_output_decodes_back() {
     use bpfscope::render::pprof;
     use prost::Message;
 
-    if !root("pprof") {
-        return;
-    }
+    require_root();
     let dir = scratch("pprof");
     let out = dir.join("cpu.pb.gz");
     let w = split();
@@ -501,10 +489,9 @@ fn pprof_output_decodes_back() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn off_cpu_time_is_weighted_by_time_blocked() {
-    if !root("offcpu") {
-        return;
-    }
+    require_root();
     let dir = scratch("offcpu");
     let out = dir.join("off.folded");
     let w = split();
@@ -536,10 +523,9 @@ fn off_cpu_time_is_weighted_by_time_blocked() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn pid_and_cgroup_targets() {
-    if !root("targets") {
-        return;
-    }
+    require_root();
     let dir = scratch("targets");
     let w = split();
     // -p: only that process, even with another busy one beside it.
@@ -564,7 +550,7 @@ fn pid_and_cgroup_targets() {
 
     // --cgroup: only tasks in that cgroup (v2).
     let Some(root2) = cgroup2_mount() else {
-        eprintln!("SKIP cgroup part: no cgroup2 mount");
+        skip("cgroup part: no cgroup2 mount");
         let _ = (target.wait(), other.wait());
         return;
     };
@@ -601,10 +587,9 @@ fn cgroup2_mount() -> Option<PathBuf> {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn recordings_are_atomic_and_corruption_is_rejected() {
-    if !root("recordings") {
-        return;
-    }
+    require_root();
     let dir = scratch("recordings");
     let rec = dir.join("run.bscope");
     // While recording, the final name does not exist; Ctrl-C finishes it.
@@ -762,10 +747,9 @@ fn exec_bias(bin: &Path) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn cxx_names_demangled_and_inlined_frames_shown() {
-    if !root("cxx") {
-        return;
-    }
+    require_root();
     let dir = scratch("cxx");
     let bin = dir.join("cxx");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/cxx.cc");
@@ -775,7 +759,7 @@ fn cxx_names_demangled_and_inlined_frames_shown() {
         .arg(&src)
         .status()
     else {
-        eprintln!("SKIP cxx: g++ is not installed (scripts/install-deps)");
+        skip("g++ is not installed (scripts/install-deps)");
         return;
     };
     assert!(st.success());
@@ -838,16 +822,15 @@ fn rust_names_are_demangled() {
 }
 
 #[test]
+#[ignore = "needs root and BPF"]
 fn symbolize_kernel_says_when_addresses_are_hidden() {
     use std::os::unix::process::CommandExt;
-    if !root("symbolize_hidden") {
-        return;
-    }
+    require_root();
     let restrict = std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").unwrap();
     let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap();
     let (restrict, paranoid) = (restrict.trim(), paranoid.trim());
     if restrict == "0" && paranoid.parse::<i32>().unwrap() <= 1 {
-        println!("SKIP symbolize_hidden: kernel addresses are visible to every user here");
+        skip("kernel addresses are visible to every user here");
         return;
     }
     let first = std::fs::read_to_string("/proc/kallsyms").unwrap();
