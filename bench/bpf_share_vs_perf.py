@@ -8,6 +8,7 @@ leaf (innermost) frame is in a BPF program's JIT code is printed, and the
 difference. The two must agree within a few points.
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,7 @@ import tempfile
 from common import BIN, Background, OUT, build, cc, need
 
 SECONDS = 5
+SOURCE_LINE = re.compile(r"\.[ch]:\d+(_\[k\])?$")
 
 
 def bpfscope_share(folded):
@@ -24,10 +26,11 @@ def bpfscope_share(folded):
         n = int(n)
         frames = stack.split(";")
         total += n
-        # A BPF frame's source line is a child frame named file:line.
+        # A BPF frame's source line is a child frame named file:line, the
+        # file a .bpf.c or a header its code was inlined from.
         leaf = frames[-1]
         parent = frames[-2] if len(frames) > 1 else ""
-        if leaf.startswith("bpf_prog_") or (parent.startswith("bpf_prog_") and ".bpf.c:" in leaf):
+        if leaf.startswith("bpf_prog_") or (parent.startswith("bpf_prog_") and SOURCE_LINE.search(leaf)):
             in_bpf += n
     return in_bpf, total
 

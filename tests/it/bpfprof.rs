@@ -2,7 +2,7 @@
 //! unloaded in the middle of a recording is named by tag and name, and
 //! annotated by source line from the recording after it is gone.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -10,6 +10,30 @@ use crate::common::*;
 
 fn tmp(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// The files the tracing object is compiled from, by name: trace.bpf.c and
+/// the headers beside it in crates/bpf/src/bpf (inlined code's line info
+/// names the header it came from). profile.bpf.c is not one of them.
+fn trace_sources() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/bpf/src/bpf");
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n == "trace.bpf.c" || n.ends_with(".h"))
+        .collect();
+    assert!(
+        names.iter().any(|n| n == "trace.bpf.c") && names.len() > 1,
+        "{names:?}"
+    );
+    names
+}
+
+/// Whether `at` is `FILE:LINE` with FILE one of `sources` and LINE > 0.
+fn is_source_line(at: &str, sources: &[String]) -> bool {
+    at.rsplit_once(':').is_some_and(|(file, line)| {
+        sources.iter().any(|s| s == file) && line.parse::<u32>().is_ok_and(|l| l > 0)
+    })
 }
 
 /// (id, tag) of the programs a process holds, from its fdinfo and `bpf list`.
@@ -95,7 +119,7 @@ fn program_loaded_and_unloaded_mid_profile_is_named_and_annotated() {
     let text = std::fs::read_to_string(&folded).unwrap();
     // The kernel names JIT code after the tag of the program's main
     // function, which is the program's tag (bpftool's) only when it has no
-    // subprograms; trace.bpf.c has some (the filter machine's readers).
+    // subprograms; trace.bpf.c has some (the readers in read.bpf.h).
     let suffix = format!("_{name}_[k]");
     let frame_of_prog = |f: &str| f.starts_with("bpf_prog_") && f.ends_with(&suffix);
     let symbol = text
@@ -114,11 +138,20 @@ fn program_loaded_and_unloaded_mid_profile_is_named_and_annotated() {
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum();
     assert!(in_prog >= 5, "samples in {symbol}: {in_prog}");
-    // With its BTF line info, the source line shows under the program.
+    // With its BTF line info, the source line shows under the program (a
+    // kernel frame, `FILE:LINE_[k]`): a line of trace.bpf.c or of a header
+    // it includes.
+    let sources = trace_sources();
+    let under = format!("{symbol};");
+    let lines_under: Vec<&str> = text
+        .lines()
+        .filter_map(|l| Some(l.split_once(&under)?.1.split([';', ' ']).next().unwrap()))
+        .collect();
     assert!(
-        text.lines()
-            .any(|l| l.contains(&format!("{symbol};trace.bpf.c:"))),
-        "source lines under {symbol}"
+        lines_under
+            .iter()
+            .any(|f| is_source_line(f.trim_end_matches("_[k]"), &sources)),
+        "source lines under {symbol}: {lines_under:?} (sources {sources:?})"
     );
 
     // Annotated per source line, from the recording alone.
@@ -140,11 +173,17 @@ fn program_loaded_and_unloaded_mid_profile_is_named_and_annotated() {
     let per_line = a["lines"].as_array().unwrap();
     let sum: u64 = per_line.iter().map(|l| l["count"].as_u64().unwrap()).sum();
     assert_eq!(sum, total);
-    assert!(per_line.iter().all(|l| {
-        l["file"].as_str().unwrap().ends_with("trace.bpf.c")
-            && l["line"].as_u64().unwrap() > 0
-            && !l["source"].as_str().unwrap().is_empty()
-    }));
+    // Full paths: each in bpfscope's BPF source directory, by a name found there.
+    assert!(
+        per_line.iter().all(|l| {
+            let file = l["file"].as_str().unwrap();
+            file.rsplit_once('/').is_some_and(|(dir, name)| {
+                dir.ends_with("crates/bpf/src/bpf") && sources.iter().any(|s| s == name)
+            }) && l["line"].as_u64().unwrap() > 0
+                && !l["source"].as_str().unwrap().is_empty()
+        }),
+        "{per_line:?}"
+    );
     // The text form: COUNT  file:LINE  source.
     let text = ok(&run(&[
         "bpf",
@@ -157,10 +196,14 @@ fn program_loaded_and_unloaded_mid_profile_is_named_and_annotated() {
         text.starts_with(&format!("{} (id {id}", symbol.trim_end_matches("_[k]"))),
         "{text}"
     );
-    assert!(text
-        .lines()
-        .any(|l| l.contains("trace.bpf.c:")
-            && l.trim_start().chars().next().unwrap().is_ascii_digit()));
+    assert!(
+        text.lines().any(|l| {
+            let mut f = l.split_whitespace();
+            f.next().is_some_and(|n| n.parse::<u64>().is_ok())
+                && f.next().is_some_and(|at| is_source_line(at, &sources))
+        }),
+        "{text}"
+    );
 }
 
 #[test]

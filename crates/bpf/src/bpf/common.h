@@ -27,22 +27,4 @@ static __always_inline void bs_count(void *map, u32 slot)
 		__sync_fetch_and_add(v, 1);
 }
 
-/*
- * Adds a forked child to a map of tracked tgids when its parent is tracked,
- * so that `-- CMD` covers all its descendants.
- */
-static __always_inline int bs_follow_fork(void *tracked, struct task_struct *parent,
-					  struct task_struct *child)
-{
-	u32 ptgid = BPF_CORE_READ(parent, tgid);
-	u32 ctgid;
-	u8 one = 1;
-
-	if (!bpf_map_lookup_elem(tracked, &ptgid))
-		return 0;
-	ctgid = BPF_CORE_READ(child, tgid);
-	bpf_map_update_elem(tracked, &ctgid, &one, BPF_ANY);
-	return 0;
-}
-
 #endif /* BPFSCOPE_COMMON_H */

@@ -94,20 +94,15 @@ struct {
 	__type(value, u64);
 } lost SEC(".maps");
 
-/* tgids profiled in BP_TARGET_TRACKED mode. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, u32);
-	__type(value, u8);
-} tracked SEC(".maps");
+/* `tracked` (track.bpf.h): the tgids profiled in BP_TARGET_TRACKED mode. */
+#include "track.bpf.h"
 
 static __always_inline int bp_target_ok(u32 tgid)
 {
 	if (tgid == self_tgid)
 		return 0;
 	if (target_mode == BP_TARGET_TRACKED)
-		return bpf_map_lookup_elem(&tracked, &tgid) != 0;
+		return bs_tracked(tgid);
 	if (target_mode == BP_TARGET_CGROUP)
 		return bpf_get_current_ancestor_cgroup_id(cgroup_level) == target_cgroup;
 	return 1;
@@ -257,9 +252,10 @@ int bpfscope_exec(void *ctx)
 	return 0;
 }
 
-/* Follows forks of tracked processes, so `-- CMD` profiles all descendants. */
-SEC("raw_tp/sched_process_fork")
-int BPF_PROG(bpfscope_fork, struct task_struct *parent, struct task_struct *child)
-{
-	return bs_follow_fork(&tracked, parent, child);
-}
+/*
+ * bpfscope_fork (track.bpf.h): follows forks of tracked processes, so
+ * `-- CMD` profiles all descendants. After the other programs, so it stays
+ * this object's last.
+ */
+#define BS_TRACK_PROGRAM
+#include "track.bpf.h"

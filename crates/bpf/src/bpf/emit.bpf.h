@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Event emission for `trace`: one record (struct bs_event_hdr, then the
+ * probe's fields at their offsets) built in the scratch map and copied to the
+ * `events` ring buffer. User space is woken only once wakeup_bytes are
+ * waiting; it polls on its own period, so records never wait long.
+ */
+#ifndef BPFSCOPE_EMIT_BPF_H
+#define BPFSCOPE_EMIT_BPF_H
+
+#include "read.bpf.h"
+
+static __always_inline void bs_emit(void *ctx, const struct bs_probe_cfg *cfg,
+				    struct bs_scratch *s, u32 idx)
+{
+	struct bs_event_hdr *hdr = (struct bs_event_hdr *)s->ev;
+	struct task_struct *t = bpf_get_current_task_btf();
+	u64 size, flags;
+
+	hdr->ts_ns = bpf_ktime_get_ns();
+	hdr->probe = idx;
+	hdr->pid = t->tgid;
+	hdr->tid = t->pid;
+	hdr->cpu = bpf_get_smp_processor_id();
+	hdr->faults = 0;
+	hdr->pad = 0;
+	bs_comm(hdr->comm);
+	for (int i = 0; i < BS_MAX_EMIT; i++) {
+		const struct bs_src *src;
+
+		if (i >= max_emit || i >= cfg->nemit)
+			break;
+		src = &cfg->emit[i];
+		if (bs_put(ctx, src, s, idx,
+			   s->ev + sizeof(*hdr) + (src->out_off & (BS_EVENT_DATA_MAX - 1))))
+			hdr->faults |= 1u << i;
+	}
+	size = sizeof(*hdr) + (cfg->event_size & (BS_EVENT_DATA_MAX - 1));
+	flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
+			BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&events, s->ev, size, flags))
+		bs_count(&lost, BS_LOST_EVENTS);
+}
+
+#endif /* BPFSCOPE_EMIT_BPF_H */

@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Reading a struct bs_src: builtins (pid, comm, cpu, stack ids...), record
+ * fields at format-file offsets, argument slots, and values or strings
+ * reached through pointer walks, with the kernel/user fallbacks that
+ * arguments without __user tags need. Filters, keys and events all read
+ * through these, and the two big readers (bs_read_num, bs_read_str) are not
+ * inlined, so each program holds one copy of them whatever reads it.
+ */
+#ifndef BPFSCOPE_READ_BPF_H
+#define BPFSCOPE_READ_BPF_H
+
+#include "state.bpf.h"
+
+/*
+ * The current task's comm, copied with two plain loads through the
+ * BTF-typed task pointer: bpf_get_current_comm() costs several times more
+ * (strscpy plus padding) on the hottest path.
+ */
+static __always_inline void bs_comm(char *dst)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	__builtin_memcpy(dst, t->comm, BS_COMM_LEN);
+}
+
+static __always_inline u64 bs_extend(u64 raw, u8 size, u8 is_signed)
+{
+	switch (size) {
+	case 1:
+		return is_signed ? (u64)(s64)(__s8)raw : (u64)(u8)raw;
+	case 2:
+		return is_signed ? (u64)(s64)(__s16)raw : (u64)(u16)raw;
+	case 4:
+		return is_signed ? (u64)(s64)(__s32)raw : (u64)(u32)raw;
+	default:
+		return raw;
+	}
+}
+
+/*
+ * Address of a walked value: follows the pointers stored at each path
+ * offset from base, then adds the leaf offset. A failed read yields 0, and
+ * every later read from near 0 fails too, so a broken chain reads as 0, or
+ * as a string that faulted.
+ */
+static __always_inline u64 bs_walk(const struct bs_src *src, u64 base)
+{
+	for (int i = 0; i < BS_MAX_DEREF; i++) {
+		u64 next = 0;
+
+		if (i >= src->nderef)
+			break;
+		bpf_probe_read_kernel(&next, sizeof(next), (void *)(base + src->path[i]));
+		base = next;
+	}
+	return base + src->leaf_off;
+}
+
+/*
+ * Not inlined, like bs_read_str: every operand, key part and event field
+ * goes through one copy of the code, which keeps the programs small and the
+ * filter step (verified once per load) cheap to verify.
+ */
+static __noinline u64 bs_read_num(void *ctx, const struct bs_src *src,
+				  struct bs_scratch *s, u32 idx)
+{
+	u64 raw = 0;
+
+	switch (src->kind) {
+	case BS_SRC_PROBE:
+		return idx;
+	case BS_SRC_PID:
+		return bpf_get_current_task_btf()->tgid;
+	case BS_SRC_TID:
+		return bpf_get_current_task_btf()->pid;
+	case BS_SRC_CPU:
+		return bpf_get_smp_processor_id();
+	case BS_SRC_UID:
+		return (u32)bpf_get_current_uid_gid();
+	case BS_SRC_CGROUP:
+		return bpf_get_current_cgroup_id();
+	case BS_SRC_KSTACK:
+	case BS_SRC_USTACK: {
+		long id = -1;
+
+		/* One build-id lookup per program run succeeds: a key has at most one user stack. */
+		if (use_stacks) {
+			if (src->kind == BS_SRC_KSTACK)
+				id = bpf_get_stackid(ctx, &kstacks, 0);
+			else
+				id = bpf_get_stackid(ctx, &ustacks, BPF_F_USER_STACK);
+		}
+		if (id < 0)
+			bs_count(&lost, BS_LOST_STACKS);
+		return (u64)id;
+	}
+	case BS_SRC_CTX: {
+		u32 n = src->size;
+
+		if (n > sizeof(raw))
+			n = sizeof(raw);
+		bpf_probe_read_kernel(&raw, n, ctx + src->off);
+		return bs_extend(raw, src->size, src->is_signed);
+	}
+	case BS_SRC_ARG:
+		raw = s->args[src->off & (BS_NARGS - 1)];
+		if (src->walk) {
+			u64 addr = bs_walk(src, raw);
+			u32 n = src->size;
+
+			if (n > sizeof(raw))
+				n = sizeof(raw);
+			raw = 0;
+			bpf_probe_read_kernel(&raw, n, (void *)addr);
+		}
+		return bs_extend(raw, src->size, src->is_signed);
+	default:
+		return 0;
+	}
+}
+
+/*
+ * A string through a pointer. Without __user tags in the kernel's BTF a
+ * `char *` argument may point into user memory: a failed kernel read is
+ * retried as a user read. Returns 1 when the memory could not be read
+ * (e.g. a user page not yet faulted in at syscall entry).
+ */
+static __always_inline int bs_read_ptr_str(const struct bs_src *src, u64 ptr, char *dst)
+{
+	if (src->type == BS_T_STR_UPTR)
+		return bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr) < 0;
+	if (bpf_probe_read_kernel_str(dst, BS_STR_MAX, (void *)ptr) >= 0)
+		return 0;
+	return bpf_probe_read_user_str(dst, BS_STR_MAX, (void *)ptr) < 0;
+}
+
+/* A pointer or length argument: an argument slot, or a record field at `off`. */
+static __always_inline u64 bs_read_word(void *ctx, const struct bs_src *src,
+					struct bs_scratch *s, u16 off)
+{
+	u64 v = 0;
+
+	if (src->kind == BS_SRC_CTX)
+		bpf_probe_read_kernel(&v, sizeof(v), ctx + off);
+	else if (src->kind == BS_SRC_ARG)
+		v = s->args[off & (BS_NARGS - 1)];
+	return v;
+}
+
+/*
+ * A user buffer with its length (BS_T_BUF_UPTR) into dst: the length as
+ * given (u64), then min(length, BS_BUF_MAX) bytes. Returns 1 on a fault.
+ */
+static __always_inline int bs_read_buf(void *ctx, const struct bs_src *src,
+				       struct bs_scratch *s, u8 *dst)
+{
+	u64 ptr = bs_read_word(ctx, src, s, src->off);
+	u64 len = bs_read_word(ctx, src, s, src->path[0]);
+	u64 n = len;
+
+	if (n > BS_BUF_MAX)
+		n = BS_BUF_MAX;
+	*(u64 *)dst = len;
+	__builtin_memset(dst + 8, 0, BS_BUF_MAX);
+	if (!ptr || !n)
+		return 0;
+	if (bpf_probe_read_user(dst + 8, n, (void *)ptr) < 0) {
+		__builtin_memset(dst + 8, 0, BS_BUF_MAX);
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * Reads a string source into dst (at least BS_STR_MAX bytes), zero-padded.
+ * Returns 1 when a pointer could not be followed (the string reads as "").
+ * A null pointer is not a fault.
+ */
+static __noinline int bs_read_str(void *ctx, const struct bs_src *src,
+				  struct bs_scratch *s, char *dst)
+{
+	u64 ptr = 0;
+	u32 n;
+
+	if (src->kind == BS_SRC_COMM) {
+		bs_comm(dst);
+		return 0;
+	}
+	__builtin_memset(dst, 0, BS_STR_MAX);
+	if (src->walk && src->kind == BS_SRC_ARG) {
+		u64 addr = bs_walk(src, s->args[src->off & (BS_NARGS - 1)]);
+
+		if (src->type == BS_T_STR_INLINE) {
+			/* A char array inside a kernel struct (e.g. net_device.name). */
+			n = src->size;
+			if (n > BS_STR_MAX - 1)
+				n = BS_STR_MAX - 1;
+			return bpf_probe_read_kernel(dst, n, (void *)addr) < 0;
+		}
+		if (bpf_probe_read_kernel(&ptr, sizeof(ptr), (void *)addr) < 0)
+			return 1;
+		if (!ptr)
+			return 0;
+		return bs_read_ptr_str(src, ptr, dst);
+	}
+	switch (src->type) {
+	case BS_T_STR_INLINE:
+		if (src->kind != BS_SRC_CTX)
+			return 0;
+		n = src->size;
+		if (n > BS_STR_MAX - 1)
+			n = BS_STR_MAX - 1;
+		bpf_probe_read_kernel(dst, n, ctx + src->off);
+		return 0;
+	case BS_T_STR_DATALOC: {
+		u32 loc = 0;
+
+		if (src->kind != BS_SRC_CTX)
+			return 0;
+		bpf_probe_read_kernel(&loc, sizeof(loc), ctx + src->off);
+		return bpf_probe_read_kernel_str(dst, BS_STR_MAX, ctx + (loc & 0xffff)) < 0;
+	}
+	case BS_T_STR_UPTR:
+	case BS_T_STR_KPTR:
+		ptr = bs_read_word(ctx, src, s, src->off);
+		if (!ptr)
+			return 0;
+		return bs_read_ptr_str(src, ptr, dst);
+	default:
+		return 0;
+	}
+}
+
+/* Writes one key or event part at dst; returns 1 when its memory could not be read. */
+static __always_inline int bs_put(void *ctx, const struct bs_src *src,
+				  struct bs_scratch *s, u32 idx, u8 *dst)
+{
+	if (src->type == BS_T_BUF_UPTR)
+		return bs_read_buf(ctx, src, s, dst);
+	if (src->kind == BS_SRC_COMM || src->type != BS_T_NUM)
+		return bs_read_str(ctx, src, s, (char *)dst);
+	*(u64 *)dst = bs_read_num(ctx, src, s, idx);
+	return 0;
+}
+
+#endif /* BPFSCOPE_READ_BPF_H */

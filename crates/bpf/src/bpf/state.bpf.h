@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What every part of trace.bpf.c works on: the session's constants in
+ * .rodata (set by user space and frozen before verification, so the verifier
+ * sees them as known values and walks only the loop iterations in use), the
+ * interval epoch in .bss, the maps (probe configurations, aggregates, the
+ * event ring buffer, stack maps, lost counters, latency starts) and the
+ * per-CPU scratch area that stands in for the 512-byte BPF stack. The
+ * `tracked` map comes from track.bpf.h, shared with profile.bpf.c, in the
+ * place it always had among the maps. Names here are the skeleton's (maps,
+ * .rodata/.bss fields), so they stay as user space knows them.
+ */
+#ifndef BPFSCOPE_STATE_BPF_H
+#define BPFSCOPE_STATE_BPF_H
+
+#include "common.h"
+#include "trace.h"
+
+const volatile u32 target_mode = BS_TARGET_ALL;
+/* bpfscope's own tgid: never trace ourselves (printing events would feed back). */
+const volatile u32 self_tgid = 0;
+/* Force a ring buffer wakeup once this much data is waiting. */
+const volatile u64 wakeup_bytes = 65536;
+/*
+ * The largest filter, key and event part counts among the loaded probes.
+ * Frozen before verification, so the verifier walks only the loop
+ * iterations this session can use and load time stays short.
+ */
+const volatile u32 max_filter_ops = BS_MAX_FILTER_OPS;
+const volatile u32 max_key_parts = BS_MAX_KEY_PARTS;
+const volatile u32 max_emit = BS_MAX_EMIT;
+/* Stack keys are in use: only then do the programs call bpf_get_stackid. */
+const volatile u32 use_stacks = 0;
+/* Bytes of a latency start record: timestamp + key data. */
+const volatile u32 start_size = 8;
+
+/* Advanced by user space at each --interval; part of every aggregation key. */
+u32 epoch = 0;
+
+/*
+ * Keeps the ABI types in BTF so the skeleton generates them for user space
+ * (enum constants and structs that no map or global names directly).
+ */
+struct bs_abi {
+	enum bs_limits limits;
+	enum bs_src_kind src_kind;
+	enum bs_val_type val_type;
+	enum bs_op op;
+	enum bs_agg agg;
+	enum bs_cfg_flags cfg_flags;
+	enum bs_lost lost;
+	enum bs_target_mode target_mode;
+	struct bs_key_hdr key_hdr;
+	struct bs_agg_val agg_val;
+	struct bs_event_hdr event_hdr;
+	struct bs_str str;
+	struct bs_match_key match_key;
+};
+const volatile struct bs_abi bs_abi_types = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* resized to the number of probes */
+	__type(key, u32);
+	__type(value, struct bs_probe_cfg);
+} probes SEC(".maps");
+
+/* Syscall number -> probe index + 1 (0: not traced); exits at BS_SYS_EXIT_BASE + nr. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * BS_SYS_MAX);
+	__type(key, u32);
+	__type(value, u32);
+} sys_probes SEC(".maps");
+
+/* String constants of filters. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* resized */
+	__type(key, u32);
+	__type(value, struct bs_str);
+} strs SEC(".maps");
+
+/*
+ * Aggregates: struct bs_key_hdr + key data -> struct bs_agg_val per CPU.
+ * The key size is set at load time to what the probes' keys need, so
+ * hashing never covers unused bytes.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 10240); /* --max-keys */
+	__uint(key_size, sizeof(struct bs_key_hdr));
+	__uint(value_size, sizeof(struct bs_agg_val));
+} aggs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} events SEC(".maps");
+
+/* Stack keys (--by kstack / ustack): ids into these maps, sized at load (1 when unused). */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(u32));
+	__uint(value_size, 127 * sizeof(u64));
+} kstacks SEC(".maps");
+
+/* User stacks as build id + file offset, symbolized later, even after the process exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(u32));
+	__uint(value_size, 127 * sizeof(struct bpf_stack_build_id));
+	__uint(map_flags, BPF_F_STACK_BUILD_ID);
+} ustacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BS_LOST_NR);
+	__type(key, u32);
+	__type(value, u64);
+} lost SEC(".maps");
+
+/* `tracked` (track.bpf.h): the tgids traced when target_mode is BS_TARGET_TRACKED. */
+#include "track.bpf.h"
+
+/*
+ * Latency starts waiting for their end: match key -> timestamp followed by
+ * the start side's key data (value size set at load time).
+ */
+struct {
+	/* LRU: starts whose end never comes (filtered, lost) age out instead of filling the map. */
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1); /* resized when latency is measured */
+	__uint(key_size, sizeof(struct bs_match_key));
+	__uint(value_size, 8);
+} starts SEC(".maps");
+
+/* Glob matching state, stepped by bpf_loop so the verifier checks one step. */
+struct bs_glob {
+	char s[BS_STR_MAX];
+	char p[BS_STR_MAX];
+	u32 i, j, star, mark;
+	int has_star;
+	int result; /* -1 running, 0 no match, 1 match */
+};
+
+struct bs_scratch {
+	struct bs_match_key mk;
+	u64 args[BS_NARGS];
+	/* Slack after each buffer lets a masked offset plus a full string stay in bounds. */
+	u8 key[sizeof(struct bs_key_hdr) + BS_KEY_MAX + BS_STR_MAX];
+	u8 ev[sizeof(struct bs_event_hdr) + BS_EVENT_DATA_MAX + 8 + BS_BUF_MAX];
+	struct bs_str str;
+	struct bs_glob glob;
+	/* The filter's boolean stack, bit 0 on top (see bs_filter_step). */
+	u64 fstack;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct bs_scratch);
+} scratch SEC(".maps");
+
+#endif /* BPFSCOPE_STATE_BPF_H */
