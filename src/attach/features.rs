@@ -53,6 +53,37 @@ impl Features {
         }
     }
 
+    /// Features as if probed already, for tests that must not ask the
+    /// kernel: raw tracepoints by name, fentry's template (Err: refused),
+    /// kprobes, kprobe_multi, uprobe_multi.
+    #[cfg(test)]
+    pub(crate) fn assumed(
+        raw_tps: &[&str],
+        fentry: Result<Template, String>,
+        kprobe: Result<(), String>,
+        kprobe_multi: bool,
+        uprobe_multi: bool,
+    ) -> Features {
+        let structs = if uprobe_multi {
+            HashSet::from(["bpf_uprobe_multi_link".to_string()])
+        } else {
+            HashSet::new()
+        };
+        Features {
+            raw_tp_cookie: !raw_tps.is_empty(),
+            raw_tps: OnceCell::from(
+                raw_tps
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<HashSet<_>>(),
+            ),
+            structs: OnceCell::from(structs),
+            fentry: OnceCell::from(fentry),
+            kprobe: OnceCell::from(kprobe),
+            kprobe_multi: OnceCell::from(kprobe_multi),
+        }
+    }
+
     /// Whether fentry/fexit programs can be loaded and attached here (tried
     /// for real); Err says why not.
     pub fn fentry(&self) -> Result<&Template, &str> {
@@ -135,7 +166,12 @@ impl Features {
 pub const VIA: &str = "BPFSCOPE_KFUNC_VIA";
 
 fn forced() -> Option<&'static str> {
-    match std::env::var(VIA).ok()?.as_str() {
+    via(std::env::var(VIA).ok().as_deref())
+}
+
+/// The mechanism a value of VIA keeps (other values: none forced).
+fn via(value: Option<&str>) -> Option<&'static str> {
+    match value? {
         "kprobe" => Some("kprobe"),
         "fentry" => Some("fentry"),
         _ => None,
@@ -155,4 +191,46 @@ fn helper_supported(prog_type: libbpf_sys::bpf_prog_type, helper: libbpf_sys::bp
     // SAFETY: libbpf_probe_bpf_helper only reads its arguments; opts may be null.
     let rc = unsafe { libbpf_sys::libbpf_probe_bpf_helper(prog_type, helper, std::ptr::null()) };
     rc == 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forcing_a_mechanism() {
+        assert_eq!(via(Some("kprobe")), Some("kprobe"));
+        assert_eq!(via(Some("fentry")), Some("fentry"));
+        assert_eq!(via(Some("both")), None);
+        assert_eq!(via(Some("")), None);
+        assert_eq!(via(None), None);
+    }
+
+    #[test]
+    fn assumed_features_answer_without_the_kernel() {
+        let t = Template {
+            func: "vfs_read".into(),
+            btf_id: 9,
+        };
+        let f = Features::assumed(
+            &["sched_switch"],
+            Ok(t.clone()),
+            Err("no".into()),
+            true,
+            true,
+        );
+        assert!(f.raw_tp_cookie);
+        assert!(f.has_raw_tp("sched_switch"));
+        assert!(!f.has_raw_tp("sched_wakeup"));
+        assert_eq!(f.fentry(), Ok(&t));
+        assert_eq!(f.kprobe(), Err("no"));
+        assert!(f.kprobe_multi());
+        assert!(f.uprobe_multi());
+        let f = Features::assumed(&[], Err("off".into()), Ok(()), false, false);
+        assert!(!f.raw_tp_cookie);
+        assert_eq!(f.fentry(), Err("off"));
+        assert_eq!(f.kprobe(), Ok(()));
+        assert!(!f.kprobe_multi());
+        assert!(!f.uprobe_multi());
+    }
 }

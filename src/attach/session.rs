@@ -17,10 +17,10 @@ use crate::attach::features::{Features, Template};
 use crate::attach::kfunc::{self, ProgImage, RawLink};
 
 use crate::attach::libbpf_log;
-use crate::attach::plan::{KfuncPath, Mech, Path, Plan};
+use crate::attach::plan::{KfuncPath, Mech, Path, Plan, PlannedProbe};
 use crate::attach::target::Target;
 use bpfscope_bpf::abi::{bs_limits, bs_target_mode};
-use bpfscope_bpf::trace::{TraceSkel, TraceSkelBuilder};
+use bpfscope_bpf::trace::{OpenTraceSkel, TraceSkel, TraceSkelBuilder};
 use bpfscope_sys::pod;
 
 const PAGE: u32 = 4096;
@@ -95,133 +95,24 @@ impl<'obj> Session<'obj> {
         let mut open = TraceSkelBuilder::default()
             .open(storage)
             .context("opening the BPF object")?;
-        let ro = open
-            .maps
-            .rodata_data
-            .as_deref_mut()
-            .context("BPF object has no .rodata")?;
-        ro.self_tgid = std::process::id();
-        ro.target_mode = match s.target {
-            Target::All => bs_target_mode::BS_TARGET_ALL.0,
-            _ => bs_target_mode::BS_TARGET_TRACKED.0,
-        };
-        ro.max_filter_ops = plan.max_filter as u32;
-        ro.max_key_parts = plan.max_keys as u32;
-        ro.max_emit = plan.max_emit as u32;
-        let hdr = std::mem::size_of::<bpfscope_bpf::abi::bs_key_hdr>() as u32;
-        let start_size = hdr + plan.key_size as u32;
-        ro.start_size = start_size;
-
-        let n = plan.probes.len() as u32;
-        open.maps.probes.set_max_entries(n.max(1))?;
-        open.maps
-            .strs
-            .set_max_entries((plan.strs.strs.len() as u32).max(1))?;
-        open.maps.aggs.set_key_size(start_size)?;
-        if plan.latency {
-            open.maps.starts.set_value_size(start_size)?;
-            open.maps.starts.set_max_entries(STARTS_MAX)?;
-        }
-        let (kst, ust) = plan.stacks();
-        if kst {
-            open.maps
-                .kstacks
-                .set_max_entries(s.max_stacks.unwrap_or(1))?;
-        }
-        if ust {
-            open.maps
-                .ustacks
-                .set_max_entries(s.max_stacks.unwrap_or(1))?;
-        }
-        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
-            ro.use_stacks = u32::from(kst || ust);
-        }
-        open.maps.aggs.set_max_entries(s.max_keys.unwrap_or(1))?;
-        let rb = s.ringbuf_bytes.unwrap_or(PAGE);
-        open.maps.events.set_max_entries(rb)?;
-        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
-            ro.wakeup_bytes = u64::from(rb / 4);
-        }
-
-        let has = |f: &dyn Fn(&Path) -> bool| plan.probes.iter().any(|p| f(&p.path));
-        let progs = &mut open.progs;
-        progs
-            .bpfscope_sysin
-            .set_autoload(has(&|p| matches!(p, Path::Syscall(sc) if !sc.exit)));
-        progs
-            .bpfscope_sysout
-            .set_autoload(has(&|p| matches!(p, Path::Syscall(sc) if sc.exit)));
-        progs
-            .bpfscope_rawtp
-            .set_autoload(has(&|p| matches!(p, Path::RawTp { .. })));
-        progs
-            .bpfscope_tp
-            .set_autoload(has(&|p| matches!(p, Path::Tracepoint { .. })));
-        let uprobes = has(&|p| matches!(p, Path::Uprobe { .. }));
-        let multi = uprobes && features.uprobe_multi();
-        progs.bpfscope_umulti.set_autoload(multi);
-        progs.bpfscope_uprobe.set_autoload(uprobes && !multi);
-        progs
-            .bpfscope_usdt
-            .set_autoload(has(&|p| matches!(p, Path::Usdt { .. })));
-        progs
-            .bpfscope_fork
-            .set_autoload(matches!(s.target, Target::Command { .. }));
-        // Kernel functions: what the plan tries first, and its fallbacks.
-        let uses = |m: Mech, ret: Option<bool>| {
-            plan.probes.iter().any(|p| {
-                matches!(&p.path, Path::Kfunc(k) if k.unavailable.is_none()
-                    && (k.mech == m || k.fallback == Some(m))
-                    && ret.is_none_or(|r| r == k.ret))
-            })
-        };
-        progs.bpfscope_kprobe.set_autoload(uses(Mech::Kprobe, None));
-        progs
-            .bpfscope_kmulti
-            .set_autoload(uses(Mech::KprobeMulti, None));
-        let (fentry, fexit) = (
-            uses(Mech::Fentry, Some(false)),
-            uses(Mech::Fentry, Some(true)),
-        );
-        let template = if fentry || fexit {
-            let t = features
-                .fentry()
-                .map_err(|e| anyhow::anyhow!("fentry is not available: {e}"))?;
-            Some(t.clone())
-        } else {
-            None
-        };
-        // fentry/fexit are aimed at the template function here; copies of
-        // the loaded instructions serve the real targets (attach/kfunc.rs).
-        for (prog, on) in [
-            (&mut progs.bpfscope_fentry, fentry),
-            (&mut progs.bpfscope_fexit, fexit),
-        ] {
-            prog.set_autoload(on);
-            if let (true, Some(t)) = (on, &template) {
-                prog.set_attach_target(0, Some(t.func.clone()))
-                    .context("aiming the fentry program")?;
-            }
-        }
-
-        let t0 = std::time::Instant::now();
-        let skel = open.load().map_err(|e| {
-            anyhow::anyhow!("{e}").context(format!(
-                "loading BPF programs{}",
-                libbpf_log::last_error_hint()
-            ))
-        })?;
-        if s.verbose {
-            report_load(&skel, t0.elapsed());
-        }
+        specialize(&mut open, plan, s)?;
+        size_maps(&mut open, plan, s)?;
+        let progs = Programs::for_plan(plan, &s.target, features);
+        let template = progs.template(features)?;
+        progs.select(&mut open, template.as_ref())?;
+        let skel = load_object(open, s.verbose)?;
         let images = [
-            fentry.then(|| ProgImage::of(skel.object(), &skel.progs.bpfscope_fentry)),
-            fexit.then(|| ProgImage::of(skel.object(), &skel.progs.bpfscope_fexit)),
+            progs
+                .fentry
+                .then(|| ProgImage::of(skel.object(), &skel.progs.bpfscope_fentry)),
+            progs
+                .fexit
+                .then(|| ProgImage::of(skel.object(), &skel.progs.bpfscope_fexit)),
         ];
         let session = Session {
             skel,
             links: Vec::new(),
-            uprobe_multi: multi,
+            uprobe_multi: progs.umulti,
             klinks: Vec::new(),
             kprogs: Vec::new(),
             missed_at_detach: 0,
@@ -289,51 +180,54 @@ impl<'obj> Session<'obj> {
     ) -> Result<Attached> {
         let mut out = Attached::default();
         self.attach_kfuncs(plan, &mut out);
+        // Links made here are kept only once every probe is attached.
+        let mut links = self.attach_syscalls(plan)?;
+        self.attach_uprobe_groups(plan, pid, &mut out);
+        links.extend(self.attach_events(plan, pid, skip_refused, &mut out)?);
+        if follow_forks {
+            links.push(self.attach_fork_follower()?);
+        }
+        self.links.extend(links);
+        out.probes = plan.probes.len() - out.skipped.len();
+        if out.probes == 0 {
+            let (name, why) = out.skipped.first().cloned().unwrap_or_default();
+            return Err(crate::error::Error::Environment(if out.skipped.len() == 1 {
+                format!("{name}: {why}")
+            } else {
+                format!("no probe could be attached ({name}: {why})")
+            })
+            .into());
+        }
+        Ok(out)
+    }
+
+    /// The shared raw_tp programs on sys_enter and sys_exit, each when a
+    /// syscall probe of its direction needs it.
+    fn attach_syscalls(&self, plan: &Plan) -> Result<Vec<Link>> {
         let progs = &self.skel.progs;
         let mut links = Vec::new();
-        if plan
-            .probes
-            .iter()
-            .any(|p| matches!(p.path, Path::Syscall(sc) if !sc.exit))
-        {
-            links.push(
-                progs
-                    .bpfscope_sysin
-                    .attach_raw_tracepoint("sys_enter")
-                    .context("attaching to raw tracepoint sys_enter")?,
-            );
-        }
-        if plan
-            .probes
-            .iter()
-            .any(|p| matches!(p.path, Path::Syscall(sc) if sc.exit))
-        {
-            links.push(
-                progs
-                    .bpfscope_sysout
-                    .attach_raw_tracepoint("sys_exit")
-                    .context("attaching to raw tracepoint sys_exit")?,
-            );
-        }
-        // One uprobe_multi link per binary and direction, a cookie per function.
-        let mut groups: Vec<UprobeGroup> = Vec::new();
-        for (i, p) in plan.probes.iter().enumerate() {
-            if let Path::Uprobe {
-                binary,
-                offset,
-                ret,
-            } = &p.path
+        for (exit, prog, tp) in [
+            (false, &progs.bpfscope_sysin, "sys_enter"),
+            (true, &progs.bpfscope_sysout, "sys_exit"),
+        ] {
+            if plan
+                .probes
+                .iter()
+                .any(|p| matches!(p.path, Path::Syscall(sc) if sc.exit == exit))
             {
-                match groups
-                    .iter_mut()
-                    .find(|g| g.0 == binary.as_path() && g.1 == *ret)
-                {
-                    Some(g) => g.2.push((i, *offset)),
-                    None => groups.push((binary, *ret, vec![(i, *offset)])),
-                }
+                links.push(
+                    prog.attach_raw_tracepoint(tp)
+                        .with_context(|| format!("attaching to raw tracepoint {tp}"))?,
+                );
             }
         }
-        for (binary, ret, items) in groups {
+        Ok(links)
+    }
+
+    /// User functions: one uprobe_multi link (or a uprobe each) per binary
+    /// and direction; the functions the kernel refuses are skipped.
+    fn attach_uprobe_groups(&mut self, plan: &Plan, pid: i32, out: &mut Attached) {
+        for (binary, ret, items) in uprobe_groups(plan) {
             // With no pid filter, the kernel checks each probed instruction
             // as it installs the breakpoint in every process mapping the
             // file. Mapped here too, the file gets that check now, where a
@@ -353,90 +247,125 @@ impl<'obj> Session<'obj> {
                 ));
             }
         }
-        // Attaching thousands of tracepoints takes seconds: say so, and stop
-        // at once when a signal asks for it.
+    }
+
+    /// Tracepoints and USDT probes, a link each with its cookie. Attaching
+    /// thousands of tracepoints takes seconds: that is announced, and a
+    /// signal stops it at once.
+    fn attach_events(
+        &self,
+        plan: &Plan,
+        pid: i32,
+        skip_refused: bool,
+        out: &mut Attached,
+    ) -> Result<Vec<Link>> {
         if plan.probes.len() >= SLOW_ATTACH {
             eprintln!("Attaching {} probes...", plan.probes.len());
         }
-        let progs = &self.skel.progs;
+        let mut links = Vec::new();
         for (i, p) in plan.probes.iter().enumerate() {
             if bpfscope_sys::signals::interrupted() {
                 return Err(crate::error::Error::Interrupted.into());
             }
-            // Cookie 0 means "no configuration", so indexes are shifted by one.
-            let cookie = i as u64 + 1;
-            let link = match &p.path {
-                Path::Syscall(_) | Path::Uprobe { .. } | Path::Kfunc(_) => continue,
-                Path::Usdt {
-                    binary,
-                    provider,
-                    name,
-                } => progs
-                    .bpfscope_usdt
-                    .attach_usdt_with_opts(
-                        pid,
-                        binary,
-                        provider,
-                        name,
-                        UsdtOpts {
-                            cookie,
-                            ..Default::default()
-                        },
-                    )
-                    .with_context(|| format!("attaching {}", p.probe.name)),
-                Path::RawTp { name } => progs
-                    .bpfscope_rawtp
-                    .attach_raw_tracepoint_with_opts(
-                        name,
-                        RawTracepointOpts {
-                            cookie,
-                            ..Default::default()
-                        },
-                    )
-                    .with_context(|| format!("attaching {} (raw_tp {name})", p.probe.name)),
-                Path::Tracepoint { subsys, event } => progs
-                    .bpfscope_tp
-                    .attach_tracepoint_with_opts(
-                        TracepointCategory::Custom(subsys.clone()),
-                        event,
-                        TracepointOpts {
-                            cookie,
-                            ..Default::default()
-                        },
-                    )
-                    .with_context(|| format!("attaching {}", p.probe.name)),
-            };
-            match link {
-                Ok(l) => links.push(l),
+            match self.attach_event(i, p, pid) {
+                None => {}
+                Some(Ok(l)) => links.push(l),
                 // One event of many that the kernel refuses is skipped and
                 // named (as kernel-function globs do); running out of
                 // descriptors or memory would refuse the rest too.
-                Err(e) if skip_refused && !exhausted(&e) => {
+                Some(Err(e)) if skip_refused && !exhausted(&e) => {
                     out.skipped.push((p.probe.name.clone(), format!("{e:#}")));
                 }
-                Err(e) => return Err(e),
+                Some(Err(e)) => return Err(e),
             }
         }
-        if follow_forks {
-            links.push(
-                progs
-                    .bpfscope_fork
-                    .attach_raw_tracepoint("sched_process_fork")
-                    .context("attaching the fork follower")?,
-            );
-        }
-        self.links.extend(links);
-        out.probes = plan.probes.len() - out.skipped.len();
-        if out.probes == 0 {
-            let (name, why) = out.skipped.first().cloned().unwrap_or_default();
-            return Err(crate::error::Error::Environment(if out.skipped.len() == 1 {
-                format!("{name}: {why}")
-            } else {
-                format!("no probe could be attached ({name}: {why})")
-            })
-            .into());
-        }
-        Ok(out)
+        Ok(links)
+    }
+
+    /// The link of the probe at index `i`; None for paths attached
+    /// together elsewhere (syscalls, uprobes, kernel functions).
+    fn attach_event(&self, i: usize, p: &PlannedProbe, pid: i32) -> Option<Result<Link>> {
+        // Cookie 0 means "no configuration", so indexes are shifted by one.
+        let cookie = i as u64 + 1;
+        let name = &p.probe.name;
+        Some(match &p.path {
+            Path::Syscall(_) | Path::Uprobe { .. } | Path::Kfunc(_) => return None,
+            Path::Usdt {
+                binary,
+                provider,
+                name: usdt,
+            } => self.attach_usdt(binary, provider, usdt, pid, cookie, name),
+            Path::RawTp { name: tp } => self.attach_raw_tp(tp, cookie, name),
+            Path::Tracepoint { subsys, event } => {
+                self.attach_tracepoint(subsys, event, cookie, name)
+            }
+        })
+    }
+
+    /// A USDT probe (all its sites) through libbpf's USDT support.
+    fn attach_usdt(
+        &self,
+        binary: &std::path::Path,
+        provider: &str,
+        usdt: &str,
+        pid: i32,
+        cookie: u64,
+        name: &str,
+    ) -> Result<Link> {
+        let opts = UsdtOpts {
+            cookie,
+            ..Default::default()
+        };
+        self.skel
+            .progs
+            .bpfscope_usdt
+            .attach_usdt_with_opts(pid, binary, provider, usdt, opts)
+            .with_context(|| format!("attaching {name}"))
+    }
+
+    /// A raw tracepoint with a cookie (Linux 6.10+).
+    fn attach_raw_tp(&self, tp: &str, cookie: u64, name: &str) -> Result<Link> {
+        let opts = RawTracepointOpts {
+            cookie,
+            ..Default::default()
+        };
+        self.skel
+            .progs
+            .bpfscope_rawtp
+            .attach_raw_tracepoint_with_opts(tp, opts)
+            .with_context(|| format!("attaching {name} (raw_tp {tp})"))
+    }
+
+    /// A classic tracepoint through a perf link with a cookie.
+    fn attach_tracepoint(
+        &self,
+        subsys: &str,
+        event: &str,
+        cookie: u64,
+        name: &str,
+    ) -> Result<Link> {
+        let opts = TracepointOpts {
+            cookie,
+            ..Default::default()
+        };
+        self.skel
+            .progs
+            .bpfscope_tp
+            .attach_tracepoint_with_opts(
+                TracepointCategory::Custom(subsys.to_string()),
+                event,
+                opts,
+            )
+            .with_context(|| format!("attaching {name}"))
+    }
+
+    /// The fork follower: children of traced processes are traced too.
+    fn attach_fork_follower(&self) -> Result<Link> {
+        self.skel
+            .progs
+            .bpfscope_fork
+            .attach_raw_tracepoint("sched_process_fork")
+            .context("attaching the fork follower")
     }
 
     /// Runs the kernel skipped because the same program was already running
@@ -504,10 +433,6 @@ impl<'obj> Session<'obj> {
     /// Attaches the kernel function probes, each through its planned
     /// mechanism, then its fallback for those that failed; the rest are skipped.
     fn attach_kfuncs(&mut self, plan: &Plan, out: &mut Attached) {
-        let kpath = |i: usize| match &plan.probes[i].path {
-            Path::Kfunc(k) => Some(k),
-            _ => None,
-        };
         let mut pending: Vec<(usize, Mech)> = Vec::new();
         for (i, p) in plan.probes.iter().enumerate() {
             if let Path::Kfunc(k) = &p.path {
@@ -521,119 +446,73 @@ impl<'obj> Session<'obj> {
             if pending.is_empty() {
                 break;
             }
-            let mut failed: Vec<(usize, Mech, String)> = Vec::new();
-            let items = |m: Mech, ret: bool| -> Vec<(usize, &KfuncPath)> {
-                pending
-                    .iter()
-                    .filter(|(_, pm)| *pm == m)
-                    .filter_map(|(i, _)| Some((*i, kpath(*i)?)))
-                    .filter(|(_, k)| k.ret == ret)
-                    .collect()
-            };
-            for ret in [false, true] {
-                for (i, e) in self.attach_fentry(&items(Mech::Fentry, ret), ret) {
-                    failed.push((i, Mech::Fentry, e));
-                }
-                for (i, e) in self.attach_multi(&items(Mech::KprobeMulti, ret), ret) {
-                    failed.push((i, Mech::KprobeMulti, e));
-                }
-                for (i, k) in items(Mech::Kprobe, ret) {
-                    if let Err(e) = self.attach_kprobe(i, k) {
-                        failed.push((i, Mech::Kprobe, e));
-                    }
-                }
-            }
-            pending.clear();
-            for (i, mech, err) in failed {
-                let name = plan.probes[i].probe.name.clone();
-                let Some(k) = kpath(i) else { continue };
-                match k.fallback {
-                    Some(fb) if round == 0 => {
-                        out.notes.push(format!(
-                            "{name}: {} failed ({err}); trying {}",
-                            mech.describe(k.ret),
-                            fb.describe(k.ret)
-                        ));
-                        pending.push((i, fb));
-                    }
-                    _ => out
-                        .skipped
-                        .push((name, format!("{}: {err}", mech.describe(k.ret)))),
-                }
-            }
+            let failed = self.attach_kfunc_round(plan, &pending);
+            pending = fallbacks(plan, round == 0, failed, out);
         }
     }
 
+    /// Attaches each pending function through the mechanism given, entries
+    /// first; returns the failures.
+    fn attach_kfunc_round(
+        &mut self,
+        plan: &Plan,
+        pending: &[(usize, Mech)],
+    ) -> Vec<(usize, Mech, String)> {
+        let items = |m: Mech, ret: bool| -> Vec<(usize, &KfuncPath)> {
+            pending
+                .iter()
+                .filter(|(_, pm)| *pm == m)
+                .filter_map(|(i, _)| Some((*i, kfunc_path(plan, *i)?)))
+                .filter(|(_, k)| k.ret == ret)
+                .collect()
+        };
+        let mut failed = Vec::new();
+        for ret in [false, true] {
+            for (i, e) in self.attach_fentry(&items(Mech::Fentry, ret), ret) {
+                failed.push((i, Mech::Fentry, e));
+            }
+            for (i, e) in self.attach_multi(&items(Mech::KprobeMulti, ret), ret) {
+                failed.push((i, Mech::KprobeMulti, e));
+            }
+            for (i, k) in items(Mech::Kprobe, ret) {
+                if let Err(e) = self.attach_kprobe(i, k) {
+                    failed.push((i, Mech::Kprobe, e));
+                }
+            }
+        }
+        failed
+    }
+
     /// Loads a copy of the fentry (or fexit) program per function and
-    /// attaches it; returns the failures. Loads run on several threads: the
-    /// verifier takes most of the time, and each function needs its own pass.
+    /// attaches it; returns the failures.
     fn attach_fentry(&mut self, items: &[(usize, &KfuncPath)], ret: bool) -> Vec<(usize, String)> {
         let mut failed = Vec::new();
         if items.is_empty() {
             return failed;
         }
-        let Some(image) = &self.images[ret as usize] else {
+        if self.images[ret as usize].is_none() {
             return items
                 .iter()
                 .map(|(i, _)| (*i, "the fentry program is not loaded".to_string()))
                 .collect();
-        };
+        }
         let mut todo: Vec<(usize, u32)> = Vec::new();
         for (i, k) in items {
-            let cookie = *i as u64 + 1;
             let Some(id) = k.btf_id else {
                 failed.push((*i, "no BTF prototype".to_string()));
                 continue;
             };
-            // The template program is already aimed at this function.
-            if !self.template_used[ret as usize]
-                && self.template.as_ref().is_some_and(|t| t.btf_id == id)
-            {
-                self.template_used[ret as usize] = true;
-                let prog = if ret {
-                    &self.skel.progs.bpfscope_fexit
-                } else {
-                    &self.skel.progs.bpfscope_fentry
-                };
-                match kfunc::attach_tracing(prog.as_fd(), ret, cookie) {
-                    Ok(l) => self.klinks.push(KLink::Fd(l)),
-                    Err(e) => failed.push((*i, e.to_string())),
-                }
-                continue;
+            match self.attach_template(*i, id, ret) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => failed.push((*i, e)),
+                None => todo.push((*i, id)),
             }
-            todo.push((*i, id));
         }
-        type Loaded = (usize, Result<(OwnedFd, OwnedFd), String>);
-        let workers = std::thread::available_parallelism()
-            .map_or(2, |n| n.get())
-            .clamp(1, 4);
-        let per = todo.len().div_ceil(workers).max(1);
-        let results: Vec<Loaded> = std::thread::scope(|sc| {
-            let handles: Vec<_> = todo
-                .chunks(per)
-                .map(|chunk| {
-                    sc.spawn(move || {
-                        chunk
-                            .iter()
-                            .map(|&(i, id)| {
-                                let r = image.load_for(id).and_then(|prog| {
-                                    let link =
-                                        kfunc::attach_tracing(prog.as_fd(), ret, i as u64 + 1)
-                                            .map_err(|e| format!("attaching: {e}"))?;
-                                    Ok((prog, link))
-                                });
-                                (i, r)
-                            })
-                            .collect::<Vec<Loaded>>()
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
-                .collect()
-        });
-        for (i, r) in results {
+        let loaded = match &self.images[ret as usize] {
+            Some(image) => load_copies(image, &todo, ret),
+            None => Vec::new(),
+        };
+        for (i, r) in loaded {
             match r {
                 Ok((prog, link)) => {
                     self.kprogs.push(prog);
@@ -643,6 +522,31 @@ impl<'obj> Session<'obj> {
             }
         }
         failed
+    }
+
+    /// Attaches the loaded fentry (or fexit) program itself to the
+    /// function of this BTF id when it is the template it was loaded
+    /// against, once per direction; None when it is not.
+    fn attach_template(&mut self, i: usize, btf_id: u32, ret: bool) -> Option<Result<(), String>> {
+        let aimed = self.template.as_ref().is_some_and(|t| t.btf_id == btf_id);
+        if !aimed || self.template_used[ret as usize] {
+            return None;
+        }
+        self.template_used[ret as usize] = true;
+        let prog = if ret {
+            &self.skel.progs.bpfscope_fexit
+        } else {
+            &self.skel.progs.bpfscope_fentry
+        };
+        Some(
+            match kfunc::attach_tracing(prog.as_fd(), ret, i as u64 + 1) {
+                Ok(l) => {
+                    self.klinks.push(KLink::Fd(l));
+                    Ok(())
+                }
+                Err(e) => Err(e.to_string()),
+            },
+        )
     }
 
     /// One kprobe_multi link for all these functions; when the kernel
@@ -779,6 +683,259 @@ impl<'obj> Session<'obj> {
         self.klinks.push(link);
         Ok(())
     }
+}
+
+/// The kernel function path of the probe at index `i`.
+fn kfunc_path(plan: &Plan, i: usize) -> Option<&KfuncPath> {
+    match &plan.probes[i].path {
+        Path::Kfunc(k) => Some(k),
+        _ => None,
+    }
+}
+
+/// After a round of kernel function attaches: the failed functions to
+/// try again through their fallback (in the first round), noted for -v;
+/// the others are skipped with the reason.
+fn fallbacks(
+    plan: &Plan,
+    first: bool,
+    failed: Vec<(usize, Mech, String)>,
+    out: &mut Attached,
+) -> Vec<(usize, Mech)> {
+    let mut pending = Vec::new();
+    for (i, mech, err) in failed {
+        let name = plan.probes[i].probe.name.clone();
+        let Some(k) = kfunc_path(plan, i) else {
+            continue;
+        };
+        match k.fallback {
+            Some(fb) if first => {
+                out.notes.push(format!(
+                    "{name}: {} failed ({err}); trying {}",
+                    mech.describe(k.ret),
+                    fb.describe(k.ret)
+                ));
+                pending.push((i, fb));
+            }
+            _ => out
+                .skipped
+                .push((name, format!("{}: {err}", mech.describe(k.ret)))),
+        }
+    }
+    pending
+}
+
+/// A loaded and attached copy of a program (program, link), or why not.
+type Loaded = (usize, Result<(OwnedFd, OwnedFd), String>);
+
+/// Loads and attaches a copy of `image` per (probe index, BTF id). Loads
+/// run on several threads: the verifier takes most of the time, and each
+/// function needs its own pass.
+fn load_copies(image: &ProgImage, todo: &[(usize, u32)], ret: bool) -> Vec<Loaded> {
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 4);
+    let per = todo.len().div_ceil(workers).max(1);
+    let one = |&(i, id): &(usize, u32)| -> Loaded {
+        let r = image.load_for(id).and_then(|prog| {
+            let link = kfunc::attach_tracing(prog.as_fd(), ret, i as u64 + 1)
+                .map_err(|e| format!("attaching: {e}"))?;
+            Ok((prog, link))
+        });
+        (i, r)
+    };
+    std::thread::scope(|sc| {
+        let handles: Vec<_> = todo
+            .chunks(per)
+            .map(|chunk| sc.spawn(move || chunk.iter().map(one).collect::<Vec<Loaded>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
+}
+
+/// Fixes this run's constants in .rodata, so the verifier sees them and
+/// the programs loop only as far as this plan needs.
+fn specialize(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Result<()> {
+    let (kst, ust) = plan.stacks();
+    let ro = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("BPF object has no .rodata")?;
+    ro.self_tgid = std::process::id();
+    ro.target_mode = match s.target {
+        Target::All => bs_target_mode::BS_TARGET_ALL.0,
+        _ => bs_target_mode::BS_TARGET_TRACKED.0,
+    };
+    ro.max_filter_ops = plan.max_filter as u32;
+    ro.max_key_parts = plan.max_keys as u32;
+    ro.max_emit = plan.max_emit as u32;
+    ro.start_size = start_size(plan);
+    ro.use_stacks = u32::from(kst || ust);
+    ro.wakeup_bytes = u64::from(ringbuf_bytes(s) / 4);
+    Ok(())
+}
+
+/// Bytes of an aggregation key (or a latency start): the header, then the plan's key.
+fn start_size(plan: &Plan) -> u32 {
+    let hdr = std::mem::size_of::<bpfscope_bpf::abi::bs_key_hdr>() as u32;
+    hdr + plan.key_size as u32
+}
+
+fn ringbuf_bytes(s: &LoadConfig) -> u32 {
+    s.ringbuf_bytes.unwrap_or(PAGE)
+}
+
+/// Sizes the maps for this plan: what it does not use takes one entry.
+fn size_maps(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Result<()> {
+    let maps = &mut open.maps;
+    maps.probes
+        .set_max_entries((plan.probes.len() as u32).max(1))?;
+    maps.strs
+        .set_max_entries((plan.strs.strs.len() as u32).max(1))?;
+    maps.aggs.set_key_size(start_size(plan))?;
+    if plan.latency {
+        maps.starts.set_value_size(start_size(plan))?;
+        maps.starts.set_max_entries(STARTS_MAX)?;
+    }
+    let (kst, ust) = plan.stacks();
+    if kst {
+        maps.kstacks.set_max_entries(s.max_stacks.unwrap_or(1))?;
+    }
+    if ust {
+        maps.ustacks.set_max_entries(s.max_stacks.unwrap_or(1))?;
+    }
+    maps.aggs.set_max_entries(s.max_keys.unwrap_or(1))?;
+    maps.events.set_max_entries(ringbuf_bytes(s))?;
+    Ok(())
+}
+
+/// The programs a plan needs loaded; the others are not loaded at all.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Programs {
+    sysin: bool,
+    sysout: bool,
+    rawtp: bool,
+    tp: bool,
+    /// uprobes through uprobe_multi links, or one link each.
+    umulti: bool,
+    uprobe: bool,
+    usdt: bool,
+    fork: bool,
+    /// Kernel functions: what the plan tries first, and its fallbacks.
+    kprobe: bool,
+    kmulti: bool,
+    fentry: bool,
+    fexit: bool,
+}
+
+impl Programs {
+    fn for_plan(plan: &Plan, target: &Target, features: &Features) -> Programs {
+        let has = |f: &dyn Fn(&Path) -> bool| plan.probes.iter().any(|p| f(&p.path));
+        let uses = |m: Mech, ret: Option<bool>| {
+            plan.probes.iter().any(|p| {
+                matches!(&p.path, Path::Kfunc(k) if k.unavailable.is_none()
+                    && (k.mech == m || k.fallback == Some(m))
+                    && ret.is_none_or(|r| r == k.ret))
+            })
+        };
+        let uprobes = has(&|p| matches!(p, Path::Uprobe { .. }));
+        let umulti = uprobes && features.uprobe_multi();
+        Programs {
+            sysin: has(&|p| matches!(p, Path::Syscall(sc) if !sc.exit)),
+            sysout: has(&|p| matches!(p, Path::Syscall(sc) if sc.exit)),
+            rawtp: has(&|p| matches!(p, Path::RawTp { .. })),
+            tp: has(&|p| matches!(p, Path::Tracepoint { .. })),
+            umulti,
+            uprobe: uprobes && !umulti,
+            usdt: has(&|p| matches!(p, Path::Usdt { .. })),
+            fork: matches!(target, Target::Command { .. }),
+            kprobe: uses(Mech::Kprobe, None),
+            kmulti: uses(Mech::KprobeMulti, None),
+            fentry: uses(Mech::Fentry, Some(false)),
+            fexit: uses(Mech::Fentry, Some(true)),
+        }
+    }
+
+    /// The function fentry/fexit programs are loaded against, when any is used.
+    fn template(&self, features: &Features) -> Result<Option<Template>> {
+        if !(self.fentry || self.fexit) {
+            return Ok(None);
+        }
+        let t = features
+            .fentry()
+            .map_err(|e| anyhow::anyhow!("fentry is not available: {e}"))?;
+        Ok(Some(t.clone()))
+    }
+
+    /// Marks the programs to load. fentry/fexit are aimed at the template
+    /// function here; copies of the loaded instructions serve the real
+    /// targets (attach/kfunc.rs).
+    fn select(&self, open: &mut OpenTraceSkel<'_>, template: Option<&Template>) -> Result<()> {
+        let progs = &mut open.progs;
+        progs.bpfscope_sysin.set_autoload(self.sysin);
+        progs.bpfscope_sysout.set_autoload(self.sysout);
+        progs.bpfscope_rawtp.set_autoload(self.rawtp);
+        progs.bpfscope_tp.set_autoload(self.tp);
+        progs.bpfscope_umulti.set_autoload(self.umulti);
+        progs.bpfscope_uprobe.set_autoload(self.uprobe);
+        progs.bpfscope_usdt.set_autoload(self.usdt);
+        progs.bpfscope_fork.set_autoload(self.fork);
+        progs.bpfscope_kprobe.set_autoload(self.kprobe);
+        progs.bpfscope_kmulti.set_autoload(self.kmulti);
+        for (prog, on) in [
+            (&mut progs.bpfscope_fentry, self.fentry),
+            (&mut progs.bpfscope_fexit, self.fexit),
+        ] {
+            prog.set_autoload(on);
+            if let (true, Some(t)) = (on, template) {
+                prog.set_attach_target(0, Some(t.func.clone()))
+                    .context("aiming the fentry program")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Loads the object: the verifier's reason when it refuses, load times with -v.
+fn load_object(open: OpenTraceSkel<'_>, verbose: bool) -> Result<TraceSkel<'_>> {
+    let t0 = std::time::Instant::now();
+    let skel = open.load().map_err(|e| {
+        anyhow::anyhow!("{e}").context(format!(
+            "loading BPF programs{}",
+            libbpf_log::last_error_hint()
+        ))
+    })?;
+    if verbose {
+        report_load(&skel, t0.elapsed());
+    }
+    Ok(skel)
+}
+
+/// The plan's uprobes by binary and direction, in the order first seen:
+/// one uprobe_multi link each.
+fn uprobe_groups(plan: &Plan) -> Vec<UprobeGroup<'_>> {
+    let mut groups: Vec<UprobeGroup> = Vec::new();
+    for (i, p) in plan.probes.iter().enumerate() {
+        if let Path::Uprobe {
+            binary,
+            offset,
+            ret,
+        } = &p.path
+        {
+            match groups
+                .iter_mut()
+                .find(|g| g.0 == binary.as_path() && g.1 == *ret)
+            {
+                Some(g) => g.2.push((i, *offset)),
+                None => groups.push((binary, *ret, vec![(i, *offset)])),
+            }
+        }
+    }
+    groups
 }
 
 /// The errno behind a libbpf error, if any. libbpf-rs keeps the
@@ -942,4 +1099,231 @@ fn report_load(skel: &TraceSkel<'_>, took: std::time::Duration) {
         took.as_secs_f64() * 1e3,
         parts.join(", ")
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attach::plan::fixtures::*;
+    use crate::attach::plan::{build, Action};
+    use crate::probe::KfuncKind;
+
+    fn plan_of(probes: Vec<crate::probe::Probe>, features: &Features) -> Plan {
+        build(&config(Action::Count, &[], None), plain(probes), features).unwrap()
+    }
+
+    fn command() -> Target {
+        Target::Command {
+            program: "/bin/true".into(),
+            args: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn programs_for_what_the_plan_uses() {
+        let f = features();
+        let plan = plan_of(
+            vec![
+                sys_enter_openat(),
+                sys_exit_read(),
+                sched_switch(),
+                uprobe("work", 0x10),
+                kfunc("vfs_read", KfuncKind::Kprobe, Some(1), true),
+                kfunc("vfs_write", KfuncKind::Kprobe, None, true),
+                kfunc("ksys_read", KfuncKind::Kretprobe, Some(2), false),
+            ],
+            &f,
+        );
+        let p = Programs::for_plan(&plan, &command(), &f);
+        let want = Programs {
+            sysin: true,
+            sysout: true,
+            rawtp: true,
+            umulti: true,
+            fork: true,
+            kmulti: true,
+            fentry: true,
+            fexit: true,
+            ..Default::default()
+        };
+        assert_eq!(p, want);
+        assert_eq!(p.template(&f).unwrap().unwrap().func, "vfs_read");
+    }
+
+    #[test]
+    fn programs_without_multi_links() {
+        let f = Features::assumed(&[], Err("no".into()), Ok(()), false, false);
+        let plan = plan_of(
+            vec![
+                uprobe("work", 0x10),
+                sched_wakeup(),
+                kfunc("vfs_read", KfuncKind::Kprobe, Some(1), true),
+                kfunc("vfs_write", KfuncKind::Kprobe, None, true),
+            ],
+            &f,
+        );
+        let p = Programs::for_plan(&plan, &Target::All, &f);
+        let want = Programs {
+            tp: true,
+            uprobe: true,
+            kprobe: true,
+            ..Default::default()
+        };
+        assert_eq!(p, want);
+        assert_eq!(p.template(&f).unwrap(), None);
+        // Used fentry on a kernel that refuses it (the plan came from elsewhere).
+        let fentry = Programs {
+            fexit: true,
+            ..Default::default()
+        };
+        let e = fentry.template(&f).unwrap_err();
+        assert_eq!(e.to_string(), "fentry is not available: no");
+    }
+
+    #[test]
+    fn skipped_kernel_functions_load_nothing() {
+        let f = Features::assumed(
+            &[],
+            Ok(Template {
+                func: "vfs_read".into(),
+                btf_id: 1,
+            }),
+            Err("no".into()),
+            false,
+            false,
+        );
+        let plan = plan_of(vec![kfunc("f", KfuncKind::Fentry, None, true)], &f);
+        assert!(matches!(&plan.probes[0].path, Path::Kfunc(k) if k.unavailable.is_some()));
+        assert_eq!(
+            Programs::for_plan(&plan, &Target::Pid(1), &f),
+            Programs::default()
+        );
+    }
+
+    #[test]
+    fn failed_kernel_functions_fall_back_once() {
+        let plan = plan_of(
+            vec![
+                kfunc("vfs_read", KfuncKind::Kprobe, Some(1), true),
+                kfunc("vfs_write", KfuncKind::Kprobe, None, true),
+            ],
+            &features(),
+        );
+        let failed = || {
+            vec![
+                (0, Mech::Fentry, "EPERM".to_string()),
+                (1, Mech::KprobeMulti, "ENOENT".to_string()),
+            ]
+        };
+        let mut out = Attached::default();
+        // vfs_read has kprobe_multi to fall back on; vfs_write nothing.
+        assert_eq!(
+            fallbacks(&plan, true, failed(), &mut out),
+            [(0, Mech::KprobeMulti)]
+        );
+        assert_eq!(
+            out.notes,
+            ["kprobe:vfs_read: fentry with cookie failed (EPERM); trying kprobe_multi with cookies"]
+        );
+        assert_eq!(
+            out.skipped,
+            [(
+                "kprobe:vfs_write".to_string(),
+                "kprobe_multi with cookies: ENOENT".to_string()
+            )]
+        );
+        let mut out = Attached::default();
+        assert!(fallbacks(&plan, false, failed(), &mut out).is_empty());
+        assert_eq!(out.skipped.len(), 2);
+        assert!(out.notes.is_empty());
+    }
+
+    #[test]
+    fn uprobes_group_by_binary_and_direction() {
+        let mut other = uprobe("main", 0x99);
+        if let crate::probe::ProbeKind::Uprobe { binary, .. } = &mut other.kind {
+            *binary = "/bin/other".into();
+        }
+        let probes = vec![
+            uprobe("a", 0x10),
+            sched_switch(),
+            other,
+            crate::probe::returning(&uprobe("a", 0x10)).unwrap(),
+            uprobe("b", 0x20),
+        ];
+        let plan = plan_of(probes, &features());
+        let groups = uprobe_groups(&plan);
+        let demo = std::path::Path::new(DEMO);
+        assert_eq!(
+            groups,
+            [
+                (demo, false, vec![(0, 0x10), (4, 0x20)]),
+                (std::path::Path::new("/bin/other"), false, vec![(2, 0x99)]),
+                (demo, true, vec![(3, 0x10)]),
+            ]
+        );
+    }
+
+    #[test]
+    fn keys_and_starts_are_header_and_key() {
+        let s = config(Action::Count, &["comm", "pid"], None);
+        let plan = build(&s, plain(vec![sched_switch()]), &features()).unwrap();
+        assert_eq!(start_size(&plan), 8 + 24);
+        let s = LoadConfig {
+            target: Target::All,
+            max_keys: None,
+            max_stacks: None,
+            ringbuf_bytes: None,
+            verbose: false,
+        };
+        assert_eq!(ringbuf_bytes(&s), PAGE);
+    }
+
+    fn libbpf_err(errno: i32) -> libbpf_rs::Error {
+        libbpf_rs::Error::from(std::io::Error::from_raw_os_error(errno))
+    }
+
+    #[test]
+    fn refusals_by_errno() {
+        assert_eq!(errno(&libbpf_err(ENOTSUPP)), Some(ENOTSUPP));
+        assert!(per_function(&libbpf_err(ENOTSUPP)));
+        assert!(per_function(&libbpf_err(libc::EINVAL)));
+        assert!(!per_function(&libbpf_err(libc::ENOENT)));
+        assert!(!per_function(&libbpf_err(libc::EPERM)));
+        let again = io_like(&libbpf_err(libc::ENOENT), "x");
+        assert_eq!(again.raw_os_error(), Some(libc::ENOENT));
+        let why = uprobe_refusal(
+            std::path::Path::new(DEMO),
+            0x40,
+            false,
+            &libbpf_err(libc::EINVAL),
+        );
+        assert_eq!(
+            why,
+            "the kernel refused a uprobe at file offset 0x40 (EINVAL)"
+        );
+    }
+
+    #[test]
+    fn exhaustion_ends_a_glob() {
+        let e = |n| anyhow::Error::from(std::io::Error::from_raw_os_error(n)).context("attaching");
+        assert!(exhausted(&e(libc::EMFILE)));
+        assert!(exhausted(&e(libc::ENOMEM)));
+        assert!(!exhausted(&e(libc::ENOENT)));
+    }
+
+    #[test]
+    fn detach_all_drops_every_link() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static DROPPED: AtomicUsize = AtomicUsize::new(0);
+        struct Link;
+        impl Drop for Link {
+            fn drop(&mut self) {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        detach_all((0..3).map(|_| Link).collect());
+        detach_all((0..100).map(|_| Link).collect());
+        assert_eq!(DROPPED.load(Ordering::Relaxed), 103);
+    }
 }

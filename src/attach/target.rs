@@ -265,3 +265,55 @@ unsafe fn close_cloexec_fds(keep: i32) {
     }
     libc::close(dir);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alive(pid: u32) -> bool {
+        // SAFETY: signal 0 only asks whether the process exists.
+        unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+    }
+
+    #[test]
+    fn targets_without_a_command() {
+        let (child, pid) = GatedChild::for_target(&Target::All).unwrap();
+        assert!(child.is_none() && pid.is_none());
+        let (child, pid) = GatedChild::for_target(&Target::Pid(42)).unwrap();
+        assert!(child.is_none());
+        assert_eq!(pid, Some(42));
+    }
+
+    #[test]
+    fn a_released_command_runs_to_its_end() {
+        let target = Target::Command {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), "exit 3".into()],
+        };
+        let (child, pid) = GatedChild::for_target(&target).unwrap();
+        let child = child.unwrap();
+        assert_eq!(pid, Some(child.pid()));
+        let running = child.release().unwrap();
+        let status = running.wait().unwrap();
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(libc::WEXITSTATUS(status), 3);
+    }
+
+    #[test]
+    fn a_command_never_released_never_runs() {
+        let child = GatedChild::spawn(Path::new("/bin/true"), &[]).unwrap();
+        let pid = child.pid();
+        assert!(alive(pid));
+        drop(child);
+        // Killed and reaped: the pid is gone.
+        assert!(!alive(pid));
+    }
+
+    #[test]
+    fn arguments_with_nul_bytes_are_refused() {
+        let e = GatedChild::spawn(Path::new("/bin/true"), &["a\0b".into()])
+            .err()
+            .unwrap();
+        assert_eq!(e.to_string(), "command argument has a NUL byte");
+    }
+}

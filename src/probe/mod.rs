@@ -649,7 +649,7 @@ pub fn returning(p: &Probe) -> Option<Probe> {
 
 /// Arguments by the x86-64 calling convention, as signed 64-bit values
 /// (without debug info their types are unknown); `retval` at returns.
-fn user_fields(ret: bool) -> Vec<Field> {
+pub(crate) fn user_fields(ret: bool) -> Vec<Field> {
     let field = |name: String, slot: u8| Field {
         name,
         ctype: "long".into(),
@@ -687,6 +687,11 @@ fn usdt_fields(args: &[elf::UsdtArg]) -> Vec<Field> {
 
 fn tracepoint(root: &Path, subsys: &str, event: &str) -> Result<Probe, Error> {
     let raw = tracefs::format(root, subsys, event)?;
+    Ok(tracepoint_of(subsys, event, raw))
+}
+
+/// A tracepoint probe from the fields of its format file.
+pub(crate) fn tracepoint_of(subsys: &str, event: &str, raw: Vec<tracefs::RawField>) -> Probe {
     let syscall = (subsys == "syscalls").then(|| syscall_of(event)).flatten();
     let is_syscall = subsys == "syscalls";
     let fields = raw
@@ -694,7 +699,7 @@ fn tracepoint(root: &Path, subsys: &str, event: &str) -> Result<Probe, Error> {
         .filter(|f| !f.name.starts_with("common_"))
         .map(|f| field_of(f, is_syscall, syscall))
         .collect();
-    Ok(Probe {
+    Probe {
         name: format!("tracepoint:{subsys}:{event}"),
         kind: ProbeKind::Tracepoint {
             subsys: subsys.to_string(),
@@ -702,7 +707,7 @@ fn tracepoint(root: &Path, subsys: &str, event: &str) -> Result<Probe, Error> {
             syscall,
         },
         fields,
-    })
+    }
 }
 
 fn syscall_of(event: &str) -> Option<SyscallTp> {
