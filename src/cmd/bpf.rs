@@ -1,18 +1,19 @@
 //! `bpfscope bpf list|top`: the BPF programs on this machine.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{self, Write};
+use std::io;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use libbpf_rs::btf::{types::Func, Btf};
 use libbpf_rs::query::{LinkInfoIter, LinkTypeInfo, PerfEventType};
 use libbpf_rs::ProgramAttachType;
-use serde_json::json;
 
-use crate::bpfmeta::stats::{self, ProgStats, StatsGuard};
+use crate::bpfmeta::stats::{self, StatsGuard};
 use crate::cli::BpfSettings;
 use crate::collect::Stopper;
+use crate::render::printer::{Printer, Table};
+use crate::render::record::{AnnotateLine, BpfAnnotate, BpfProg, Record};
 
 pub fn run(s: BpfSettings) -> Result<()> {
     if let BpfSettings::Annotate {
@@ -113,79 +114,49 @@ fn annotate(path: &std::path::Path, want: Option<&str>, json: bool) -> Result<()
     } else {
         "samples"
     };
-    let mut w = io::BufWriter::new(io::stdout().lock());
+    let mut out = Printer::new(json, io::BufWriter::new(io::stdout().lock()));
     for p in &progs {
         let (total, spots) = per.remove(&p.id).unwrap_or_default();
         let main = p
             .subprogs
             .first()
             .map_or(p.name.as_str(), |s| s.symbol.as_str());
-        if json {
-            let lines: Vec<_> = spots
-                .iter()
-                .map(|(spot, n)| match spot {
-                    Spot::Line { file, line, text } => {
-                        json!({"count": n, "file": file, "line": line, "source": text})
-                    }
-                    Spot::Offset { symbol, offset } => {
-                        json!({"count": n, "symbol": symbol, "offset": offset})
-                    }
-                })
-                .collect();
-            serde_json::to_writer(
-                &mut w,
-                &json!({"type": "bpf_annotate", "id": p.id, "name": p.name, "tag": p.tag,
-                    "prog_type": p.prog_type, "symbol": main, "unit": unit, "total": total,
-                    "unloaded": p.unloaded_ns.is_some(), "lines": lines}),
-            )?;
-            writeln!(w)?;
-            continue;
-        }
-        writeln!(
-            w,
-            "{main} (id {}, {}{}): {total} {unit}",
-            p.id,
-            p.prog_type,
-            if p.unloaded_ns.is_some() {
-                ", unloaded"
-            } else {
-                ""
-            }
-        )?;
-        if spots.is_empty() {
-            writeln!(
-                w,
-                "    no samples in this program
-"
-            )?;
-            continue;
-        }
-        if p.lines.is_empty() {
-            writeln!(w, "    (no BTF line info: JIT offsets)")?;
-        }
-        let width = total.to_string().len().max(5);
-        for (spot, n) in &spots {
-            match spot {
-                Spot::Line { file, line, text } => {
-                    let short = file.rsplit('/').next().unwrap_or(file);
-                    let at = format!("{short}:{line}");
-                    writeln!(w, "  {n:>width$}  {at:<20}  {text}")?;
-                }
-                Spot::Offset { symbol, offset } => {
-                    writeln!(w, "  {n:>width$}  {symbol}+{offset:#x}")?;
-                }
-            }
-        }
-        writeln!(w)?;
+        let lines = spots
+            .into_iter()
+            .map(|(spot, count)| match spot {
+                Spot::Line { file, line, text } => AnnotateLine::Source {
+                    count,
+                    file,
+                    line,
+                    source: text,
+                },
+                Spot::Offset { symbol, offset } => AnnotateLine::Offset {
+                    count,
+                    symbol,
+                    offset,
+                },
+            })
+            .collect();
+        out.record(&Record::BpfAnnotate(BpfAnnotate {
+            id: p.id,
+            name: p.name.clone(),
+            tag: p.tag.clone(),
+            prog_type: p.prog_type.clone(),
+            symbol: main.to_string(),
+            unit,
+            total,
+            unloaded: p.unloaded_ns.is_some(),
+            lines,
+            line_info: !p.lines.is_empty(),
+        }))?;
     }
     if progs.is_empty() {
-        writeln!(
-            w,
+        out.text(&format!(
             "no BPF programs ran in the sampled kernel stacks of {}",
             path.display()
-        )?;
+        ))?;
     }
-    Ok(w.flush()?)
+    Ok(out.flush()?)
 }
 
 /// What each program is attached to, from the kernel's BPF links.
@@ -284,54 +255,26 @@ fn avg(cnt: u64, time: u64) -> Option<f64> {
 
 fn list(json: bool) -> Result<()> {
     let progs = stats::snapshot();
-    let attached = attach_points();
-    let mut w = io::BufWriter::new(io::stdout().lock());
-    if json {
-        for p in &progs {
-            let at = attached.get(&p.id).cloned().unwrap_or_default();
-            serde_json::to_writer(
-                &mut w,
-                &json!({"type": "bpf_prog", "id": p.id, "name": p.name, "tag": p.tag,
-                    "prog_type": p.prog_type, "attached": at, "run_cnt": p.run_cnt,
-                    "run_time_ns": p.run_time_ns, "avg_ns": avg(p.run_cnt, p.run_time_ns)}),
-            )?;
-            writeln!(w)?;
-        }
-        return Ok(w.flush()?);
-    }
-    writeln!(
-        w,
-        "{:>6}  {:<14} {:<16} {:<16} {:>12} {:>9}  ATTACHED",
-        "ID", "TYPE", "NAME", "TAG", "RUNS", "NS/RUN"
-    )?;
-    for p in &progs {
-        let at = attached
-            .get(&p.id)
-            .map_or_else(|| "-".to_string(), |v| v.join(", "));
-        let (runs, per) = match avg(p.run_cnt, p.run_time_ns) {
-            Some(a) => (p.run_cnt.to_string(), format!("{a:.0}")),
-            None => ("-".into(), "-".into()),
-        };
-        writeln!(
-            w,
-            "{:>6}  {:<14} {:<16} {:<16} {:>12} {:>9}  {at}",
-            p.id, p.prog_type, p.name, p.tag, runs, per
-        )?;
-    }
-    if progs.iter().all(|p| p.run_cnt == 0) {
-        writeln!(
-            w,
-            "(run counts need run-time statistics: 'bpfscope bpf top' turns them on while it runs)"
-        )?;
-    }
-    Ok(w.flush()?)
-}
-
-/// One program's activity over an interval.
-struct Row<'a> {
-    p: &'a ProgStats,
-    cnt: u64,
-    time: u64,
+    let mut attached = attach_points();
+    let rows: Vec<Record<'_>> = progs
+        .into_iter()
+        .map(|p| {
+            Record::BpfProg(BpfProg {
+                attached: Some(attached.remove(&p.id).unwrap_or_default()),
+                avg_ns: avg(p.run_cnt, p.run_time_ns),
+                cpu_pct: None,
+                id: p.id,
+                name: p.name,
+                tag: p.tag,
+                prog_type: p.prog_type,
+                run_cnt: p.run_cnt,
+                run_time_ns: p.run_time_ns,
+            })
+        })
+        .collect();
+    let mut out = Printer::new(json, io::BufWriter::new(io::stdout().lock()));
+    out.table(&Table::BpfList, &rows)?;
+    Ok(out.flush()?)
 }
 
 fn top(interval: Duration, duration: Option<Duration>, json: bool, rows: usize) -> Result<()> {
@@ -346,7 +289,7 @@ fn top(interval: Duration, duration: Option<Duration>, json: bool, rows: usize) 
         .map(|p| (p.id, (p.run_cnt, p.run_time_ns)))
         .collect();
     let mut last = Instant::now();
-    let mut out = io::BufWriter::new(io::stdout());
+    let mut out = Printer::new(json, io::BufWriter::new(io::stdout()));
     // Keys are read only in the terminal view, with the terminal on stdin.
     // SAFETY: isatty only inspects the descriptor.
     let mut keys = if !json && unsafe { libc::isatty(libc::STDIN_FILENO) } == 1 {
@@ -367,25 +310,34 @@ fn top(interval: Duration, duration: Option<Duration>, json: bool, rows: usize) 
         let now = stats::snapshot();
         let elapsed = last.elapsed();
         last = Instant::now();
-        let mut rowv: Vec<Row<'_>> = now
+        let el_ns = elapsed.as_nanos().max(1) as f64;
+        let mut rowv: Vec<BpfProg> = now
             .iter()
             .map(|p| {
                 // A program loaded during the interval counts from zero.
                 let (c0, t0) = prev.get(&p.id).copied().unwrap_or((0, 0));
-                Row {
-                    p,
-                    cnt: p.run_cnt.saturating_sub(c0),
-                    time: p.run_time_ns.saturating_sub(t0),
+                let (cnt, time) = (
+                    p.run_cnt.saturating_sub(c0),
+                    p.run_time_ns.saturating_sub(t0),
+                );
+                BpfProg {
+                    id: p.id,
+                    name: p.name.clone(),
+                    tag: p.tag.clone(),
+                    prog_type: p.prog_type.clone(),
+                    attached: None,
+                    run_cnt: cnt,
+                    run_time_ns: time,
+                    avg_ns: Some(avg(cnt, time).unwrap_or(0.0)),
+                    cpu_pct: Some(time as f64 * 100.0 / el_ns),
                 }
             })
             .collect();
-        rowv.sort_by(|a, b| b.time.cmp(&a.time).then(a.p.id.cmp(&b.p.id)));
-        let el_ns = elapsed.as_nanos().max(1) as f64;
-        let r = if json {
-            render_json(&mut out, &rowv, el_ns)
-        } else {
-            render_table(&mut out, &rowv, el_ns, rows, elapsed)
-        };
+        rowv.sort_by(|a, b| b.run_time_ns.cmp(&a.run_time_ns).then(a.id.cmp(&b.id)));
+        let rowv: Vec<Record<'_>> = rowv.into_iter().map(Record::BpfProg).collect();
+        let r = out
+            .table(&Table::BpfTop { elapsed, rows }, &rowv)
+            .and_then(|_| out.flush());
         if let Err(e) = r {
             if e.kind() == io::ErrorKind::BrokenPipe {
                 return Ok(());
@@ -503,54 +455,4 @@ fn wait_or_key(stopper: &Stopper, timeout: Duration, keys: &mut Option<Cbreak>) 
             return Wake::Quit;
         }
     }
-}
-
-fn render_json(w: &mut impl Write, rows: &[Row<'_>], el_ns: f64) -> io::Result<()> {
-    for r in rows {
-        serde_json::to_writer(
-            &mut *w,
-            &json!({"type": "bpf_prog", "id": r.p.id, "name": r.p.name, "tag": r.p.tag,
-                "prog_type": r.p.prog_type, "run_cnt": r.cnt, "run_time_ns": r.time,
-                "avg_ns": avg(r.cnt, r.time).unwrap_or(0.0),
-                "cpu_pct": r.time as f64 * 100.0 / el_ns}),
-        )?;
-        writeln!(w)?;
-    }
-    w.flush()
-}
-
-fn render_table(
-    w: &mut impl Write,
-    rows: &[Row<'_>],
-    el_ns: f64,
-    max: usize,
-    elapsed: Duration,
-) -> io::Result<()> {
-    // Clear the screen and home the cursor: a live view, like top.
-    write!(w, "\x1b[H\x1b[2J")?;
-    writeln!(
-        w,
-        "bpfscope bpf top: {} programs, last {:.1}s (CPU% of one CPU)\n",
-        rows.len(),
-        elapsed.as_secs_f64()
-    )?;
-    writeln!(
-        w,
-        "{:>6}  {:<14} {:<16} {:>7} {:>12} {:>10} {:>9}",
-        "ID", "TYPE", "NAME", "CPU%", "RUNS/S", "RUNS", "NS/RUN"
-    )?;
-    for r in rows.iter().take(max) {
-        writeln!(
-            w,
-            "{:>6}  {:<14} {:<16} {:>7.2} {:>12.0} {:>10} {:>9}",
-            r.p.id,
-            r.p.prog_type,
-            r.p.name,
-            r.time as f64 * 100.0 / el_ns,
-            r.cnt as f64 * 1e9 / el_ns,
-            r.cnt,
-            avg(r.cnt, r.time).map_or("-".into(), |a| format!("{a:.0}"))
-        )?;
-    }
-    w.flush()
 }

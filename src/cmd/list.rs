@@ -1,12 +1,13 @@
 //! `bpfscope list`: probes and their fields.
 
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter};
 
 use anyhow::Result;
-use serde_json::json;
 
 use crate::cli::ListSettings;
-use crate::probe::{self, Field, FieldKind, ProbeKind};
+use crate::probe::{self, Field, FieldKind, Probe, ProbeKind};
+use crate::render::printer::Printer;
+use crate::render::record::{ProbeEntry, ProbeField};
 use crate::usage;
 
 pub fn run(s: ListSettings) -> Result<()> {
@@ -26,77 +27,64 @@ pub fn run(s: ListSettings) -> Result<()> {
         )
         .into());
     }
-    let mut w = BufWriter::new(io::stdout().lock());
+    let mut out =
+        Printer::new(s.json, BufWriter::new(io::stdout().lock())).names_only(s.names_only);
     for p in &probes {
-        // Kernel functions: the BTF prototype says it all (argN are the registers).
-        let signature = match &p.kind {
-            ProbeKind::Kfunc {
-                signature, module, ..
-            } => Some(match (signature, module) {
-                (Some(sig), _) => sig.clone(),
-                (None, Some(m)) => format!("(module {m}: no BTF prototype; arguments arg0..arg5)"),
-                (None, None) => "(no BTF prototype; arguments arg0..arg5)".to_string(),
-            }),
-            _ => None,
-        };
-        if s.json {
-            if let Some(sig) = &signature {
-                let fields: Vec<_> = p
-                    .fields
-                    .iter()
-                    .filter(|f| f.kind != FieldKind::Unsupported)
-                    .map(|f| json!({"name": f.name, "type": f.ctype}))
-                    .collect();
-                serde_json::to_writer(
-                    &mut w,
-                    &json!({"probe": p.name, "signature": sig, "fields": fields}),
-                )?;
-                writeln!(w)?;
-                continue;
-            }
-            let fields: Vec<_> = p
-                .fields
-                .iter()
-                .map(|f| {
-                    json!({"name": f.name, "type": f.ctype, "offset": f.offset,
-                        "size": f.size, "signed": f.signed, "usable": f.kind != FieldKind::Unsupported})
-                })
-                .collect();
-            serde_json::to_writer(&mut w, &json!({"probe": p.name, "fields": fields}))?;
-            writeln!(w)?;
-            continue;
-        }
-        writeln!(w, "{}", p.name)?;
-        if s.names_only {
-            continue;
-        }
-        if let Some(sig) = signature {
-            writeln!(w, "    {sig}")?;
-            continue;
-        }
-        for f in &p.fields {
-            let note = if f.kind == FieldKind::Unsupported {
-                "  (not usable)"
-            } else {
-                ""
-            };
-            writeln!(w, "    {}{note}", declaration(f))?;
-        }
+        out.probe(&entry(p))?;
     }
-    w.flush()?;
+    out.flush()?;
     Ok(())
 }
 
-/// A field as the tracepoint format declares it: `char comm[16]`, `const char * filename`.
-fn declaration(f: &Field) -> String {
-    let t = if f.ctype.ends_with('*') {
-        f.ctype.clone()
-    } else {
-        format!("{} ", f.ctype)
+/// A probe as `list` shows it. Kernel functions: the BTF prototype says it
+/// all (argN are the registers), with the usable arguments' names and types.
+fn entry(p: &Probe) -> ProbeEntry {
+    let signature = match &p.kind {
+        ProbeKind::Kfunc {
+            signature, module, ..
+        } => Some(match (signature, module) {
+            (Some(sig), _) => sig.clone(),
+            (None, Some(m)) => format!("(module {m}: no BTF prototype; arguments arg0..arg5)"),
+            (None, None) => "(no BTF prototype; arguments arg0..arg5)".to_string(),
+        }),
+        _ => None,
     };
-    match f.kind {
-        FieldKind::InlineStr(n) => format!("{t}{}[{n}]", f.name),
-        _ => format!("{t}{}", f.name),
+    let fields = if signature.is_some() {
+        p.fields
+            .iter()
+            .filter(|f| f.kind != FieldKind::Unsupported)
+            .map(|f| ProbeField {
+                name: f.name.clone(),
+                ctype: f.ctype.clone(),
+                offset: None,
+                size: None,
+                signed: None,
+                usable: None,
+                array_len: None,
+            })
+            .collect()
+    } else {
+        p.fields.iter().map(field).collect()
+    };
+    ProbeEntry {
+        probe: p.name.clone(),
+        signature,
+        fields,
+    }
+}
+
+fn field(f: &Field) -> ProbeField {
+    ProbeField {
+        name: f.name.clone(),
+        ctype: f.ctype.clone(),
+        offset: Some(f.offset),
+        size: Some(f.size),
+        signed: Some(f.signed),
+        usable: Some(f.kind != FieldKind::Unsupported),
+        array_len: match f.kind {
+            FieldKind::InlineStr(n) => Some(n),
+            _ => None,
+        },
     }
 }
 
@@ -104,6 +92,7 @@ fn declaration(f: &Field) -> String {
 mod tests {
     use super::*;
     use crate::probe::tracefs::parse_format;
+    use crate::render::printer::declaration;
 
     #[test]
     fn arrays_keep_their_dimension() {
@@ -118,7 +107,7 @@ mod tests {
                     None if r.ctype.ends_with('*') => FieldKind::Pointer,
                     None => FieldKind::Int,
                 };
-                declaration(&Field {
+                declaration(&field(&Field {
                     name: r.name,
                     ctype: r.ctype,
                     kind,
@@ -127,7 +116,7 @@ mod tests {
                     signed: r.signed,
                     arg_slot: None,
                     btf: None,
-                })
+                }))
             })
             .collect();
         assert_eq!(

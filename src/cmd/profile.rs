@@ -13,6 +13,7 @@ use crate::cli::profile::{
     SymbolizeSettings,
 };
 use crate::render::pprof;
+use crate::render::printer::write_json;
 use crate::report::{self, Profile};
 use bpfscope_recording::{self as format, LostCounts, Recording};
 use bpfscope_symbolize::{kernel, FuncLine, Resolver};
@@ -170,10 +171,7 @@ fn write_output(p: &Profile, file: PendingFile, fmt: Format) -> Result<()> {
         Format::Folded => p.write_folded(&mut buf)?,
         Format::Svg => p.write_svg(&mut buf).context("drawing the flame graph")?,
         Format::Pprof => pprof::write(p, &mut buf)?,
-        Format::Json => {
-            serde_json::to_writer(&mut buf, &p.json())?;
-            buf.push(b'\n');
-        }
+        Format::Json => write_json(&mut buf, &p.document())?,
     }
     let path = file.path().display().to_string();
     file.commit(&buf).with_context(|| format!("writing {path}"))

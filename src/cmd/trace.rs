@@ -120,10 +120,10 @@ pub fn run(s: TraceSettings) -> Result<()> {
         stopper.watch_child(g.release()?);
     }
 
-    let mut out = Output::new(s.json);
+    let mut out = Output::new(s.json, t0);
     let mut dec = Decoder::new(&plan);
     let result = if matches!(s.plan.action, Action::Trace { .. }) {
-        run_events(&mut session, &plan, &stopper, &mut out, &dec, t0)
+        run_events(&mut session, &plan, &stopper, &mut out, &dec)
     } else {
         let files = OutFiles {
             heatmap: heatmap_file,
@@ -229,7 +229,6 @@ fn run_events(
     stopper: &Stopper,
     out: &mut Output,
     dec: &Decoder,
-    t0: u64,
 ) -> Result<()> {
     let write_failed: StdCell<Option<io::Error>> = StdCell::new(None);
     {
@@ -240,7 +239,7 @@ fn run_events(
         let mut builder = RingBufferBuilder::new();
         builder.add(&session.skel.maps.events, |data: &[u8]| {
             if let Some(ev) = events::decode(data) {
-                if let Err(e) = shared.borrow_mut().event(plan, &ev, dec, t0) {
+                if let Err(e) = shared.borrow_mut().event(plan, &ev, dec) {
                     write_failed.set(Some(e));
                     return -1;
                 }
@@ -317,11 +316,13 @@ fn run_aggregates(
         Action::Latency { buckets, .. } if s.interval.is_some() => Some(Heatmap::new(buckets)),
         _ => None,
     };
+    // In text, a heatmap row per interval stands for the interval's
+    // histograms; JSON keeps a record per interval.
     let rows = heat.is_some() && !s.json;
     let mut total: BTreeMap<Vec<u8>, KeyAgg> = BTreeMap::new();
     if rows {
         if let Some(h) = &heat {
-            println!("{}", h.terminal_header());
+            out.raw_line(&h.terminal_header())?;
         }
     }
     loop {

@@ -1,17 +1,21 @@
-//! Render stage: aggregates, events and lost counts as text or JSON lines;
-//! profiles as folded stacks, flame graphs, pprof, JSON or a top table.
+//! Render stage: aggregates, events and lost counts become records
+//! (`record`, the schema of docs/output.md) that the printer `--json` chose
+//! prints as JSON lines or as text (`printer`); profiles as folded stacks,
+//! flame graphs, pprof, JSON or a top table.
 
 pub mod flame;
+#[cfg(test)]
+mod golden;
 pub mod heatmap;
 pub mod hist;
 pub mod pprof;
+pub mod printer;
 pub mod profile;
+pub mod record;
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};
-use std::io::{self, BufWriter, Stdout, Write};
-
-use serde_json::{json, Map, Value};
+use std::io::{self, BufWriter, Stdout};
 
 use crate::attach::plan::{Action, Buckets};
 use crate::attach::plan::{Plan, Slot, ValueKind};
@@ -19,51 +23,9 @@ use crate::collect::aggregate::{AggVal, KeyAgg};
 use crate::collect::events::{buf_field, c_str, escape_bytes, Event};
 use crate::collect::stacks::StackTable;
 use crate::collect::Lost;
-
-/// One decoded key part or field.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Cell {
-    Int(i64),
-    UInt(u64),
-    Hex(u64),
-    Str(String),
-    /// A buffer's bytes, escaped (see `escape_bytes`), and whether its
-    /// length went beyond what was copied.
-    Bytes(String, bool),
-    /// Stack frames, leaf first.
-    Frames(Vec<String>),
-}
-
-impl Cell {
-    pub fn text(&self) -> String {
-        match self {
-            Cell::Int(v) => v.to_string(),
-            Cell::UInt(v) => v.to_string(),
-            Cell::Hex(v) => format!("{v:#x}"),
-            Cell::Str(s) => s.clone(),
-            Cell::Bytes(s, cut) => format!("{s}{}", if *cut { "..." } else { "" }),
-            Cell::Frames(f) => f.join("\n"),
-        }
-    }
-
-    /// On one line: stacks as `leaf <- caller <- ...`.
-    pub fn inline(&self) -> String {
-        match self {
-            Cell::Frames(f) => f.join(" <- "),
-            c => c.text(),
-        }
-    }
-
-    pub fn json(&self) -> Value {
-        match self {
-            Cell::Int(v) => json!(v),
-            Cell::UInt(v) => json!(v),
-            Cell::Hex(v) => json!(format!("{v:#x}")),
-            Cell::Str(s) | Cell::Bytes(s, _) => json!(s),
-            Cell::Frames(f) => json!(f),
-        }
-    }
-}
+use printer::{Printer, Table};
+pub use record::Cell;
+use record::{Bucket, Fields, HistUnit, Integer, Key, LostWhat, Record};
 
 /// Turns slot bytes into cells, naming probes and cgroups.
 pub struct Decoder {
@@ -141,67 +103,37 @@ impl Decoder {
     fn key(&self, plan: &Plan, data: &[u8]) -> Vec<Cell> {
         plan.keys.iter().map(|s| self.cell(s, data)).collect()
     }
-}
 
-fn key_json(plan: &Plan, cells: &[Cell]) -> Value {
-    let mut m = Map::new();
-    for (slot, c) in plan.keys.iter().zip(cells) {
-        m.insert(slot.name.clone(), c.json());
-    }
-    Value::Object(m)
-}
-
-fn num(v: i64, signed: bool) -> Value {
-    if signed {
-        json!(v)
-    } else {
-        json!(v as u64)
+    /// The key of an aggregate, its parts named after the plan's keys.
+    fn key_of<'p>(&self, plan: &'p Plan, data: &[u8]) -> Key<'p> {
+        Key(plan
+            .keys
+            .iter()
+            .map(|s| (s.name.as_str(), self.cell(s, data)))
+            .collect())
     }
 }
 
-fn num_text(v: i64, signed: bool) -> String {
-    if signed {
-        v.to_string()
-    } else {
-        (v as u64).to_string()
-    }
+fn avg_of(v: &AggVal, signed: bool) -> f64 {
+    printer::avg(Integer::new(v.sum, signed), v.count)
 }
 
-fn avg(v: &AggVal, signed: bool) -> f64 {
-    if v.count == 0 {
-        return 0.0;
-    }
-    let sum = if signed {
-        v.sum as f64
-    } else {
-        v.sum as u64 as f64
-    };
-    sum / v.count as f64
-}
-
-/// What a histogram measures.
-struct HistOf<'a> {
-    value: &'a str,
-    unit: &'a str,
-    buckets: Buckets,
-}
-
-/// Where results go: stdout, as text or JSON lines.
+/// Where results go: stdout, through the printer `--json` chose.
 pub struct Output {
-    w: BufWriter<Stdout>,
-    pub json: bool,
+    p: Printer<BufWriter<Stdout>>,
 }
 
 impl Output {
-    pub fn new(json: bool) -> Output {
+    /// `t0_ns`: the monotonic time text event lines count from.
+    pub fn new(json: bool, t0_ns: u64) -> Output {
+        let w = BufWriter::with_capacity(1 << 16, io::stdout());
         Output {
-            w: BufWriter::with_capacity(1 << 16, io::stdout()),
-            json,
+            p: Printer::new(json, w).with_t0(t0_ns),
         }
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
-        self.w.flush()
+        self.p.flush()
     }
 
     /// True when stdout is a pipe whose reader has gone (poll reports
@@ -217,15 +149,10 @@ impl Output {
         r > 0 && p.revents & libc::POLLERR != 0
     }
 
-    /// A line of plain text.
+    /// A line only the text form has (heatmap rows).
     pub fn raw_line(&mut self, s: &str) -> io::Result<()> {
-        writeln!(self.w, "{s}")?;
-        self.w.flush()
-    }
-
-    fn line(&mut self, v: &Value) -> io::Result<()> {
-        serde_json::to_writer(&mut self.w, v)?;
-        self.w.write_all(b"\n")
+        self.p.text(s)?;
+        self.p.flush()
     }
 
     /// Prints the aggregates of one run or interval.
@@ -238,42 +165,87 @@ impl Output {
         interval: Option<u64>,
     ) -> io::Result<()> {
         let signed = plan.value.as_ref().is_some_and(|v| v.1);
-        let mut rows: Vec<(Vec<Cell>, &KeyAgg, AggVal)> = data
+        let mut rows: Vec<(Key<'_>, &KeyAgg, AggVal)> = data
             .iter()
-            .map(|(k, agg)| (dec.key(plan, k), agg, agg.total(signed)))
+            .map(|(k, agg)| (dec.key_of(plan, k), agg, agg.total(signed)))
             .collect();
         match action {
-            Action::Hist { .. } | Action::Latency { .. } => rows.sort_by(|a, b| a.0.cmp(&b.0)),
-            _ => rows.sort_by(|a, b| a.2.count.cmp(&b.2.count).then_with(|| a.0.cmp(&b.0))),
-        }
-        if !self.json {
-            if let Some(i) = interval {
-                writeln!(self.w, "{}", interval_header(i))?;
+            Action::Hist { .. } | Action::Latency { .. } => {
+                rows.sort_by(|a, b| cmp_keys(&a.0, &b.0))
             }
+            _ => rows.sort_by(|a, b| a.2.count.cmp(&b.2.count).then_with(|| cmp_keys(&a.0, &b.0))),
+        }
+        if let Some(i) = interval {
+            self.p.interval(i)?;
         }
         match action {
             Action::Count | Action::Stats { .. } => {
-                self.table(plan, action, &rows, signed, interval)
+                let stats = matches!(action, Action::Stats { .. });
+                // Without keys a count is one number, and zero is an answer too.
+                if rows.is_empty() && plan.keys.is_empty() && !stats {
+                    rows.push((Key::default(), &EMPTY, AggVal::default()));
+                }
+                let records: Vec<Record<'_>> = rows
+                    .into_iter()
+                    .map(|(key, _, v)| {
+                        if stats {
+                            Record::Stats(record::Stats {
+                                key,
+                                count: v.count,
+                                sum: Integer::new(v.sum, signed),
+                                min: Integer::new(v.min, signed),
+                                max: Integer::new(v.max, signed),
+                                avg: avg_of(&v, signed),
+                                interval,
+                            })
+                        } else {
+                            Record::Count(record::Count {
+                                key,
+                                count: v.count,
+                                interval,
+                            })
+                        }
+                    })
+                    .collect();
+                let head = Table::Aggregates {
+                    keys: plan.keys.iter().map(|k| k.name.as_str()).collect(),
+                    stats,
+                    stacks: plan
+                        .keys
+                        .iter()
+                        .any(|k| matches!(k.kind, ValueKind::Stack { .. })),
+                };
+                self.p.table(&head, &records)
             }
             Action::Hist { value, buckets } => {
-                for (cells, agg, total) in &rows {
-                    let h = HistOf {
+                for (key, agg, total) in rows {
+                    let h = hist_record(
+                        key,
                         value,
-                        unit: "count",
-                        buckets: *buckets,
-                    };
-                    self.hist(plan, &h, cells, agg, total, signed, interval)?;
+                        HistUnit::Count,
+                        *buckets,
+                        agg,
+                        &total,
+                        signed,
+                        interval,
+                    );
+                    self.p.record(&Record::Hist(h))?;
                 }
                 Ok(())
             }
             Action::Latency { buckets, .. } => {
-                for (cells, agg, total) in &rows {
-                    let h = HistOf {
-                        value: "latency",
-                        unit: "ns",
-                        buckets: *buckets,
-                    };
-                    self.hist(plan, &h, cells, agg, total, false, interval)?;
+                for (key, agg, total) in rows {
+                    let h = hist_record(
+                        key,
+                        "latency",
+                        HistUnit::Ns,
+                        *buckets,
+                        agg,
+                        &total,
+                        false,
+                        interval,
+                    );
+                    self.p.record(&Record::Hist(h))?;
                 }
                 Ok(())
             }
@@ -281,326 +253,122 @@ impl Output {
         }
     }
 
-    fn table(
-        &mut self,
-        plan: &Plan,
-        action: &Action,
-        rows: &[(Vec<Cell>, &KeyAgg, AggVal)],
-        signed: bool,
-        interval: Option<u64>,
-    ) -> io::Result<()> {
-        let stats = matches!(action, Action::Stats { .. });
-        // Without keys a count is one number, and zero is an answer too.
-        let zero: [(Vec<Cell>, AggVal); 1] = [(Vec::new(), AggVal::default())];
-        let flat: Vec<(&[Cell], AggVal)> = if rows.is_empty() && plan.keys.is_empty() && !stats {
-            zero.iter().map(|(c, v)| (c.as_slice(), *v)).collect()
-        } else {
-            rows.iter().map(|(c, _, v)| (c.as_slice(), *v)).collect()
-        };
-        if self.json {
-            for &(cells, ref v) in &flat {
-                let mut o = if stats {
-                    json!({"type": "stats", "key": key_json(plan, cells), "count": v.count,
-                        "sum": num(v.sum, signed), "min": num(v.min, signed),
-                        "max": num(v.max, signed), "avg": avg(v, signed)})
-                } else {
-                    json!({"type": "count", "key": key_json(plan, cells), "count": v.count})
-                };
-                if let (Some(i), Some(m)) = (interval, o.as_object_mut()) {
-                    m.insert("interval".into(), json!(i));
-                }
-                self.line(&o)?;
-            }
-            return Ok(());
-        }
-        if plan
-            .keys
-            .iter()
-            .any(|k| matches!(k.kind, ValueKind::Stack { .. }))
-        {
-            return self.stack_blocks(plan, rows, stats, signed);
-        }
-        let mut header: Vec<String> = plan.keys.iter().map(|k| k.name.to_uppercase()).collect();
-        header.push("COUNT".into());
-        if stats {
-            header.extend(["SUM", "MIN", "MAX", "AVG"].map(String::from));
-        }
-        let body: Vec<Vec<String>> = flat
-            .iter()
-            .map(|&(cells, ref v)| {
-                let mut r: Vec<String> = cells.iter().map(Cell::text).collect();
-                r.push(v.count.to_string());
-                if stats {
-                    r.push(num_text(v.sum, signed));
-                    r.push(num_text(v.min, signed));
-                    r.push(num_text(v.max, signed));
-                    r.push(format!("{:.2}", avg(v, signed)));
-                }
-                r
-            })
-            .collect();
-        let nkeys = plan.keys.len();
-        let widths: Vec<usize> = (0..header.len())
-            .map(|c| {
-                body.iter()
-                    .map(|r| r[c].len())
-                    .chain([header[c].len()])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        let fmt_row = |r: &[String]| {
-            r.iter()
-                .enumerate()
-                .map(|(c, s)| {
-                    if c < nkeys {
-                        format!("{s:<w$}", w = widths[c])
-                    } else {
-                        format!("{s:>w$}", w = widths[c])
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join("  ")
-                .trim_end()
-                .to_string()
-        };
-        writeln!(self.w, "{}", fmt_row(&header))?;
-        for r in &body {
-            writeln!(self.w, "{}", fmt_row(r))?;
-        }
-        Ok(())
-    }
-
-    /// Rows whose keys hold stacks: a block per key, frames one per line, leaf first.
-    fn stack_blocks(
-        &mut self,
-        plan: &Plan,
-        rows: &[(Vec<Cell>, &KeyAgg, AggVal)],
-        stats: bool,
-        signed: bool,
-    ) -> io::Result<()> {
-        for (cells, _, v) in rows {
-            let flat: Vec<String> = plan
-                .keys
-                .iter()
-                .zip(cells)
-                .filter(|(_, c)| !matches!(c, Cell::Frames(_)))
-                .map(|(k, c)| format!("{}={}", k.name, c.text()))
-                .collect();
-            writeln!(self.w, "@[{}]:", flat.join(", "))?;
-            for (k, c) in plan.keys.iter().zip(cells) {
-                if let Cell::Frames(f) = c {
-                    writeln!(self.w, "  {}:", k.name)?;
-                    for frame in f {
-                        writeln!(self.w, "    {frame}")?;
-                    }
-                }
-            }
-            if stats {
-                writeln!(
-                    self.w,
-                    "  count {}, sum {}, min {}, max {}, avg {:.2}\n",
-                    v.count,
-                    num_text(v.sum, signed),
-                    num_text(v.min, signed),
-                    num_text(v.max, signed),
-                    avg(v, signed)
-                )?;
-            } else {
-                writeln!(self.w, "  count {}\n", v.count)?;
-            }
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn hist(
-        &mut self,
-        plan: &Plan,
-        h: &HistOf<'_>,
-        cells: &[Cell],
-        agg: &KeyAgg,
-        total: &AggVal,
-        signed: bool,
-        interval: Option<u64>,
-    ) -> io::Result<()> {
-        let (value, buckets) = (h.value, h.buckets);
-        if self.json {
-            let list: Vec<Value> = agg
-                .buckets
-                .iter()
-                .map(|(&i, v)| {
-                    let b = hist::bounds(buckets, i);
-                    json!({"low": big(b.low), "high": big(b.high), "count": v.count})
-                })
-                .collect();
-            let mut o = json!({"type": "hist", "key": key_json(plan, cells), "value": value,
-                "unit": h.unit, "buckets": list, "count": total.count, "sum": num(total.sum, signed)});
-            if let (Some(i), Some(m)) = (interval, o.as_object_mut()) {
-                m.insert("interval".into(), json!(i));
-            }
-            return self.line(&o);
-        }
-        let title: Vec<String> = plan
-            .keys
-            .iter()
-            .zip(cells)
-            .map(|(k, c)| format!("{}={}", k.name, c.inline()))
-            .collect();
-        let name = if h.unit == "ns" {
-            format!("{value}_ns")
-        } else {
-            value.to_string()
-        };
-        if title.is_empty() {
-            writeln!(self.w, "@{name}:")?;
-        } else {
-            writeln!(self.w, "@{name}[{}]:", title.join(", "))?;
-        }
-        let (Some(&lo), Some(&hi)) = (agg.buckets.keys().next(), agg.buckets.keys().last()) else {
-            return Ok(());
-        };
-        let max = agg.buckets.values().map(|v| v.count).max().unwrap_or(0);
-        let labels: Vec<String> = (lo..=hi).map(|i| hist::label(buckets, i)).collect();
-        let lw = labels.iter().map(String::len).max().unwrap_or(0);
-        for (i, label) in (lo..=hi).zip(&labels) {
-            let c = agg.buckets.get(&i).map_or(0, |v| v.count);
-            writeln!(self.w, "{label:<lw$} {c:>10} {}", hist::bar(c, max, 52))?;
-        }
-        writeln!(
-            self.w,
-            "count {}, sum {}, avg {:.2}\n",
-            total.count,
-            num_text(total.sum, signed),
-            avg(total, signed)
-        )
-    }
-
     /// Prints one event.
-    pub fn event(
-        &mut self,
-        plan: &Plan,
-        ev: &Event<'_>,
-        dec: &Decoder,
-        t0_ns: u64,
-    ) -> io::Result<()> {
+    pub fn event(&mut self, plan: &Plan, ev: &Event<'_>, dec: &Decoder) -> io::Result<()> {
         let slots: &[Slot] = plan
             .probes
             .get(ev.probe as usize)
             .map_or(&[], |p| p.event.as_slice());
-        let probe = dec.probe_name(ev.probe);
         // Fields whose memory could not be read, and buffers longer than shown.
         let faulted = |i: usize| i < 32 && ev.faults & (1 << i) != 0;
-        if self.json {
-            let mut fields = Map::new();
-            let (mut bad, mut cut) = (Vec::new(), Vec::new());
-            for (i, s) in slots.iter().enumerate() {
-                let c = dec.cell(s, ev.data);
-                if faulted(i) {
-                    bad.push(json!(s.name));
-                    fields.insert(s.name.clone(), Value::Null);
-                    continue;
-                }
-                if let Cell::Bytes(_, true) = c {
-                    cut.push(json!(s.name));
-                }
-                fields.insert(s.name.clone(), c.json());
-            }
-            let mut o = json!({"type": "event", "probe": probe, "ts_ns": ev.ts_ns,
-                "pid": ev.pid, "tid": ev.tid, "comm": ev.comm, "cpu": ev.cpu,
-                "fields": Value::Object(fields)});
-            // Only when there is something to say: other events stay as they were.
-            if let Some(m) = o.as_object_mut() {
-                if !bad.is_empty() {
-                    m.insert("faulted".into(), Value::Array(bad));
-                }
-                if !cut.is_empty() {
-                    m.insert("truncated".into(), Value::Array(cut));
-                }
-            }
-            return self.line(&o);
-        }
-        let t = ev.ts_ns.saturating_sub(t0_ns) as f64 / 1e9;
-        write!(
-            self.w,
-            "{t:.6} {probe} pid={} tid={} comm={} cpu={}",
-            ev.pid, ev.tid, ev.comm, ev.cpu
-        )?;
+        let mut e = record::Event {
+            probe: dec.probe_name(ev.probe),
+            ts_ns: ev.ts_ns,
+            pid: ev.pid,
+            tid: ev.tid,
+            comm: &ev.comm,
+            cpu: ev.cpu,
+            fields: Fields(Vec::with_capacity(slots.len())),
+            faulted: Vec::new(),
+            truncated: Vec::new(),
+        };
         for (i, s) in slots.iter().enumerate() {
             if faulted(i) {
-                write!(self.w, " {}=<fault>", s.name)?;
+                e.faulted.push(&s.name);
+                e.fields.0.push((&s.name, None));
                 continue;
             }
-            match dec.cell(s, ev.data) {
-                Cell::Str(v) => write!(self.w, " {}={v:?}", s.name)?,
-                // Already escaped; a cut buffer ends in `...` after the quote.
-                Cell::Bytes(v, cut) => write!(
-                    self.w,
-                    " {}=\"{}\"{}",
-                    s.name,
-                    v.replace('"', "\\\""),
-                    if cut { "..." } else { "" }
-                )?,
-                c => write!(self.w, " {}={}", s.name, c.text())?,
+            let c = dec.cell(s, ev.data);
+            if let Cell::Bytes(_, true) = c {
+                e.truncated.push(&s.name);
             }
+            e.fields.0.push((&s.name, Some(c)));
         }
-        writeln!(self.w)
+        self.p.record(&Record::Event(e))
     }
 
     /// Reports what was lost, if anything: in JSON as records, in text on stderr.
     pub fn lost(&mut self, lost: Lost, interval: Option<u64>) -> io::Result<()> {
-        let parts = [
-            (
-                lost.events,
-                "events",
-                "the ring buffer was full; raise --ringbuf-kib or filter more",
-            ),
-            (lost.keys, "keys", "the key map was full; raise --max-keys"),
-            (lost.stacks, "stacks", "stacks could not be captured"),
-            (
-                lost.nested,
-                "nested",
-                "events fired while the same program was running on that CPU (the kernel skips them)",
-            ),
-            (
-                lost.missed,
-                "missed",
-                "kernel function hits the kprobe machinery missed (all return instances in use, or a probe inside a probe)",
-            ),
-        ];
-        if lost.unmatched > 0 {
-            // Not a loss: ends whose start was not traced (filtered, before attach, other processes).
-            if self.json {
-                let mut o = json!({"type": "unmatched", "count": lost.unmatched});
-                if let (Some(i), Some(m)) = (interval, o.as_object_mut()) {
-                    m.insert("interval".into(), json!(i));
-                }
-                self.line(&o)?;
-            } else {
-                self.w.flush()?;
-                eprintln!(
-                    "bpfscope: {} ends had no matching start and were not timed",
-                    lost.unmatched
-                );
-            }
-        }
-        for (n, what, why) in parts {
-            if n == 0 {
-                continue;
-            }
-            if self.json {
-                let mut o = json!({"type": "lost", "count": n, "what": what});
-                if let (Some(i), Some(m)) = (interval, o.as_object_mut()) {
-                    m.insert("interval".into(), json!(i));
-                }
-                self.line(&o)?;
-            } else {
-                self.w.flush()?;
-                eprintln!("bpfscope: lost {n} {what}: {why}");
-            }
+        for r in lost_records(lost, interval) {
+            self.p.record(&r)?;
         }
         Ok(())
     }
+}
+
+/// A key with no parts and nothing counted.
+static EMPTY: KeyAgg = KeyAgg {
+    buckets: BTreeMap::new(),
+};
+
+/// Keys in the order of their cells (the order of `--by`).
+fn cmp_keys(a: &Key<'_>, b: &Key<'_>) -> std::cmp::Ordering {
+    a.0.iter().map(|(_, c)| c).cmp(b.0.iter().map(|(_, c)| c))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn hist_record<'a>(
+    key: Key<'a>,
+    value: &'a str,
+    unit: HistUnit,
+    layout: Buckets,
+    agg: &KeyAgg,
+    total: &AggVal,
+    signed: bool,
+    interval: Option<u64>,
+) -> record::Hist<'a> {
+    let buckets = agg
+        .buckets
+        .iter()
+        .map(|(&i, v)| {
+            let b = hist::bounds(layout, i);
+            Bucket {
+                low: b.low,
+                high: b.high,
+                count: v.count,
+                index: i,
+            }
+        })
+        .collect();
+    record::Hist {
+        key,
+        value,
+        unit,
+        buckets,
+        count: total.count,
+        sum: Integer::new(total.sum, signed),
+        interval,
+        layout,
+    }
+}
+
+/// The records of a loss report: ends without a start first (not a loss),
+/// then each kind of loss that happened.
+pub fn lost_records(lost: Lost, interval: Option<u64>) -> Vec<Record<'static>> {
+    let mut out = Vec::new();
+    if lost.unmatched > 0 {
+        out.push(Record::Unmatched(record::Unmatched {
+            count: lost.unmatched,
+            interval,
+        }));
+    }
+    let parts = [
+        (lost.events, LostWhat::Events),
+        (lost.keys, LostWhat::Keys),
+        (lost.stacks, LostWhat::Stacks),
+        (lost.nested, LostWhat::Nested),
+        (lost.missed, LostWhat::Missed),
+    ];
+    for (count, what) in parts {
+        if count > 0 {
+            out.push(Record::Lost(record::Lost {
+                count,
+                what,
+                interval,
+            }));
+        }
+    }
+    out
 }
 
 /// Stack counts as folded lines: the other key parts are the root frame
@@ -639,28 +407,4 @@ pub fn folded_stacks(plan: &Plan, data: &BTreeMap<Vec<u8>, KeyAgg>, dec: &Decode
         *agg.entry(frames.join(";")).or_default() += a.total(false).count;
     }
     agg.into_iter().map(|(k, v)| format!("{k} {v}")).collect()
-}
-
-/// Bucket bounds as JSON integers.
-fn big(v: i128) -> Value {
-    if v < 0 {
-        json!(v as i64)
-    } else {
-        json!(v as u64)
-    }
-}
-
-fn interval_header(i: u64) -> String {
-    let mut t: libc::time_t = 0;
-    // SAFETY: time() and localtime_r only write into the locals passed.
-    let tm = unsafe {
-        libc::time(&mut t);
-        let mut tm: libc::tm = std::mem::zeroed();
-        libc::localtime_r(&t, &mut tm);
-        tm
-    };
-    format!(
-        "-- interval {i} at {:02}:{:02}:{:02} --",
-        tm.tm_hour, tm.tm_min, tm.tm_sec
-    )
 }

@@ -4,8 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{self, Write};
 
-use serde_json::{json, Value};
-
+use super::record::{FrameFunction, ProfileDocument, ProfileFrame, ProfileStack, TopFunction};
 use crate::report::{Location, Profile, Sample};
 
 impl Profile {
@@ -98,7 +97,7 @@ impl Profile {
     }
 
     /// Self and total weight per function, heaviest self first.
-    pub fn top(&self) -> Vec<(String, u64, u64)> {
+    pub fn top(&self) -> Vec<TopFunction> {
         let mut selfw: HashMap<String, u64> = HashMap::new();
         let mut total: HashMap<String, u64> = HashMap::new();
         for s in &self.samples {
@@ -121,11 +120,20 @@ impl Profile {
                 }
             }
         }
-        let mut rows: Vec<(String, u64, u64)> = total
+        let mut rows: Vec<TopFunction> = total
             .into_iter()
-            .map(|(n, t)| (n.clone(), selfw.get(&n).copied().unwrap_or(0), t))
+            .map(|(n, t)| TopFunction {
+                self_weight: selfw.get(&n).copied().unwrap_or(0),
+                function: n,
+                total: t,
+            })
             .collect();
-        rows.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+        rows.sort_by(|a, b| {
+            b.self_weight
+                .cmp(&a.self_weight)
+                .then(b.total.cmp(&a.total))
+                .then(a.function.cmp(&b.function))
+        });
         rows
     }
 
@@ -134,72 +142,64 @@ impl Profile {
     }
 
     pub fn write_top(&self, w: &mut dyn Write, limit: usize) -> io::Result<()> {
-        let total = self.total_weight();
-        let pct = |v: u64| {
-            if total == 0 {
-                0.0
-            } else {
-                100.0 * v as f64 / total as f64
-            }
-        };
-        writeln!(w, "Top functions by self {} ({total} total):", self.unit())?;
-        writeln!(
-            w,
-            "{:>10} {:>6} {:>10} {:>6}  FUNCTION",
-            "SELF", "%", "TOTAL", "%"
-        )?;
-        for (name, s, t) in self.top().into_iter().take(limit) {
-            writeln!(
-                w,
-                "{s:>10} {:>5.1}% {t:>10} {:>5.1}%  {name}",
-                pct(s),
-                pct(t)
-            )?;
-        }
-        Ok(())
+        let mut rows = self.top();
+        rows.truncate(limit);
+        super::printer::top_functions(w, self.unit(), self.total_weight(), &rows)
     }
 
-    pub fn json(&self) -> Value {
-        let stacks: Vec<Value> = self
+    /// The JSON document of `-o FILE.json`.
+    pub fn document(&self) -> ProfileDocument {
+        let stacks = self
             .samples
             .iter()
             .map(|s| {
-                let frames: Vec<Value> = s
+                let frames = s
                     .locations
                     .iter()
                     .filter_map(|&l| self.locations.get(l))
                     .map(|loc| {
                         let m = self.mappings.get(loc.mapping);
-                        json!({
-                            "address": format!("{:#x}", loc.address),
-                            "module": m.map(|m| m.name.clone()),
-                            "build_id": m.map(|m| m.build_id.clone()),
-                            "kernel": m.is_some_and(|m| m.kernel),
-                            "functions": loc.lines.iter().map(|l| json!({
-                                "name": l.function, "file": l.file, "line": l.line
-                            })).collect::<Vec<_>>(),
-                        })
+                        ProfileFrame {
+                            address: format!("{:#x}", loc.address),
+                            module: m.map(|m| m.name.clone()),
+                            build_id: m.map(|m| m.build_id.clone()),
+                            kernel: m.is_some_and(|m| m.kernel),
+                            functions: loc
+                                .lines
+                                .iter()
+                                .map(|l| FrameFunction {
+                                    name: l.function.clone(),
+                                    file: l.file.clone(),
+                                    line: l.line,
+                                })
+                                .collect(),
+                        }
                     })
                     .collect();
-                json!({"pid": s.pid, "comm": s.comm, "count": s.count,
-                       "value": s.value, "frames": frames})
+                ProfileStack {
+                    pid: s.pid,
+                    comm: s.comm.clone(),
+                    count: s.count,
+                    value: s.value,
+                    frames,
+                }
             })
             .collect();
-        let top: Vec<Value> = self
-            .top()
-            .into_iter()
-            .take(100)
-            .map(|(n, s, t)| json!({"function": n, "self": s, "total": t}))
-            .collect();
-        json!({
-            "mode": self.mode,
-            "frequency_hz": self.frequency_hz,
-            "duration_ns": self.duration_ns,
-            "value_unit": if self.off_cpu() { "nanoseconds" } else { "samples" },
-            "stacks": stacks,
-            "top": top,
-            "notes": self.notes,
-        })
+        let mut top = self.top();
+        top.truncate(100);
+        ProfileDocument {
+            mode: self.mode.clone(),
+            frequency_hz: self.frequency_hz,
+            duration_ns: self.duration_ns,
+            value_unit: if self.off_cpu() {
+                "nanoseconds"
+            } else {
+                "samples"
+            },
+            stacks,
+            top,
+            notes: self.notes.clone(),
+        }
     }
 }
 
