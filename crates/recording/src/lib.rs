@@ -19,7 +19,7 @@ use prost::Message;
 pub const MAGIC: &[u8; 8] = b"BPFSCOPE";
 /// Readers refuse other major versions; minor versions only add fields or sections.
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 1;
+pub const VERSION_MINOR: u16 = 2;
 const HEADER_LEN: usize = 16;
 const SECTION_HEADER_LEN: usize = 24;
 /// A section that a reader must understand to use the file.
@@ -268,7 +268,17 @@ pub fn encode(r: &Recording) -> Vec<u8> {
         // Not required: a reader that does not know it still reports the rest.
         section(&mut out, SectionKind::BpfPrograms, 0, &bp.encode_to_vec());
     }
-    section(&mut out, SectionKind::End, FLAG_REQUIRED, &[]);
+    // Since 1.2, END's body is the CRC-32 of every byte before END: the
+    // section checksums cover bodies only, and a flipped section kind or
+    // flag byte would otherwise pass (an optional section silently skipped).
+    let mut whole = flate2::Crc::new();
+    whole.update(&out);
+    section(
+        &mut out,
+        SectionKind::End,
+        FLAG_REQUIRED,
+        &whole.sum().to_le_bytes(),
+    );
     out
 }
 
@@ -371,7 +381,28 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<Recording, ReadError> {
                     .map_err(|e| bad("BPF programs", e))?
                     .programs;
             }
-            k if k == SectionKind::End as u32 => break,
+            k if k == SectionKind::End as u32 => {
+                // Every writer has written END required and reserved 0:
+                // anything else in the one header no checksum covers is damage.
+                if flags != FLAG_REQUIRED || le32(&h[20..]) != 0 {
+                    return Err(ReadError::Corrupt(
+                        p(),
+                        format!("END section at byte {pos} has a damaged header"),
+                    ));
+                }
+                // 1.0 and 1.1 files have an empty END.
+                if let Ok(sum) = <[u8; 4]>::try_from(body) {
+                    let mut whole = flate2::Crc::new();
+                    whole.update(&bytes[..pos]);
+                    if whole.sum() != u32::from_le_bytes(sum) {
+                        return Err(ReadError::Corrupt(
+                            p(),
+                            "checksum mismatch over the section headers".into(),
+                        ));
+                    }
+                }
+                break;
+            }
             k if flags & FLAG_REQUIRED != 0 => {
                 return Err(ReadError::Corrupt(
                     p(),
@@ -455,9 +486,36 @@ mod tests {
     }
 
     #[test]
+    fn every_flipped_byte_is_an_error() {
+        let b = encode(&sample());
+        for at in 0..b.len() {
+            for mask in [0x01, 0x5a, 0x80] {
+                let mut c = b.clone();
+                c[at] ^= mask;
+                assert!(
+                    decode(Path::new("t"), &c).is_err(),
+                    "byte {at} ^ {mask:#x} was accepted"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn files_with_an_empty_end_still_read() {
+        // 1.0 and 1.1 writers: END without the whole-file checksum.
+        let mut b = encode(&sample());
+        let end = b.len() - SECTION_HEADER_LEN - 4;
+        b.truncate(end);
+        section(&mut b, SectionKind::End, FLAG_REQUIRED, &[]);
+        b[10] = 1;
+        assert!(decode(Path::new("t"), &b).is_ok());
+    }
+
+    #[test]
     fn corruption_and_foreign_files() {
         let mut b = encode(&sample());
-        let last = b.len() - SECTION_HEADER_LEN - 3;
+        // The last byte of the section before END (END: header + 4-byte sum).
+        let last = b.len() - SECTION_HEADER_LEN - 4 - 3;
         b[last] ^= 0xff;
         assert!(matches!(
             decode(Path::new("t"), &b),
