@@ -16,7 +16,7 @@ use crate::render::pprof;
 use crate::render::printer::write_json;
 use crate::report::{self, Profile};
 use bpfscope_recording::{self as format, LostCounts, Recording};
-use bpfscope_symbolize::{kernel, FuncLine, Resolver};
+use bpfscope_symbolize::{kernel, FuncLine, Resolved, Resolver};
 
 pub fn profile(s: ProfileSettings) -> Result<()> {
     // A bad output path fails now, not after the whole run.
@@ -178,19 +178,38 @@ fn write_output(p: &Profile, file: PendingFile, fmt: Format) -> Result<()> {
 }
 
 /// One output line of `symbolize`.
-fn sym_line(addr: u64, r: Option<&(Vec<FuncLine>, u64)>) -> String {
-    let Some((lines, off)) = r else {
+/// One line per address, as `addr2line -f -i` reads innermost first: the
+/// innermost function and where the address is in it, then each function
+/// it is inlined into with the line of that call, the outer one with the
+/// address's offset into it:
+/// `0x7b65f _IO_acquire_lock_fct libioP.h:884 (inlined into _IO_wfile_underflow+0x16f wfileops.c:209)`.
+fn sym_line(addr: u64, r: Option<&Resolved>) -> String {
+    let Some(r) = r else {
         return format!("{addr:#x} ??");
     };
-    let Some(outer) = lines.first() else {
-        return format!("{addr:#x} ??");
-    };
-    let mut s = format!("{addr:#x} {}+{off:#x}", outer.function);
-    // The innermost known location is where the address really is.
-    if let Some(l) = lines.iter().rev().find(|l| l.file.is_some()) {
+    let named = |i: usize, l: &FuncLine| {
+        let mut s = l.function.clone();
+        if i == 0 {
+            if let Some(off) = r.offset {
+                s.push_str(&format!("+{off:#x}"));
+            }
+        }
         if let Some(f) = &l.file {
             s.push_str(&format!(" {f}:{}", l.line));
         }
+        s
+    };
+    let mut frames = r.lines.iter().enumerate().rev();
+    let Some((i, inner)) = frames.next() else {
+        return format!("{addr:#x} ??");
+    };
+    let mut s = format!("{addr:#x} {}", named(i, inner));
+    let outer: Vec<String> = frames.map(|(i, l)| named(i, l)).collect();
+    if !outer.is_empty() {
+        s.push_str(&format!(
+            " (inlined into {})",
+            outer.join(", inlined into ")
+        ));
     }
     s
 }
@@ -207,10 +226,9 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
     } else {
         s.addrs.clone()
     };
-    // One line per address: the outer function and the address's own line,
-    // which needs no inline chain.
-    let mut resolver = Resolver::new(&s.symbols, false);
-    let results: Vec<Option<(Vec<FuncLine>, u64)>> = match &s.source {
+    // One line per address, with its inline chain.
+    let mut resolver = Resolver::new(&s.symbols, true);
+    let results: Vec<Option<Resolved>> = match &s.source {
         SymSource::Elf(p) => resolver.offsets(p, &[], &addrs),
         SymSource::BuildId(id) => match resolver.find(id, &[]) {
             Some(f) => resolver.offsets(&f.path, &f.info.segments, &addrs),
@@ -237,15 +255,13 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
             kernel::symbolize_live(&addrs)
                 .into_iter()
                 .map(|r| {
-                    r.map(|(name, off)| {
-                        (
-                            vec![FuncLine {
-                                function: name,
-                                file: None,
-                                line: 0,
-                            }],
-                            off,
-                        )
+                    r.map(|(name, off)| Resolved {
+                        lines: vec![FuncLine {
+                            function: name,
+                            file: None,
+                            line: 0,
+                        }],
+                        offset: Some(off),
                     })
                 })
                 .collect()

@@ -124,8 +124,8 @@ fn user_stacks(
             .iter()
             .zip(resolver.offsets(&found.path, &segments, &offs))
         {
-            if let Some((lines, _)) = r {
-                if let Some(l) = lines.first() {
+            if let Some(r) = r {
+                if let Some(l) = r.lines.first() {
                     names.insert((bin.clone(), *o), l.function.clone());
                 }
             }
@@ -140,10 +140,15 @@ fn user_stacks(
                 .map(|(i, f)| match f {
                     UserFrame::BuildId(b, off) => {
                         let o = call_site(i, *off);
-                        names
-                            .get(&(b.clone(), o))
-                            .cloned()
-                            .unwrap_or_else(|| format!("[{}+{o:#x}]", buildid::hex(b)))
+                        names.get(&(b.clone(), o)).cloned().unwrap_or_else(|| {
+                            // The file and offset, as profiles name such frames.
+                            let file = index
+                                .get(b)
+                                .and_then(|p| Path::new(p).file_name())
+                                .map(|n| n.to_string_lossy().into_owned())
+                                .unwrap_or_else(|| format!("[build id {}]", buildid::hex(b)));
+                            format!("{file}+{o:#x}")
+                        })
                     }
                     UserFrame::Ip(ip) => {
                         *unresolved += 1;

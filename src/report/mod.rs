@@ -43,7 +43,9 @@ pub struct Location {
 }
 
 impl Location {
-    /// A frame name for when no symbol was found.
+    /// A frame name for when no symbol was found: the file and the offset
+    /// in it (`libfoo.so+0x1234`), which `symbolize --build-id` or
+    /// addr2line can take up later; `[unknown]` when there is no file.
     pub fn fallback_name(&self, mappings: &[Mapping]) -> String {
         match mappings.get(self.mapping) {
             Some(m) if !m.kernel && m.name != "[unknown]" => {
@@ -51,7 +53,7 @@ impl Location {
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_else(|| m.name.clone());
-                format!("[{base}]")
+                format!("{base}+{:#x}", self.address)
             }
             _ => "[unknown]".into(),
         }
@@ -203,7 +205,7 @@ fn user_locations(
             p.locations.push(Location {
                 mapping: i + 1,
                 address: o,
-                lines: r.map(|(l, _)| l).unwrap_or_default(),
+                lines: r.map(|r| r.lines).unwrap_or_default(),
             });
         }
     }
@@ -426,7 +428,7 @@ mod tests {
         assert_eq!(p.samples[0].kernel_frames, 3);
         let bpf = &p.locations[p.samples[0].locations[0]].lines[0];
         assert_eq!((bpf.file.as_deref(), bpf.line), (Some("/src/x.bpf.c"), 12));
-        assert_eq!(names(&p, &p.samples[1]), ["[libnothing.so]"]);
+        assert_eq!(names(&p, &p.samples[1]), ["libnothing.so+0x10"]);
         assert_eq!(reports.len(), 2);
         assert_eq!((reports[0].frames, reports[0].symbolized), (1, 1));
         assert!(reports[1].found.is_none());

@@ -93,17 +93,69 @@ fn symbolizer(debug_dirs: &[PathBuf], inlined: bool) -> Symbolizer {
         .build()
 }
 
-fn elf_batch(sym: &Symbolizer, path: &Path, vaddrs: &[u64]) -> Vec<Option<(Vec<FuncLine>, u64)>> {
+/// What an address symbolizes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// Outer function first, then each function inlined into the one before.
+    pub lines: Vec<FuncLine>,
+    /// Offset of the address from the outer function's start; None when
+    /// the start is not known (better no offset than a wrong one).
+    pub offset: Option<u64>,
+}
+
+fn resolved(sym: &Sym<'_>) -> Resolved {
+    Resolved {
+        lines: lines(sym),
+        // DWARF gives no single start for a function with several address
+        // ranges (cold parts split off by gcc); blazesym then says 0.
+        offset: (sym.addr != 0).then_some(sym.offset as u64),
+    }
+}
+
+fn elf_batch(sym: &Symbolizer, path: &Path, vaddrs: &[u64]) -> Vec<Option<Resolved>> {
     let src = Source::Elf(Elf::new(path));
-    match sym.symbolize(&src, Input::VirtOffset(vaddrs)) {
+    let mut out: Vec<Option<Resolved>> = match sym.symbolize(&src, Input::VirtOffset(vaddrs)) {
         Ok(v) => v
             .into_iter()
             .map(|s| match s {
-                Symbolized::Sym(sym) => Some((lines(&sym), sym.offset as u64)),
+                // Version definitions (GLIBC_2.3.2) and other absolute
+                // symbols at 0 name no code.
+                Symbolized::Sym(sym) if sym.addr == 0 && sym.code_info.is_none() => None,
+                Symbolized::Sym(sym) => Some(resolved(&sym)),
                 Symbolized::Unknown(_) => None,
             })
             .collect(),
         Err(_) => vec![None; vaddrs.len()],
+    };
+    symtab_offsets(path, vaddrs, &mut out);
+    out
+}
+
+/// Offsets the debug information could not give, from the ELF symbol
+/// table instead (it has each function's entry point).
+fn symtab_offsets(path: &Path, vaddrs: &[u64], out: &mut [Option<Resolved>]) {
+    let need: Vec<usize> = out
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.as_ref().is_some_and(|r| r.offset.is_none()))
+        .map(|(i, _)| i)
+        .collect();
+    if need.is_empty() {
+        return;
+    }
+    let addrs: Vec<u64> = need.iter().map(|&i| vaddrs[i]).collect();
+    let mut elf = Elf::new(path);
+    elf.debug_syms = false;
+    let plain = Symbolizer::builder().enable_code_info(false).build();
+    let Ok(syms) = plain.symbolize(&Source::Elf(elf), Input::VirtOffset(&addrs)) else {
+        return;
+    };
+    for (i, s) in need.into_iter().zip(syms) {
+        if let (Symbolized::Sym(sym), Some(r)) = (s, out[i].as_mut()) {
+            if sym.addr != 0 {
+                r.offset = Some(sym.offset as u64);
+            }
+        }
     }
 }
 
@@ -241,7 +293,7 @@ impl Resolver {
         path: &Path,
         segments: &[Segment],
         offsets: &[u64],
-    ) -> Vec<Option<(Vec<FuncLine>, u64)>> {
+    ) -> Vec<Option<Resolved>> {
         let own;
         let segments = if segments.is_empty() {
             own = elf::inspect(path).map(|i| i.segments).unwrap_or_default();
@@ -275,7 +327,7 @@ impl Resolver {
         } else {
             elf_batch(&self.symbolizer, path, &vaddrs)
         };
-        let found: HashMap<u64, (Vec<FuncLine>, u64)> = vaddrs
+        let found: HashMap<u64, Resolved> = vaddrs
             .iter()
             .zip(results)
             .filter_map(|(&v, r)| r.map(|r| (v, r)))
@@ -287,12 +339,12 @@ impl Resolver {
     }
 
     /// Symbolizes absolute addresses in a live process.
-    pub fn process(&self, pid: u32, addrs: &[u64]) -> Vec<Option<(Vec<FuncLine>, u64)>> {
+    pub fn process(&self, pid: u32, addrs: &[u64]) -> Vec<Option<Resolved>> {
         let src = Source::Process(blazesym::symbolize::source::Process::new(pid.into()));
         match self.symbolizer.symbolize(&src, Input::AbsAddr(addrs)) {
             Ok(v) => v
                 .into_iter()
-                .map(|s| s.into_sym().map(|sym| (lines(&sym), sym.offset as u64)))
+                .map(|s| s.into_sym().map(|sym| resolved(&sym)))
                 .collect(),
             Err(_) => vec![None; addrs.len()],
         }
@@ -312,19 +364,30 @@ fn code_loc(ci: Option<&blazesym::symbolize::CodeInfo<'_>>) -> (Option<String>, 
 fn lines(sym: &Sym<'_>) -> Vec<FuncLine> {
     let (file, line) = code_loc(sym.code_info.as_deref());
     let mut v = vec![FuncLine {
-        function: sym.name.to_string(),
+        function: public_name(&sym.name),
         file,
         line,
     }];
     for f in sym.inlined.iter() {
         let (file, line) = code_loc(f.code_info.as_ref());
         v.push(FuncLine {
-            function: f.name.to_string(),
+            function: public_name(&f.name),
             file,
             line,
         });
     }
     v
+}
+
+/// The name users know a function by. glibc calls its own functions
+/// through hidden aliases (`__GI_getaddrinfo` for `getaddrinfo`, made by
+/// its `hidden_def` macro), and the debug information names the alias;
+/// the public name is the alias without the prefix.
+pub fn public_name(name: &str) -> String {
+    match name.strip_prefix("__GI_") {
+        Some(public) if !public.is_empty() => public.to_string(),
+        _ => name.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -367,10 +430,10 @@ mod tests {
         assert_eq!(found.origin, Origin::Mapped);
         let off = marker_offset();
         let res = r.offsets(&found.path, &[], &[off, off + 1]);
-        let (lines, within) = res[0].clone().expect("the marker is symbolized");
-        assert_eq!(lines[0].function, "bpfscope_symbolize_test_marker");
-        assert_eq!(within, 0);
-        assert_eq!(res[1].as_ref().map(|(_, o)| *o), Some(1));
+        let r = res[0].clone().expect("the marker is symbolized");
+        assert_eq!(r.lines[0].function, "bpfscope_symbolize_test_marker");
+        assert_eq!(r.offset, Some(0));
+        assert_eq!(res[1].as_ref().and_then(|r| r.offset), Some(1));
     }
 
     #[test]
@@ -391,6 +454,51 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         let found = found.unwrap();
         assert_eq!((found.origin, found.path), (Origin::DebugDir, debug));
+    }
+
+    #[test]
+    fn glibc_hidden_aliases_get_their_public_names() {
+        assert_eq!(public_name("__GI_getaddrinfo"), "getaddrinfo");
+        assert_eq!(
+            public_name("__GI__IO_wfile_underflow"),
+            "_IO_wfile_underflow"
+        );
+        assert_eq!(public_name("__GI___libc_write"), "__libc_write");
+        assert_eq!(public_name("__GI_"), "__GI_");
+        assert_eq!(public_name("main"), "main");
+    }
+
+    /// A function whose debug information has no single start (gcc split
+    /// a cold part off) still gets its offset, from the symbol table.
+    #[test]
+    fn offsets_in_split_functions_come_from_the_symbol_table() {
+        let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        let Ok(info) = elf::inspect(libc) else {
+            eprintln!("SKIP: no {}", libc.display());
+            return;
+        };
+        let r = Resolver::new(&SymbolConfig::default(), true);
+        // An offset, when there is one, fits in its function: never the
+        // whole address. (Cold parts split off into .text.unlikely have no
+        // symbol of their own in the stripped library: no offset.)
+        let offs: Vec<u64> = (0x20000..0x180000).step_by(0x1001).collect();
+        let res = r.offsets(libc, &info.segments, &offs);
+        // _IO_wfile_underflow starts at 0x7b4f0 (dynamic symbol table); its
+        // DWARF entry has several ranges and no single start.
+        let split = r.offsets(libc, &info.segments, &[0x7b65f]);
+        if let Some(Some(s)) = split.first() {
+            if s.lines[0].function == "_IO_wfile_underflow" {
+                assert_eq!(s.offset, Some(0x16f), "{s:?}");
+            }
+        }
+        let named = res.iter().flatten().count();
+        assert!(named > offs.len() / 2, "{named} of {}", offs.len());
+        for (o, r) in offs.iter().zip(&res) {
+            if let Some(r) = r {
+                assert!(r.offset.is_none_or(|x| x < 0x10000), "{o:#x}: {r:?}");
+                assert!(!r.lines[0].function.starts_with("__GI_"), "{o:#x}: {r:?}");
+            }
+        }
     }
 
     #[test]
