@@ -213,6 +213,21 @@ pub fn fetch_all() -> Vec<BpfProg> {
         .collect()
 }
 
+/// Ids of the BPF programs this process holds a descriptor of (its own).
+pub fn own_prog_ids() -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc/self/fdinfo") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let text = std::fs::read_to_string(e.path()).ok()?;
+            text.lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

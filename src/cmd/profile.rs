@@ -110,6 +110,12 @@ fn lost_lines(l: &LostCounts) -> Vec<String> {
             l.keys
         ));
     }
+    if l.bpf_estimated > 0 {
+        out.push(format!(
+            "estimated {} samples from BPF run-time statistics: time in kprobe, tracepoint and perf_event BPF programs, during which the kernel runs no sampling program",
+            l.bpf_estimated
+        ));
+    }
     out
 }
 
@@ -300,6 +306,7 @@ mod tests {
             bpf_events: 0,
             kernel_stack_map_full: false,
             user_stack_map_full: true,
+            bpf_estimated: 0,
         };
         assert_eq!(
             lost_lines(&l),

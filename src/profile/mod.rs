@@ -19,6 +19,7 @@ use crate::attach::libbpf_log;
 use crate::attach::target::GatedChild;
 use crate::attach::target::Target;
 use crate::bpfmeta::sideband::SideBand;
+use crate::bpfmeta::stats::{self, StatsGuard};
 use crate::collect::Stopper;
 use bpfscope_bpf::stack::UserFrame;
 use bpfscope_recording::bpfprog::BpfProg;
@@ -71,6 +72,10 @@ pub struct Sampled {
     pub start_unix_ns: u64,
     pub duration: Duration,
     pub cpus: u32,
+    /// Run time (ns) during the run of each BPF program that keeps the
+    /// sampling program from running (by program id), from BPF run-time
+    /// statistics; empty for off-CPU profiles or without statistics.
+    pub blocked_bpf_ns: Vec<(u32, u64)>,
 }
 
 /// Runs one sampling session until the duration, Ctrl-C or the command's exit.
@@ -105,6 +110,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     let n = session
         .attach(s, gated.is_some())
         .map_err(crate::error::refused)?;
+    let blocked = BlockedBpf::start(s);
     let start_unix_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -125,9 +131,18 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     // read right away, while they still exist.
     let mut snapshots = Snapshots::default();
     follow_processes(&mut session, &stopper, &mut snapshots)?;
-    let (all_progs, sideband_lost) = sideband.map(SideBand::finish).unwrap_or_default();
+    let blocked_bpf_ns = blocked.map(BlockedBpf::finish).unwrap_or_default();
+    let (mut all_progs, sideband_lost) = sideband.map(SideBand::finish).unwrap_or_default();
+    // Programs measured but not seen by the side-band (it failed to start).
+    for &(id, _) in &blocked_bpf_ns {
+        if !all_progs.iter().any(|p| p.id == id) {
+            if let Ok(p) = crate::bpfmeta::info::fetch(id) {
+                all_progs.push(p);
+            }
+        }
+    }
     let duration = t0.elapsed();
-    let mut sampled = read_out(s, &session, snapshots, all_progs)?;
+    let mut sampled = read_out(s, &session, snapshots, all_progs, blocked_bpf_ns)?;
     sampled.sideband_lost = sideband_lost;
     sampled.start_unix_ns = start_unix_ns;
     sampled.duration = duration;
@@ -224,6 +239,7 @@ fn read_out(
     session: &ProfileSession<'_>,
     mut snapshots: Snapshots,
     all_progs: Vec<BpfProg>,
+    blocked_bpf_ns: Vec<(u32, u64)>,
 ) -> Result<Sampled> {
     let mut stacks = session.read_stacks()?;
     let kernel_addrs: BTreeSet<u64> = stacks
@@ -234,9 +250,10 @@ fn read_out(
     let bpf_programs: Vec<BpfProg> = all_progs
         .into_iter()
         .filter(|p| {
-            kernel_addrs
-                .iter()
-                .any(|&a| p.contains(a) || p.contains(a.saturating_sub(1)))
+            blocked_bpf_ns.iter().any(|&(id, _)| id == p.id)
+                || kernel_addrs
+                    .iter()
+                    .any(|&a| p.contains(a) || p.contains(a.saturating_sub(1)))
         })
         .collect();
     let kernel_symbols = kernel::snapshot_symbols(&kernel_addrs.into_iter().collect::<Vec<_>>());
@@ -261,7 +278,65 @@ fn read_out(
         cpus: bpfscope_sys::online_cpus()
             .map(|c| c.len() as u32)
             .unwrap_or(0),
+        blocked_bpf_ns,
     })
+}
+
+/// BPF programs whose runs no sample can see. kprobe, tracepoint and
+/// perf_event programs run under the kernel's per-CPU BPF recursion guard
+/// (`bpf_prog_active`); a perf_event sampling program that fires meanwhile
+/// is not run, so the sample vanishes. Their run time is measured instead,
+/// with BPF run-time statistics held on for the run, and added to the
+/// profile as estimated samples.
+struct BlockedBpf {
+    _stats: StatsGuard,
+    before: Vec<stats::ProgStats>,
+}
+
+/// Program types whose runs hold the recursion guard.
+const GUARDED_TYPES: &[&str] = &["kprobe", "tracepoint", "perf_event"];
+
+impl BlockedBpf {
+    /// None for off-CPU profiles (no samples to lose), profiles of some
+    /// processes, or when the kernel refuses statistics (said once).
+    fn start(s: &SamplingConfig) -> Option<BlockedBpf> {
+        // Run-time statistics are per program, not per process: they
+        // describe a whole-system profile only.
+        if s.mode != Mode::Cpu || s.target != Target::All || s.cgroup.is_some() {
+            return None;
+        }
+        match StatsGuard::enable() {
+            Ok(g) => Some(BlockedBpf {
+                _stats: g,
+                before: stats::snapshot(),
+            }),
+            Err(e) => {
+                eprintln!(
+                    "bpfscope: time in kprobe and tracepoint BPF programs will be missing: {e:#}"
+                );
+                None
+            }
+        }
+    }
+
+    /// Run time per guarded program since `start`, bpfscope's own excepted
+    /// (its cost is the profiler's, not the system's).
+    fn finish(self) -> Vec<(u32, u64)> {
+        let own = crate::bpfmeta::info::own_prog_ids();
+        stats::snapshot()
+            .into_iter()
+            .filter(|p| GUARDED_TYPES.contains(&p.prog_type.as_str()) && !own.contains(&p.id))
+            .filter_map(|p| {
+                let was = self
+                    .before
+                    .iter()
+                    .find(|b| b.id == p.id)
+                    .map_or(0, |b| b.run_time_ns);
+                let ns = p.run_time_ns.saturating_sub(was);
+                (ns > 0).then_some((p.id, ns))
+            })
+            .collect()
+    }
 }
 
 /// Off-CPU kernel stacks are taken inside the sched_switch hook, so they
@@ -330,6 +405,23 @@ fn target_text(s: &SamplingConfig) -> String {
 /// With `in_process`, binaries also list descriptors opened while they
 /// were mapped (for symbolizing right away, even deleted files); such a
 /// recording must not be written out.
+/// The process name of stacks estimated from BPF run time.
+pub const BPF_RUN_TIME: &str = "[bpf run time]";
+
+/// Samples' worth of each blocked program's run time: at `frequency` Hz
+/// per CPU, a CPU busy for `ns` would have taken `ns * frequency / 1e9`.
+fn blocked_samples<'a>(s: &SamplingConfig, sampled: &'a Sampled) -> Vec<(&'a BpfProg, u64)> {
+    sampled
+        .blocked_bpf_ns
+        .iter()
+        .filter_map(|&(id, ns)| {
+            let prog = sampled.bpf_programs.iter().find(|p| p.id == id)?;
+            let n = (u128::from(ns) * u128::from(s.frequency) + 500_000_000) / 1_000_000_000;
+            (n > 0).then_some((prog, n as u64))
+        })
+        .collect()
+}
+
 pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> Recording {
     let paths = sampled.snapshots.paths_by_build_id();
     let mut bin_index: HashMap<Vec<u8>, u32> = HashMap::new();
@@ -358,8 +450,22 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         unresolved_weight: 0,
         kernel_stack_map_full: sampled.lost.kernel_stack_map_full,
         user_stack_map_full: sampled.lost.user_stack_map_full,
+        bpf_estimated: 0,
     };
     let mut stacks = Vec::with_capacity(sampled.stacks.len());
+    for (prog, samples) in blocked_samples(s, sampled) {
+        lost.bpf_estimated += samples;
+        // The program's entry names it (and, with line info, its first line).
+        stacks.push(Stack {
+            pid: 0,
+            comm: BPF_RUN_TIME.into(),
+            count: samples,
+            value: samples,
+            kernel: prog.subprogs.first().map(|s| s.addr).into_iter().collect(),
+            user_binary: Vec::new(),
+            user_offset: Vec::new(),
+        });
+    }
     for r in &sampled.stacks {
         let mut user_binary = Vec::with_capacity(r.user.len());
         let mut user_offset = Vec::with_capacity(r.user.len());

@@ -269,6 +269,12 @@ fn loss_notes(p: &mut Profile, l: &LostCounts) {
             p.notes.push(format!("lost: {n} {what}"));
         }
     }
+    if l.bpf_estimated > 0 {
+        p.notes.push(format!(
+            "{} samples are estimated from BPF run-time statistics: time in kprobe, tracepoint and perf_event BPF programs, during which the kernel runs no sampling program (shown under [bpf run time])",
+            l.bpf_estimated
+        ));
+    }
     if l.unresolved_weight > 0 {
         p.notes.push(format!(
             "{} {unit} carry [unknown] user frames",

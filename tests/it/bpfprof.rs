@@ -217,3 +217,80 @@ fn annotate_bad_input() {
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(stderr(&o).trim_end().lines().count(), 1);
 }
+
+/// A classic tracepoint program (bpftrace's, as users run it) blocks the
+/// sampling program while it runs, so its samples never happen; its run time
+/// is measured instead and shows as estimated samples under `[bpf run time]`,
+/// with a note saying so.
+#[test]
+#[ignore = "needs root and BPF"]
+fn classic_tracepoint_program_time_is_estimated_from_run_time_stats() {
+    use std::io::{BufRead, BufReader};
+    require_root();
+    let Some(bpftrace) = ["/usr/bin/bpftrace", "/usr/local/bin/bpftrace"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        skip("bpftrace is not installed (scripts/install-deps installs it)");
+        return;
+    };
+    let mut bt = Command::new(bpftrace)
+        .args([
+            "-e",
+            "tracepoint:syscalls:sys_enter_write { @[comm] = count(); }",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(bt.stdout.take().unwrap());
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap() > 0 && !line.contains("Attaching") {
+        line.clear();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // A write loop nobody here wrote: dd, one byte per write.
+    let mut dd = Command::new("dd")
+        .args(["if=/dev/zero", "of=/dev/null", "bs=1", "count=100000000"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let folded = tmp("bpf-run-time.folded");
+    let o = run(&[
+        "profile",
+        "-F",
+        "499",
+        "--duration",
+        "3",
+        "-o",
+        folded.to_str().unwrap(),
+    ]);
+    let _ = dd.kill();
+    let _ = dd.wait();
+    let _ = Command::new("kill")
+        .args(["-INT", &bt.id().to_string()])
+        .status();
+    let _ = bt.wait();
+    ok(&o);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let (mut total, mut estimated) = (0u64, 0u64);
+    for l in text.lines() {
+        let (stack, n) = l.rsplit_once(' ').unwrap();
+        let n: u64 = n.parse().unwrap();
+        total += n;
+        if stack.starts_with("[bpf run time];bpf_prog_") && stack.contains("sys_enter_write") {
+            estimated += n;
+        }
+    }
+    // dd keeps one CPU busy, a fair part of it in the program; a program
+    // left out would give 0.
+    assert!(
+        estimated * 50 >= total,
+        "{estimated} of {total} samples estimated\n{text}"
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("estimated from BPF run-time statistics"),
+        "{err}"
+    );
+}

@@ -106,6 +106,12 @@ pub struct LostCounts {
     pub kernel_stack_map_full: bool,
     #[prost(bool, tag = "10")]
     pub user_stack_map_full: bool,
+    /// Samples' worth of time in BPF programs during which the kernel runs
+    /// no sampling program (kprobe, tracepoint and perf_event programs hold
+    /// the kernel's BPF recursion guard), measured with BPF run-time
+    /// statistics and added as `[bpf run time]` stacks (since 1.2).
+    #[prost(uint64, tag = "11")]
+    pub bpf_estimated: u64,
 }
 
 /// One ELF file seen in user stacks.
