@@ -90,6 +90,9 @@ fn report_lost(rec: &Recording) {
             eprintln!("bpfscope: {line}");
         }
     }
+    if let Some(line) = report::sample_accounting(rec) {
+        eprintln!("bpfscope: {line}");
+    }
 }
 
 /// One line per kind of lost stack, each with its own reason: only a full
@@ -306,7 +309,7 @@ mod tests {
             bpf_events: 0,
             kernel_stack_map_full: false,
             user_stack_map_full: true,
-            bpf_estimated: 0,
+            ..Default::default()
         };
         assert_eq!(
             lost_lines(&l),

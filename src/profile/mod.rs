@@ -23,7 +23,7 @@ use crate::bpfmeta::stats::{self, StatsGuard};
 use crate::collect::Stopper;
 use bpfscope_bpf::stack::UserFrame;
 use bpfscope_recording::bpfprog::BpfProg;
-use bpfscope_recording::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack};
+use bpfscope_recording::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack, BPF_RUN_TIME};
 use bpfscope_symbolize::kernel;
 use maps::Snapshots;
 use session::{KernelLost, ProfileSession, RawStack};
@@ -405,9 +405,6 @@ fn target_text(s: &SamplingConfig) -> String {
 /// With `in_process`, binaries also list descriptors opened while they
 /// were mapped (for symbolizing right away, even deleted files); such a
 /// recording must not be written out.
-/// The process name of stacks estimated from BPF run time.
-pub const BPF_RUN_TIME: &str = "[bpf run time]";
-
 /// Samples' worth of each blocked program's run time: at `frequency` Hz
 /// per CPU, a CPU busy for `ns` would have taken `ns * frequency / 1e9`.
 fn blocked_samples<'a>(s: &SamplingConfig, sampled: &'a Sampled) -> Vec<(&'a BpfProg, u64)> {
@@ -451,6 +448,10 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         kernel_stack_map_full: sampled.lost.kernel_stack_map_full,
         user_stack_map_full: sampled.lost.user_stack_map_full,
         bpf_estimated: 0,
+        samples_taken: sampled.lost.taken,
+        sampler_runs: sampled.lost.sampler_runs,
+        idle_samples: sampled.lost.idle,
+        other_samples: sampled.lost.other,
     };
     let mut stacks = Vec::with_capacity(sampled.stacks.len());
     for (prog, samples) in blocked_samples(s, sampled) {

@@ -4,7 +4,7 @@
 //! the session detaches everything.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -40,15 +40,28 @@ pub struct KernelLost {
     pub keys: u64,
     pub notifications: u64,
     pub offcpu_starts: u64,
+    /// Runs of the CPU sampler, and those in the idle task or in processes
+    /// not profiled (the rest are stored, or lost as `keys`).
+    pub sampler_runs: u64,
+    pub idle: u64,
+    pub other: u64,
+    /// Samples the kernel's clocks took (ns counted / period), all CPUs.
+    pub taken: u64,
     /// The stack maps held as many stacks as they can.
     pub kernel_stack_map_full: bool,
     pub user_stack_map_full: bool,
 }
 
 pub struct ProfileSession<'obj> {
-    // Field order is drop order: links go before the perf events they use.
     links: Vec<Link>,
-    perf_fds: Vec<OwnedFd>,
+    /// The CPU clocks' descriptors, owned by `links`: libbpf closes a perf
+    /// event's descriptor when its link is destroyed, so these are only
+    /// borrowed numbers, valid while `links` holds them.
+    perf_fds: Vec<RawFd>,
+    /// Samples the clocks took, read when they were closed.
+    taken: u64,
+    /// Sampling period in ns (software clocks sample at a fixed period).
+    period_ns: u64,
     pub skel: ProfileSkel<'obj>,
 }
 
@@ -123,6 +136,8 @@ impl<'obj> ProfileSession<'obj> {
         Ok(ProfileSession {
             links: Vec::new(),
             perf_fds: Vec::new(),
+            taken: 0,
+            period_ns: 0,
             skel,
         })
     }
@@ -166,6 +181,8 @@ impl<'obj> ProfileSession<'obj> {
                 Ok(1)
             }
             Mode::Cpu => {
+                // hrtimer-based clocks map a frequency to a fixed period.
+                self.period_ns = 1_000_000_000 / s.frequency.max(1);
                 let cpus = bpfscope_sys::online_cpus().context("reading the online CPUs")?;
                 for &cpu in &cpus {
                     let fd = open_cpu_clock(cpu, s.frequency)?;
@@ -175,7 +192,9 @@ impl<'obj> ProfileSession<'obj> {
                         .bpfscope_prof
                         .attach_perf_event_with_opts(fd.as_raw_fd(), PerfEventOpts::default())
                         .with_context(|| format!("attaching the sampler on CPU {cpu}"))?;
-                    self.perf_fds.push(fd);
+                    // The link owns the descriptor from here (libbpf closes
+                    // it with the link); on failure above it was still ours.
+                    self.perf_fds.push(fd.into_raw_fd());
                     self.links.push(link);
                 }
                 Ok(cpus.len())
@@ -185,8 +204,15 @@ impl<'obj> ProfileSession<'obj> {
 
     /// Stops sampling; maps stay readable.
     pub fn detach(&mut self) {
-        self.links.clear();
+        if self.period_ns > 0 {
+            // A cpu-clock event counts the ns it was enabled; it overflows
+            // (takes a sample) once per period. Read while the links, which
+            // own the descriptors, still hold them.
+            let ns: u64 = self.perf_fds.iter().filter_map(|&fd| read_count(fd)).sum();
+            self.taken = ns / self.period_ns;
+        }
         self.perf_fds.clear();
+        self.links.clear();
     }
 
     pub fn lost(&self) -> Result<KernelLost> {
@@ -207,6 +233,10 @@ impl<'obj> ProfileSession<'obj> {
             keys: slot(bp_lost::BP_LOST_KEYS.0)?,
             notifications: slot(bp_lost::BP_LOST_NOTIFY.0)?,
             offcpu_starts: slot(bp_lost::BP_LOST_OFFCPU.0)?,
+            sampler_runs: slot(bp_lost::BP_SEEN_RUNS.0)?,
+            idle: slot(bp_lost::BP_SEEN_IDLE.0)?,
+            other: slot(bp_lost::BP_SEEN_OTHER.0)?,
+            taken: self.taken,
             kernel_stack_map_full: full(&self.skel.maps.kstacks),
             user_stack_map_full: full(&self.skel.maps.ustacks),
         })
@@ -284,6 +314,15 @@ fn read_ustack(map: &dyn MapCore, id: i32) -> Result<Vec<UserFrame>> {
         .context("reading a user stack")?
         .map(|b| stack::user_frames(&b))
         .unwrap_or_default())
+}
+
+/// The count of a perf event (read_format 0: one u64).
+fn read_count(fd: RawFd) -> Option<u64> {
+    let mut v = 0u64;
+    // SAFETY: fd is open (its link holds it); reads at most 8 bytes into v,
+    // which lives for the call.
+    let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    (n == 8).then_some(v)
 }
 
 /// One software cpu-clock event on `cpu`, sampling at `hz`, for all tasks.

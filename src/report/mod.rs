@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bpfscope_bpf::stack::call_site;
-use bpfscope_recording::{bpfprog, LostCounts, Recording};
+use bpfscope_recording::{bpfprog, LostCounts, Recording, BPF_RUN_TIME};
 use bpfscope_symbolize::{kernel, FuncLine, Origin, Resolver};
 
 /// A symbolized profile: what every output format is rendered from.
@@ -132,6 +132,7 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
     if let Some(l) = rec.meta.lost {
         loss_notes(&mut p, &l);
     }
+    p.notes.extend(sample_accounting(rec));
     (p, reports)
 }
 
@@ -236,6 +237,53 @@ fn kernel_lines(rec: &Recording, ktable: &kernel::KernelTable<'_>, a: u64) -> Ve
             }]
         })
         .unwrap_or_default()
+}
+
+/// Where every sample of a CPU profile went, from the kernel's clocks to
+/// the profile: None for off-CPU profiles and recordings before 1.2.
+pub fn sample_accounting(rec: &Recording) -> Option<String> {
+    let l = rec.meta.lost?;
+    if l.samples_taken == 0 {
+        return None;
+    }
+    let stored: u64 = rec
+        .stacks
+        .iter()
+        .filter(|s| s.comm != BPF_RUN_TIME)
+        .map(|s| s.count)
+        .sum();
+    let skipped = l.samples_taken.saturating_sub(l.sampler_runs);
+    let mut s = format!(
+        "samples: {} taken by the kernel's clocks, {} reached the sampling program",
+        l.samples_taken, l.sampler_runs
+    );
+    if skipped > 0 {
+        s.push_str(&format!(
+            " ({skipped} not delivered: a CPU idle without its tick, a kprobe, tracepoint or perf_event BPF program running on that CPU (the kernel then runs no sampling program), or a late timer"
+        ));
+        if l.bpf_estimated > 0 {
+            s.push_str(&format!(
+                "; {} estimated from BPF run time",
+                l.bpf_estimated
+            ));
+        }
+        s.push(')');
+    }
+    s.push_str(&format!(
+        "; of those {} idle, {} in processes not profiled, {stored} in the profile",
+        l.idle_samples, l.other_samples
+    ));
+    if l.keys > 0 {
+        s.push_str(&format!(", {} lost (count map full)", l.keys));
+    }
+    let accounted = l.idle_samples + l.other_samples + stored + l.keys;
+    if accounted != l.sampler_runs {
+        s.push_str(&format!(
+            "; {} unaccounted",
+            l.sampler_runs.abs_diff(accounted)
+        ));
+    }
+    Some(s)
 }
 
 /// What the recording lost, as notes for the reader.

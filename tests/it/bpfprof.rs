@@ -293,4 +293,9 @@ fn classic_tracepoint_program_time_is_estimated_from_run_time_stats() {
         err.contains("estimated from BPF run-time statistics"),
         "{err}"
     );
+    let acct = err
+        .lines()
+        .find(|l| l.contains("taken by the kernel's clocks"))
+        .unwrap_or_else(|| panic!("no sample accounting line: {err}"));
+    assert!(!acct.contains("unaccounted"), "{acct}");
 }

@@ -127,6 +127,14 @@ fn cpu_split_three_to_one_with_caller_chains() {
     );
     ok(&o);
     assert!(stderr(&o).contains("Attached"), "{}", stderr(&o));
+    // Every run of the sampler is accounted for, exactly: idle, other
+    // processes, or stored in the profile.
+    let err = stderr(&o);
+    let acct = err
+        .lines()
+        .find(|l| l.contains("samples: ") && l.contains("taken by the kernel's clocks"))
+        .unwrap_or_else(|| panic!("no sample accounting line: {err}"));
+    assert!(!acct.contains("unaccounted"), "{acct}");
     let lines = folded(&out);
     let alpha = weight_with(
         &lines,

@@ -15,6 +15,10 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 
+/// The process name (`Stack::comm`, pid 0) of stacks estimated from BPF
+/// run time rather than sampled (`LostCounts::bpf_estimated`).
+pub const BPF_RUN_TIME: &str = "[bpf run time]";
+
 /// First bytes of every recording.
 pub const MAGIC: &[u8; 8] = b"BPFSCOPE";
 /// Readers refuse other major versions; minor versions only add fields or sections.
@@ -112,6 +116,18 @@ pub struct LostCounts {
     /// statistics and added as `[bpf run time]` stacks (since 1.2).
     #[prost(uint64, tag = "11")]
     pub bpf_estimated: u64,
+    /// CPU profiles (since 1.2): samples the kernel's clocks took on all
+    /// CPUs, runs of the sampling program, and those in the idle task or in
+    /// processes not profiled. taken - runs were skipped by the kernel;
+    /// runs = idle + other + stored samples + keys.
+    #[prost(uint64, tag = "12")]
+    pub samples_taken: u64,
+    #[prost(uint64, tag = "13")]
+    pub sampler_runs: u64,
+    #[prost(uint64, tag = "14")]
+    pub idle_samples: u64,
+    #[prost(uint64, tag = "15")]
+    pub other_samples: u64,
 }
 
 /// One ELF file seen in user stacks.

@@ -189,12 +189,17 @@ int bpfscope_prof(struct bpf_perf_event_data *ctx)
 	struct task_struct *t = bpf_get_current_task_btf();
 	struct bp_key key = { .kstack = -1, .ustack = -1 };
 
+	bs_count(&lost, BP_SEEN_RUNS);
 	/* The idle task: not work anyone asked about. */
-	if (t->pid == 0)
+	if (t->pid == 0) {
+		bs_count(&lost, BP_SEEN_IDLE);
 		return 0;
+	}
 	key.tgid = t->tgid;
-	if (!bp_target_ok(key.tgid))
+	if (!bp_target_ok(key.tgid)) {
+		bs_count(&lost, BP_SEEN_OTHER);
 		return 0;
+	}
 	/* Counted even without frames (e.g. user-mode samples with
 	 * --kernel-only), so totals stay the time on CPU. */
 	bp_stacks(ctx, t, &key);

@@ -55,7 +55,13 @@ enum bp_lost {
 	BP_LOST_NOTIFY = 3,
 	/* Off-CPU: too many threads switched out at once to remember. */
 	BP_LOST_OFFCPU = 4,
-	BP_LOST_NR = 5,
+	/* Not losses: where every run of the CPU sampler went, so that user
+	 * space can account for each sample (runs = idle + other + stored +
+	 * BP_LOST_KEYS). */
+	BP_SEEN_RUNS = 5,
+	BP_SEEN_IDLE = 6,
+	BP_SEEN_OTHER = 7,
+	BP_LOST_NR = 8,
 };
 
 enum bp_target_mode {
