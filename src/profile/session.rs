@@ -204,12 +204,12 @@ impl<'obj> ProfileSession<'obj> {
 
     /// Stops sampling; maps stay readable.
     pub fn detach(&mut self) {
-        if self.period_ns > 0 {
-            // A cpu-clock event counts the ns it was enabled; it overflows
-            // (takes a sample) once per period. Read while the links, which
-            // own the descriptors, still hold them.
-            let ns: u64 = self.perf_fds.iter().filter_map(|&fd| read_count(fd)).sum();
-            self.taken = ns / self.period_ns;
+        // A cpu-clock event counts the ns it was enabled; it overflows
+        // (takes a sample) once per period. Read while the links, which
+        // own the descriptors, still hold them.
+        let ns: u64 = self.perf_fds.iter().filter_map(|&fd| read_count(fd)).sum();
+        if let Some(taken) = ns.checked_div(self.period_ns) {
+            self.taken = taken;
         }
         self.perf_fds.clear();
         self.links.clear();
