@@ -99,10 +99,10 @@ impl PendingFile {
                     Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
                 ) =>
             {
-                // Creating a file next to the target is what commit will do: try it now.
-                let probe = temp_name(&real, "probe");
-                create_new(&probe).map_err(explain)?;
-                let _ = std::fs::remove_file(&probe);
+                // Commit will create a file next to the target: ask whether
+                // that may be done (permissions, a read-only filesystem)
+                // without creating one, which a SIGKILL could leave behind.
+                writable_dir(&dir).map_err(explain)?;
                 Ok(pending(real, How::Renamed))
             }
             Err(e) => Err(explain(e)),
@@ -207,6 +207,28 @@ fn resolve_links(path: &Path) -> PathBuf {
         }
     }
     p
+}
+
+/// Whether files may be created in `dir` (search and write permission, a
+/// filesystem mounted read-write), as the effective user.
+fn writable_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: c is a valid NUL-terminated path; faccessat reads it only.
+    let r = unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]
