@@ -4,7 +4,7 @@
 //! detaches everything; nothing is pinned.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -395,8 +395,9 @@ impl<'obj> Session<'obj> {
             .sum()
     }
 
-    /// Hits the kernel's kprobe machinery missed on this session's kprobe
-    /// links (counted by the kernel from 6.7 on; 0 before).
+    /// Hits the kernel missed on this session's kernel function probes:
+    /// the kprobe machinery's own misses (counted from 6.7 on; 0 before)
+    /// and fentry/fexit calls skipped by the programs' recursion guard.
     pub fn kprobe_misses(&self) -> u64 {
         use libbpf_rs::query::{LinkInfo, LinkTypeInfo, PerfEventType};
         let live: u64 = self
@@ -418,8 +419,19 @@ impl<'obj> Session<'obj> {
                 }
             })
             .sum();
+        // fentry/fexit programs run under a per-program recursion guard:
+        // a call that arrives while the program runs on that CPU (it was
+        // preempted inside it) is skipped and counted as a recursion miss.
+        let mut tracing: Vec<BorrowedFd<'_>> = self.kprogs.iter().map(|f| f.as_fd()).collect();
+        if self.template_used[0] {
+            tracing.push(self.skel.progs.bpfscope_fentry.as_fd());
+        }
+        if self.template_used[1] {
+            tracing.push(self.skel.progs.bpfscope_fexit.as_fd());
+        }
+        let recursion: u64 = tracing.into_iter().filter_map(recursion_misses).sum();
         // The counters go with the links: detach keeps their last value.
-        self.missed_at_detach + live
+        self.missed_at_detach + live + recursion
     }
 
     /// Detaches every probe; maps stay readable.
@@ -1099,6 +1111,15 @@ fn report_load(skel: &TraceSkel<'_>, took: std::time::Duration) {
         took.as_secs_f64() * 1e3,
         parts.join(", ")
     );
+}
+
+/// A loaded program's recursion misses (bpf_prog_info, Linux 5.12+).
+fn recursion_misses(fd: BorrowedFd<'_>) -> Option<u64> {
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: info and len are valid for writes of len bytes for the call.
+    let r = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
+    (r == 0).then_some(info.recursion_misses)
 }
 
 #[cfg(test)]

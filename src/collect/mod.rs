@@ -41,8 +41,9 @@ pub struct Lost {
     pub unmatched: u64,
     /// Runs the kernel skipped because the program was already running on that CPU.
     pub nested: u64,
-    /// Kernel function hits the kprobe machinery itself missed (no return
-    /// instance free, or a probe hit inside another probe's handler).
+    /// Kernel function hits the kernel skipped: kprobe misses (no return
+    /// instance free, a probe inside a probe) and fentry/fexit recursion
+    /// misses.
     pub missed: u64,
 }
 

@@ -305,7 +305,7 @@ impl LostWhat {
                 "events fired while the same program was running on that CPU (the kernel skips them)"
             }
             LostWhat::Missed => {
-                "kernel function hits the kprobe machinery missed (all return instances in use, or a probe inside a probe)"
+                "kernel function hits the kernel skipped (all kprobe return instances in use, a probe inside a probe, or an fentry/fexit program already running on that CPU)"
             }
         }
     }

@@ -260,11 +260,26 @@ fn latency_pairs_entries_with_returns() {
             .iter()
             .find(|v| v["type"] == "hist")
             .unwrap_or_else(|| panic!("{via}: {out} {err}"));
-        assert_eq!(h["count"], 150, "{via}: {err}");
+        // Every read is timed, or counted as a hit the kernel skipped (an
+        // fentry program preempted inside itself on a one-CPU guest makes
+        // the next call skip it).
+        let missed: u64 = lines
+            .iter()
+            .filter(|v| v["type"] == "lost" && v["what"] == "missed")
+            .filter_map(|v| v["count"].as_u64())
+            .sum();
+        assert_eq!(
+            h["count"].as_u64().unwrap_or(0) + missed,
+            150,
+            "{via}: {err}"
+        );
+        assert!(missed <= 3, "{via}: {lines:?}");
         assert_eq!(h["unit"], "ns");
-        // Every return had its entry: nothing unmatched.
+        // Every return had its entry: no other loss.
         assert!(
-            !lines.iter().any(|v| v["type"] == "lost"),
+            !lines
+                .iter()
+                .any(|v| v["type"] == "lost" && v["what"] != "missed"),
             "{via}: {lines:?}"
         );
         let ret = if via == "fentry" {
