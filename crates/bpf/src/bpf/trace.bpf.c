@@ -168,9 +168,9 @@ int bpfscope_sysout(u64 *ctx)
 	return bs_syscall(ctx, BS_SYS_EXIT_BASE + nr, 1);
 }
 
-/* Any raw tracepoint, configured by cookie (kernel 6.10+). Keys use builtins only. */
-SEC("raw_tp")
-int bpfscope_rawtp(u64 *ctx)
+/* A probe whose link's cookie names its configuration: raw_tp and classic
+ * tracepoints share everything but the context they are given. */
+static __always_inline int bs_by_cookie(void *ctx)
 {
 	struct bs_probe_cfg *cfg;
 	struct bs_scratch *s;
@@ -185,6 +185,13 @@ int bpfscope_rawtp(u64 *ctx)
 	return bs_handle(ctx, cfg, s, idx);
 }
 
+/* Any raw tracepoint, configured by cookie (kernel 6.10+). Keys use builtins only. */
+SEC("raw_tp")
+int bpfscope_rawtp(u64 *ctx)
+{
+	return bs_by_cookie(ctx);
+}
+
 /*
  * Classic tracepoint: ctx is the event record as the format file describes.
  * Returning 0 tells the kernel not to submit the event to perf buffers.
@@ -192,17 +199,7 @@ int bpfscope_rawtp(u64 *ctx)
 SEC("tracepoint")
 int bpfscope_tp(void *ctx)
 {
-	struct bs_probe_cfg *cfg;
-	struct bs_scratch *s;
-	u32 idx;
-
-	if (!bs_cookie_probe(ctx, &idx))
-		return 0;
-	cfg = bpf_map_lookup_elem(&probes, &idx);
-	s = bs_scratch();
-	if (!cfg || !s || !bs_target_ok(cfg))
-		return 0;
-	return bs_handle(ctx, cfg, s, idx);
+	return bs_by_cookie(ctx);
 }
 
 static __always_inline int bs_user_probe(struct pt_regs *ctx, u32 idx, int usdt)
