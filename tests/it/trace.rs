@@ -992,9 +992,12 @@ fn runqlat_pairs_wakeup_pid_with_switch_next_pid() {
     assert!(st.success());
     let (out, _) = r.interrupt();
     // 10 threads x 20 sleeps each end in one wakeup; the main thread may
-    // also be woken once per thread it joins.
+    // also be woken once per thread it joins. A sleep whose 1 ms timer fires
+    // before the thread has blocked (a loaded one-CPU guest: 197 seen) is a
+    // wakeup of the running thread, which is never switched in again: no
+    // pair to time, and no loss.
     let n = latency_count(&out);
-    assert!((200..=215).contains(&n), "{n} wakeups timed: {out}");
+    assert!((190..=215).contains(&n), "{n} wakeups timed: {out}");
 }
 
 #[test]
