@@ -1,0 +1,300 @@
+//! Evaluating a CFI section (`.eh_frame` or `.debug_frame`) through gimli:
+//! every FDE's rows, each turned into a `Rule` the table can store.
+
+use std::collections::HashMap;
+
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, CommonInformationEntry, Encoding, Reader, RegisterRule,
+    UnwindContext, UnwindExpression, UnwindOffset, UnwindSection, UnwindTableRow, X86_64,
+};
+
+use crate::expr;
+use crate::rule::{
+    Cfa, ReturnAddress, Rule, SavedRbp, REG_RBP, REG_RSP, SIGCONTEXT_RBP, SIGCONTEXT_RIP,
+    SIGCONTEXT_RSP,
+};
+use crate::Stats;
+
+/// Why a row became `Cfa::Unsupported`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reason {
+    /// A CFA expression none of the known patterns.
+    CfaExpression,
+    /// CFA = a register the table cannot name (above r15, or RIP).
+    CfaRegister,
+    /// CFA offset out of the range the entry holds.
+    CfaOffset,
+    /// The return address is neither at CFA - 8 nor undefined.
+    ReturnAddress,
+    /// gimli refused an instruction (say DW_CFA_def_cfa_register after a
+    /// CFA expression): the rest of the FDE.
+    InvalidCfi,
+}
+
+/// One evaluated CFI row.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Row {
+    pub start: u64,
+    pub end: u64,
+    pub rule: Rule,
+    pub unsupported: Option<Reason>,
+    /// The RBP rule was known but does not fit: stored as `Lost`.
+    pub rbp_dropped: bool,
+}
+
+/// Where an FDE's range is with respect to what was already collected.
+pub(crate) enum Admit {
+    Yes,
+    /// Outside every executable segment (FDEs of discarded sections,
+    /// left at address 0).
+    OutsideCode,
+    /// Already described by .eh_frame (for .debug_frame FDEs).
+    Shadowed,
+}
+
+/// Collects the rows of every FDE of `section` that `admit` accepts, and
+/// the FDEs' ranges.
+pub(crate) fn collect<R, S>(
+    section: &S,
+    bases: &BaseAddresses,
+    admit: &dyn Fn(u64, u64) -> Admit,
+    stats: &mut Stats,
+    rows: &mut Vec<Row>,
+    ranges: &mut Vec<(u64, u64)>,
+    failed: &mut Vec<(u64, u64)>,
+) where
+    R: Reader,
+    S: UnwindSection<R>,
+{
+    let mut cies: HashMap<R::Offset, CommonInformationEntry<R>> = HashMap::new();
+    let mut ctx: Box<UnwindContext<R::Offset>> = Box::default();
+    let mut entries = section.entries(bases);
+    let mut fde_rows = Vec::new();
+    loop {
+        let partial = match entries.next() {
+            Ok(None) => break,
+            // A broken entry length leaves nothing to resynchronise on.
+            Err(_) => {
+                stats.cfi_errors += 1;
+                break;
+            }
+            Ok(Some(CieOrFde::Cie(cie))) => {
+                stats.cies += 1;
+                cies.insert(cie.offset(), cie);
+                continue;
+            }
+            Ok(Some(CieOrFde::Fde(partial))) => partial,
+        };
+        let fde = partial.parse(|sec, b, off| match cies.get(&UnwindOffset::into(off)) {
+            Some(cie) => Ok(cie.clone()),
+            None => sec.cie_from_offset(b, off),
+        });
+        let Ok(fde) = fde else {
+            stats.fde_errors += 1;
+            continue;
+        };
+        let (start, end) = (fde.initial_address(), fde.end_address());
+        if start >= end {
+            stats.empty_fdes += 1;
+            continue;
+        }
+        match admit(start, end) {
+            Admit::Yes => {}
+            Admit::OutsideCode => {
+                stats.fdes_outside_code += 1;
+                continue;
+            }
+            Admit::Shadowed => {
+                stats.debug_frame_shadowed += 1;
+                continue;
+            }
+        }
+        let signal = fde.is_signal_trampoline();
+        let encoding = fde.cie().encoding();
+        fde_rows.clear();
+        let ok = (|| -> gimli::Result<()> {
+            let mut table = fde.rows(section, bases, &mut ctx)?;
+            while let Some(row) = table.next_row()? {
+                let (rs, re) = (row.start_address(), row.end_address().min(end));
+                if rs < re {
+                    fde_rows.push(convert(row, rs, re, section, encoding, signal));
+                }
+            }
+            Ok(())
+        })();
+        if ok.is_err() {
+            // Keep the rows before the instruction gimli refused; the rest
+            // of the function has CFI this table cannot follow.
+            stats.fde_errors += 1;
+            let from = fde_rows.last().map_or(start, |r| r.end);
+            if from < end {
+                failed.push((from, end));
+                fde_rows.push(Row {
+                    start: from,
+                    end,
+                    rule: Rule::unsupported(signal),
+                    unsupported: Some(Reason::InvalidCfi),
+                    rbp_dropped: false,
+                });
+            }
+        }
+        stats.fdes += 1;
+        if signal {
+            stats.signal_fdes += 1;
+        }
+        rows.extend_from_slice(&fde_rows);
+        ranges.push((start, end));
+    }
+}
+
+fn expression<R: Reader, S: UnwindSection<R>>(
+    e: &UnwindExpression<R::Offset>,
+    section: &S,
+    encoding: Encoding,
+) -> Option<Vec<expr::Op>> {
+    expr::ops(e.get(section).ok()?, encoding)
+}
+
+/// The rule of one row.
+fn convert<R: Reader, S: UnwindSection<R>>(
+    row: &UnwindTableRow<R::Offset>,
+    start: u64,
+    end: u64,
+    section: &S,
+    encoding: Encoding,
+    signal: bool,
+) -> Row {
+    let ops = |e: &UnwindExpression<R::Offset>| expression(e, section, encoding);
+    let reg_ops = |r: Option<RegisterRule<R::Offset>>| match r {
+        Some(RegisterRule::Expression(e)) => ops(&e),
+        _ => None,
+    };
+    let mut out = Row {
+        start,
+        end,
+        rule: Rule::unsupported(signal),
+        unsupported: None,
+        rbp_dropped: false,
+    };
+    let unsupported = |mut out: Row, why: Reason| {
+        out.unsupported = Some(why);
+        out
+    };
+
+    // The CFA.
+    let cfa_ops = match row.cfa() {
+        CfaRule::Expression(e) => ops(e),
+        CfaRule::RegisterAndOffset { .. } => None,
+    };
+    // glibc's __restore_rt (and any signal trampoline written the same
+    // way): every register an expression into the ucontext at RSP.
+    let is_sigcontext = cfa_ops.as_deref().and_then(expr::deref)
+        == Some((REG_RSP, SIGCONTEXT_RSP.into(), 0))
+        && reg_ops(row.register(X86_64::RA))
+            .as_deref()
+            .and_then(expr::reg_offset)
+            == Some((REG_RSP, SIGCONTEXT_RIP.into()))
+        && reg_ops(row.register(X86_64::RBP))
+            .as_deref()
+            .and_then(expr::reg_offset)
+            == Some((REG_RSP, SIGCONTEXT_RBP.into()));
+    if is_sigcontext {
+        out.rule = Rule::sigcontext(signal);
+        return out;
+    }
+    let cfa = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            let off = *offset;
+            match register.0 {
+                REG_RSP => match u32::try_from(off) {
+                    Ok(o) => Cfa::Rsp(o),
+                    Err(_) => return unsupported(out, Reason::CfaOffset),
+                },
+                REG_RBP => match u16::try_from(off) {
+                    Ok(o) => Cfa::Rbp(o),
+                    Err(_) => return unsupported(out, Reason::CfaOffset),
+                },
+                r if r < 16 => match u16::try_from(off) {
+                    Ok(o) => Cfa::Register {
+                        reg: r as u8,
+                        offset: o,
+                    },
+                    Err(_) => return unsupported(out, Reason::CfaOffset),
+                },
+                _ => return unsupported(out, Reason::CfaRegister),
+            }
+        }
+        CfaRule::Expression(_) => {
+            let Some(o) = cfa_ops else {
+                return unsupported(out, Reason::CfaExpression);
+            };
+            if let Some((off, t)) = expr::plt(&o) {
+                match (u16::try_from(off), u8::try_from(t)) {
+                    (Ok(offset), Ok(threshold)) => Cfa::Plt { offset, threshold },
+                    _ => return unsupported(out, Reason::CfaExpression),
+                }
+            } else if let Some((reg, off, add)) = expr::deref(&o) {
+                let (Ok(offset), Ok(add)) = (i16::try_from(off), u16::try_from(add)) else {
+                    return unsupported(out, Reason::CfaExpression);
+                };
+                match reg {
+                    REG_RSP => Cfa::DerefRsp { offset, add },
+                    REG_RBP => Cfa::DerefRbp { offset, add },
+                    _ => return unsupported(out, Reason::CfaExpression),
+                }
+            } else {
+                return unsupported(out, Reason::CfaExpression);
+            }
+        }
+    };
+
+    // The return address.
+    let ra = match row.register(X86_64::RA) {
+        Some(RegisterRule::Offset(-8)) => ReturnAddress::AtCfaMinus8,
+        None | Some(RegisterRule::Undefined) => ReturnAddress::Undefined,
+        Some(_) => return unsupported(out, Reason::ReturnAddress),
+    };
+
+    // The caller's RBP.
+    let rbp_rule = row.register(X86_64::RBP);
+    let rbp = match &rbp_rule {
+        None | Some(RegisterRule::SameValue) => SavedRbp::Unchanged,
+        Some(RegisterRule::Undefined) => SavedRbp::Lost,
+        Some(RegisterRule::Offset(n)) => i16::try_from(*n).map_or(SavedRbp::Lost, SavedRbp::AtCfa),
+        Some(RegisterRule::Expression(_)) => {
+            match reg_ops(rbp_rule.clone())
+                .as_deref()
+                .and_then(expr::reg_offset)
+            {
+                Some((REG_RBP, n)) => i16::try_from(n).map_or(SavedRbp::Lost, SavedRbp::AtRbp),
+                _ => SavedRbp::Lost,
+            }
+        }
+        Some(_) => SavedRbp::Lost,
+    };
+    let known_rbp = !matches!(rbp_rule, None | Some(RegisterRule::Undefined));
+    out.rbp_dropped = known_rbp && rbp == SavedRbp::Lost;
+
+    let rule = Rule {
+        cfa,
+        rbp,
+        ra,
+        signal_frame: signal,
+    };
+    if rule.encode().is_some() {
+        out.rule = rule;
+        return out;
+    }
+    // A CFA that fits with an RBP rule that does not: keep unwinding
+    // without RBP.
+    let without_rbp = Rule {
+        rbp: SavedRbp::Lost,
+        ..rule
+    };
+    if rule.rbp != SavedRbp::Lost && without_rbp.encode().is_some() {
+        out.rule = without_rbp;
+        out.rbp_dropped = true;
+        return out;
+    }
+    unsupported(out, Reason::CfaOffset)
+}
