@@ -375,22 +375,15 @@ impl<'obj> Session<'obj> {
         self.skel
             .object()
             .progs()
-            .map(|p| {
+            .filter_map(|p| {
                 // SAFETY: the program pointer is valid for the object's lifetime.
                 let fd = unsafe { libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
                 if fd < 0 {
-                    return 0; // not loaded
+                    return None; // not loaded
                 }
-                let mut info = libbpf_sys::bpf_prog_info::default();
-                let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
-                // SAFETY: fd is a loaded program's descriptor, owned by the object;
-                // info and len describe a writable buffer of that size.
-                let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-                if rc == 0 {
-                    info.recursion_misses
-                } else {
-                    0
-                }
+                // SAFETY: fd is a loaded program's descriptor, owned by the
+                // object, which outlives this borrow.
+                recursion_misses(unsafe { BorrowedFd::borrow_raw(fd) })
             })
             .sum()
     }
@@ -422,14 +415,13 @@ impl<'obj> Session<'obj> {
         // fentry/fexit programs run under a per-program recursion guard:
         // a call that arrives while the program runs on that CPU (it was
         // preempted inside it) is skipped and counted as a recursion miss.
-        let mut tracing: Vec<BorrowedFd<'_>> = self.kprogs.iter().map(|f| f.as_fd()).collect();
-        if self.template_used[0] {
-            tracing.push(self.skel.progs.bpfscope_fentry.as_fd());
-        }
-        if self.template_used[1] {
-            tracing.push(self.skel.progs.bpfscope_fexit.as_fd());
-        }
-        let recursion: u64 = tracing.into_iter().filter_map(recursion_misses).sum();
+        // The per-function copies are counted here; the template programs
+        // belong to the object and are counted by recursion_misses().
+        let recursion: u64 = self
+            .kprogs
+            .iter()
+            .filter_map(|f| recursion_misses(f.as_fd()))
+            .sum();
         // The counters go with the links: detach keeps their last value.
         self.missed_at_detach + live + recursion
     }
