@@ -317,6 +317,14 @@ pub struct SampleArgs {
     #[arg(long, value_name = "N", default_value_t = 16384)]
     pub max_stacks: u32,
 
+    /// Most frames per user stack (1-1024; each stored stack takes 8 bytes per frame)
+    #[arg(long, value_name = "N", default_value_t = 127)]
+    pub max_depth: u32,
+
+    /// Kernel memory for unwind tables, in MiB (8 bytes per entry; a C library takes about 0.2)
+    #[arg(long, value_name = "MIB", default_value_t = 32)]
+    pub unwind_memory: u32,
+
     /// Say what is happening
     #[arg(short, long)]
     pub verbose: bool,

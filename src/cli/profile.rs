@@ -59,9 +59,13 @@ pub struct SymbolizeSettings {
 }
 
 const MAX_FREQUENCY: u64 = 100_000;
-/// (process, stack) pairs; the stack maps get half as many 4 KiB entries,
-/// so 131072 is up to 256 MiB of kernel memory per stack map.
+/// (process, stack) pairs; the stack map gets half as many entries of 8
+/// bytes per frame (1 KiB at the default depth, 8 KiB at the largest).
 pub const MAX_PROFILE_STACKS: u32 = 1 << 17;
+/// `BP_DEPTH_LIMIT` of profile.h.
+pub const MAX_DEPTH: u32 = 1024;
+/// The unwind table array is one BPF array of 8-byte entries.
+const MAX_UNWIND_MIB: u32 = 1024;
 
 pub fn sampling_config(a: SampleArgs) -> Result<SamplingConfig, Error> {
     if a.frequency == 0 || a.frequency > MAX_FREQUENCY {
@@ -74,6 +78,18 @@ pub fn sampling_config(a: SampleArgs) -> Result<SamplingConfig, Error> {
         return Err(usage!(
             "--max-stacks {}: must be between 16 and {MAX_PROFILE_STACKS}",
             a.max_stacks
+        ));
+    }
+    if !(1..=MAX_DEPTH).contains(&a.max_depth) {
+        return Err(usage!(
+            "--max-depth {}: must be between 1 and {MAX_DEPTH}",
+            a.max_depth
+        ));
+    }
+    if !(1..=MAX_UNWIND_MIB).contains(&a.unwind_memory) {
+        return Err(usage!(
+            "--unwind-memory {}: must be between 1 and {MAX_UNWIND_MIB} MiB",
+            a.unwind_memory
         ));
     }
     let duration = seconds(Some(a.duration), "--duration")?.unwrap_or(Duration::from_secs(10));
@@ -98,6 +114,8 @@ pub fn sampling_config(a: SampleArgs) -> Result<SamplingConfig, Error> {
         kernel: !a.user_only,
         user: !a.kernel_only,
         max_stacks: a.max_stacks,
+        max_depth: a.max_depth,
+        unwind_entries: a.unwind_memory * (1 << 20) / 8,
         verbose: a.verbose,
     })
 }

@@ -154,6 +154,11 @@ fn user_stacks(
                         *unresolved += 1;
                         format!("[unknown {ip:#x}]")
                     }
+                    // Only the profiler's unwinder stores file ids.
+                    UserFrame::File(id, off) => {
+                        *unresolved += 1;
+                        format!("[file {id}]+{off:#x}")
+                    }
                 })
                 .collect();
             (id, named)

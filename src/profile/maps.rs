@@ -44,6 +44,8 @@ pub struct Snapshots {
     pub files: Vec<MappedFile>,
     /// (device, inode) -> index into files.
     by_inode: HashMap<(String, u64), usize>,
+    /// The kernel side's file ids -> index into files.
+    by_id: HashMap<u32, usize>,
     open_files: usize,
 }
 
@@ -81,40 +83,55 @@ impl Snapshots {
         if !m.executable() || !m.is_file() {
             return None;
         }
-        let (start, end, offset, path) = (m.start, m.end, m.offset, &m.path);
-        let key = (m.dev.clone(), m.inode);
-        let file = match self.by_inode.get(&key) {
-            Some(&i) => i,
-            None => {
-                let via = format!("/proc/{pid}/map_files/{}", m.range_name());
-                let info = elf::inspect(Path::new(&via))
-                    .or_else(|_| elf::inspect(Path::new(path)))
-                    .ok();
-                let (build_id, segments) =
-                    info.map(|i| (i.build_id, i.segments)).unwrap_or_default();
-                let open = if build_id.is_some() && self.open_files < MAX_OPEN {
-                    File::open(&via).ok()
-                } else {
-                    None
-                };
-                self.open_files += usize::from(open.is_some());
-                let path = path.clone();
-                self.files.push(MappedFile {
-                    path,
-                    build_id,
-                    segments,
-                    open,
-                });
-                self.by_inode.insert(key, self.files.len() - 1);
-                self.files.len() - 1
-            }
-        };
+        let via = format!("/proc/{pid}/map_files/{}", m.range_name());
+        let file = self.file_for((m.dev.clone(), m.inode), &via, &m.path);
         Some(Mapping {
-            start,
-            end,
-            offset,
+            start: m.start,
+            end: m.end,
+            offset: m.offset,
             file,
         })
+    }
+
+    /// The index of the file with this (device, inode), inspected through
+    /// `via` (a map_files path) or `path` the first time it is seen.
+    pub fn file_for(&mut self, key: (String, u64), via: &str, path: &str) -> usize {
+        if let Some(&i) = self.by_inode.get(&key) {
+            return i;
+        }
+        let info = elf::inspect(Path::new(via))
+            .or_else(|_| elf::inspect(Path::new(path)))
+            .ok();
+        let (build_id, segments) = info.map(|i| (i.build_id, i.segments)).unwrap_or_default();
+        let open = if build_id.is_some() && self.open_files < MAX_OPEN {
+            File::open(via).ok()
+        } else {
+            None
+        };
+        self.open_files += usize::from(open.is_some());
+        self.files.push(MappedFile {
+            path: path.to_string(),
+            build_id,
+            segments,
+            open,
+        });
+        self.by_inode.insert(key, self.files.len() - 1);
+        self.files.len() - 1
+    }
+
+    /// The file index of a (device, inode) already seen.
+    pub fn known(&self, key: &(String, u64)) -> Option<usize> {
+        self.by_inode.get(key).copied()
+    }
+
+    /// Remembers which file the profiler's kernel side calls `id`.
+    pub fn set_file_id(&mut self, id: u32, file: usize) {
+        self.by_id.insert(id, file);
+    }
+
+    /// The file the kernel side calls `id`.
+    pub fn file_by_id(&self, id: u32) -> Option<&MappedFile> {
+        self.files.get(*self.by_id.get(&id)?)
     }
 
     /// The file and file offset behind a raw user address of `pid`.

@@ -4,6 +4,7 @@
 
 pub mod maps;
 pub mod session;
+pub mod unwind;
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -21,10 +22,12 @@ use crate::attach::target::Target;
 use crate::bpfmeta::sideband::SideBand;
 use crate::bpfmeta::stats::{self, StatsGuard};
 use crate::collect::Stopper;
+use bpfscope_bpf::profile::types::{bp_note, bp_note_kind};
 use bpfscope_bpf::stack::UserFrame;
 use bpfscope_recording::bpfprog::BpfProg;
 use bpfscope_recording::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack, BPF_RUN_TIME};
 use bpfscope_symbolize::kernel;
+use bpfscope_sys::pod;
 use maps::Snapshots;
 use session::{KernelLost, ProfileSession, RawStack};
 
@@ -54,6 +57,10 @@ pub struct SamplingConfig {
     pub kernel: bool,
     pub user: bool,
     pub max_stacks: u32,
+    /// Frames per user stack (kernel stacks stop at 127).
+    pub max_depth: u32,
+    /// Unwind table entries the kernel side can hold (8 bytes each).
+    pub unwind_entries: u32,
     pub verbose: bool,
 }
 
@@ -76,6 +83,9 @@ pub struct Sampled {
     /// sampling program from running (by program id), from BPF run-time
     /// statistics; empty for off-CPU profiles or without statistics.
     pub blocked_bpf_ns: Vec<(u32, u64)>,
+    /// What loading unwind tables cost, and the memory they took.
+    pub tables: unwind::TableStats,
+    pub table_bytes: u64,
 }
 
 /// Runs one sampling session until the duration, Ctrl-C or the command's exit.
@@ -110,6 +120,10 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     let n = session
         .attach(s, gated.is_some())
         .map_err(crate::error::refused)?;
+    // A running process's mappings, for the unwinder, before its first sample.
+    if let (Target::Pid(pid), true) = (&s.target, s.user) {
+        session.build(*pid);
+    }
     let blocked = BlockedBpf::start(s);
     let start_unix_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -174,14 +188,12 @@ fn follow_processes(
     stopper: &Stopper,
     snapshots: &mut Snapshots,
 ) -> Result<()> {
-    let fresh: RefCell<Vec<u32>> = RefCell::new(Vec::new());
+    let fresh: RefCell<Vec<bp_note>> = RefCell::new(Vec::new());
     {
         let mut builder = RingBufferBuilder::new();
         builder.add(&session.skel.maps.procs, |data: &[u8]| {
-            if let Some(b) = data.get(..4) {
-                fresh
-                    .borrow_mut()
-                    .push(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+            if let Some(n) = pod::read::<bp_note>(data) {
+                fresh.borrow_mut().push(n);
             }
             0
         })?;
@@ -200,10 +212,20 @@ fn follow_processes(
             wait_readable(&[rb.epoll_fd(), stopper.wake_fd().as_raw_fd()], timeout);
             rb.consume().context("reading process notifications")?;
             let now = Instant::now();
-            let pids: Vec<u32> = fresh.borrow_mut().drain(..).collect();
-            for pid in pids {
-                if snapshots.snapshot(pid) {
-                    again.push_back((now + RELOOK[0], pid, 1));
+            let notes: Vec<bp_note> = fresh.borrow_mut().drain(..).collect();
+            for n in notes {
+                if n.kind == bp_note_kind::BP_NOTE_FILE.0 {
+                    unwind::load_file(
+                        &n,
+                        &session.skel.maps.files,
+                        &mut session.tables,
+                        snapshots,
+                    )?;
+                } else {
+                    session.build(n.tgid);
+                    if n.kind == bp_note_kind::BP_NOTE_PROC.0 && snapshots.snapshot(n.tgid) {
+                        again.push_back((now + RELOOK[0], n.tgid, 1));
+                    }
                 }
             }
             while again.front().is_some_and(|(t, _, _)| *t <= now) {
@@ -226,8 +248,12 @@ fn follow_processes(
         session.detach();
         let _ = rb.consume();
     }
-    for pid in fresh.into_inner() {
-        snapshots.snapshot(pid);
+    for n in fresh.into_inner() {
+        if n.kind == bp_note_kind::BP_NOTE_FILE.0 {
+            unwind::load_file(&n, &session.skel.maps.files, &mut session.tables, snapshots)?;
+        } else {
+            snapshots.snapshot(n.tgid);
+        }
     }
     Ok(())
 }
@@ -267,6 +293,8 @@ fn read_out(
     }
     let lost = session.lost()?;
     Ok(Sampled {
+        tables: session.tables.stats.clone(),
+        table_bytes: session.tables.used_bytes(),
         stacks,
         snapshots,
         lost,
@@ -477,6 +505,19 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
                     user_binary.push(intern(id));
                     user_offset.push(off);
                 }
+                UserFrame::File(id, off) => match sampled.snapshots.file_by_id(id) {
+                    Some(file) if file.build_id.is_some() => {
+                        let id = file.build_id.as_deref().unwrap_or_default();
+                        user_binary.push(intern(id));
+                        user_offset.push(off);
+                    }
+                    _ => {
+                        lost.unresolved_frames += 1;
+                        unresolved = true;
+                        user_binary.push(0);
+                        user_offset.push(off);
+                    }
+                },
                 UserFrame::Ip(ip) => match sampled.snapshots.resolve(r.tgid, ip) {
                     Some((file, off)) if file.build_id.is_some() => {
                         let id = file.build_id.as_deref().unwrap_or_default();

@@ -3,6 +3,7 @@
 //! stacks back. Links and perf event descriptors are owned here: dropping
 //! the session detaches everything.
 
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
@@ -14,10 +15,14 @@ use crate::attach::libbpf_log;
 use crate::attach::target::Target;
 use crate::error::Error;
 use crate::profile::{Mode, SamplingConfig};
-use bpfscope_bpf::profile::types::{bp_key, bp_lost, bp_stacks, bp_target_mode, bp_val};
+use bpfscope_bpf::profile::types::{
+    bp_key, bp_limits, bp_lost, bp_stack_head, bp_stacks, bp_target_mode, bp_val,
+};
 use bpfscope_bpf::profile::{ProfileSkel, ProfileSkelBuilder};
 use bpfscope_bpf::stack::{self, UserFrame};
 use bpfscope_sys::pod;
+
+use super::unwind::{TableMemory, UnwindCounts};
 
 /// One unique (process, kernel stack, user stack) and its weight.
 #[derive(Debug, Clone)]
@@ -37,6 +42,11 @@ pub struct RawStack {
 pub struct KernelLost {
     pub kernel_stacks: u64,
     pub user_stacks: u64,
+    /// Stacks whose 64-bit hash another stack already had.
+    pub collisions: u64,
+    /// Files the file table had no room for (their frames stay raw).
+    pub files: u64,
+    pub unwind: UnwindCounts,
     pub keys: u64,
     pub notifications: u64,
     pub offcpu_starts: u64,
@@ -63,6 +73,8 @@ pub struct ProfileSession<'obj> {
     /// Sampling period in ns (software clocks sample at a fixed period).
     period_ns: u64,
     pub skel: ProfileSkel<'obj>,
+    /// `unwind_entries`, mapped for writing tables into.
+    pub tables: TableMemory,
 }
 
 /// A cgroup v2 directory's id and depth, with `--cgroup` errors as usage errors.
@@ -106,18 +118,21 @@ impl<'obj> ProfileSession<'obj> {
             stacks |= bp_stacks::BP_STACKS_USER.0;
         }
         ro.stacks = stacks;
-        // Unique stacks are fewer than (process, stack) pairs; each build-id
-        // stack entry takes 4 KiB of kernel memory, so size them apart.
+        ro.max_depth = s.max_depth;
+        // Kernel and user stacks share one map; a stack takes 8 bytes per
+        // frame of --max-depth, preallocated.
         let nstacks = (s.max_stacks / 2).max(16);
         open.maps.counts.set_max_entries(s.max_stacks)?;
-        open.maps.kstacks.set_max_entries(nstacks)?;
-        open.maps.ustacks.set_max_entries(nstacks)?;
-        if !s.kernel {
-            open.maps.kstacks.set_max_entries(1)?;
-        }
-        if !s.user {
-            open.maps.ustacks.set_max_entries(1)?;
-        }
+        open.maps.stack_map.set_max_entries(nstacks)?;
+        let frames = s.max_depth.max(bp_limits::BP_KERNEL_DEPTH.0);
+        open.maps
+            .stack_map
+            .set_value_size(std::mem::size_of::<bp_stack_head>() as u32 + 8 * frames)?;
+        open.maps.unwind_entries.set_max_entries(if s.user {
+            s.unwind_entries.max(1)
+        } else {
+            1
+        })?;
         let progs = &mut open.progs;
         progs.bpfscope_prof.set_autoload(s.mode == Mode::Cpu);
         progs.bpfscope_offcpu.set_autoload(s.mode == Mode::OffCpu);
@@ -133,12 +148,14 @@ impl<'obj> ProfileSession<'obj> {
                 libbpf_log::last_error_hint()
             ))
         })?;
+        let tables = TableMemory::map(&skel.maps.unwind_entries)?;
         Ok(ProfileSession {
             links: Vec::new(),
             perf_fds: Vec::new(),
             taken: 0,
             period_ns: 0,
             skel,
+            tables,
         })
     }
 
@@ -160,6 +177,23 @@ impl<'obj> ProfileSession<'obj> {
                 .attach_raw_tracepoint("sched_process_exec")
                 .context("attaching the exec hook")?,
         );
+        self.links.push(
+            self.skel
+                .progs
+                .bpfscope_exit
+                .attach_raw_tracepoint("sched_process_exit")
+                .context("attaching the exit hook")?,
+        );
+        if s.user {
+            // Libraries mapped after exec; without it, their frames wait
+            // for user space to have the mappings read again.
+            match self.skel.progs.bpfscope_mmap.attach() {
+                Ok(l) => self.links.push(l),
+                Err(e) => {
+                    eprintln!("bpfscope: libraries mapped during the run are unwound late: {e}")
+                }
+            }
+        }
         if follow_forks {
             self.links.push(
                 self.skel
@@ -202,6 +236,20 @@ impl<'obj> ProfileSession<'obj> {
         }
     }
 
+    /// Has the kernel side read a process's executable mappings (for the
+    /// unwinder); their count, or None when it could not.
+    pub fn build(&self, pid: u32) -> Option<u32> {
+        let mut ctx = [0u8; 8];
+        ctx[..4].copy_from_slice(&pid.to_ne_bytes());
+        let input = libbpf_rs::ProgramInput {
+            context_in: Some(&mut ctx),
+            ..Default::default()
+        };
+        let out = self.skel.progs.bpfscope_build.test_run(input).ok()?;
+        // The program returns the mapping count, or -1.
+        u32::try_from(out.return_value as i32).ok()
+    }
+
     /// Stops sampling; maps stay readable.
     pub fn detach(&mut self) {
         // A cpu-clock event counts the ns it was enabled; it overflows
@@ -216,9 +264,6 @@ impl<'obj> ProfileSession<'obj> {
     }
 
     pub fn lost(&self) -> Result<KernelLost> {
-        // bpf_get_stackid fails with ENOMEM only when every preallocated
-        // entry is in use; otherwise a loss is a hash slot held by another stack.
-        let full = |m: &dyn MapCore| m.keys().count() as u64 >= u64::from(m.max_entries());
         let map = &self.skel.maps.lost;
         let slot = |i: u32| -> Result<u64> {
             let v = map
@@ -227,9 +272,26 @@ impl<'obj> ProfileSession<'obj> {
                 .unwrap_or_default();
             Ok(v.iter().filter_map(|b| pod::read::<u64>(b)).sum())
         };
+        // Preallocated: an insert fails only when every entry is in use.
+        let m = &self.skel.maps.stack_map;
+        let full = m.keys().count() as u64 >= u64::from(m.max_entries());
         Ok(KernelLost {
             kernel_stacks: slot(bp_lost::BP_LOST_KSTACK.0)?,
             user_stacks: slot(bp_lost::BP_LOST_USTACK.0)?,
+            collisions: slot(bp_lost::BP_LOST_COLLISION.0)?,
+            files: slot(bp_lost::BP_LOST_FILES.0)?,
+            unwind: UnwindCounts {
+                table_frames: slot(bp_lost::BP_UNW_TABLE_FRAMES.0)?,
+                fp_frames: slot(bp_lost::BP_UNW_FP_FRAMES.0)?,
+                end_outermost: slot(bp_lost::BP_UNW_END_OUTERMOST.0)?,
+                end_depth: slot(bp_lost::BP_UNW_END_DEPTH.0)?,
+                end_read: slot(bp_lost::BP_UNW_END_READ.0)?,
+                end_no_rule: slot(bp_lost::BP_UNW_END_NO_RULE.0)?,
+                end_fp: slot(bp_lost::BP_UNW_END_FP.0)?,
+                proc_busy: slot(bp_lost::BP_UNW_PROC_BUSY.0)?,
+                no_proc: slot(bp_lost::BP_UNW_NO_PROC.0)?,
+                rebuilds: slot(bp_lost::BP_UNW_REBUILDS.0)?,
+            },
             keys: slot(bp_lost::BP_LOST_KEYS.0)?,
             notifications: slot(bp_lost::BP_LOST_NOTIFY.0)?,
             offcpu_starts: slot(bp_lost::BP_LOST_OFFCPU.0)?,
@@ -237,16 +299,43 @@ impl<'obj> ProfileSession<'obj> {
             idle: slot(bp_lost::BP_SEEN_IDLE.0)?,
             other: slot(bp_lost::BP_SEEN_OTHER.0)?,
             taken: self.taken,
-            kernel_stack_map_full: full(&self.skel.maps.kstacks),
-            user_stack_map_full: full(&self.skel.maps.ustacks),
+            kernel_stack_map_full: full && self.lost_any(bp_lost::BP_LOST_KSTACK.0),
+            user_stack_map_full: full && self.lost_any(bp_lost::BP_LOST_USTACK.0),
         })
     }
 
-    /// Reads every aggregated stack, resolving stack ids through the stack maps.
+    fn lost_any(&self, i: u32) -> bool {
+        self.skel
+            .maps
+            .lost
+            .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+            .ok()
+            .flatten()
+            .is_some_and(|v| v.iter().filter_map(|b| pod::read::<u64>(b)).sum::<u64>() > 0)
+    }
+
+    /// Every stored stack by key, frames leaf first.
+    fn read_stack_map(&self) -> Result<HashMap<u64, Vec<u64>>> {
+        let m = &self.skel.maps.stack_map;
+        let mut out = HashMap::new();
+        for k in m.keys() {
+            let Some(key) = pod::read::<u64>(&k) else {
+                continue;
+            };
+            let Some(v) = m.lookup(&k, MapFlags::ANY).context("reading a stack")? else {
+                continue;
+            };
+            out.insert(key, stack::stored_frames(&v));
+        }
+        Ok(out)
+    }
+
+    /// Reads every aggregated stack; user frames stay as the kernel stored
+    /// them (file id + offset, or raw addresses) for the caller to resolve.
     pub fn read_stacks(&self) -> Result<Vec<RawStack>> {
         let maps = &self.skel.maps;
-        let mut kcache: std::collections::HashMap<i32, Vec<u64>> = Default::default();
-        let mut ucache: std::collections::HashMap<i32, Vec<UserFrame>> = Default::default();
+        let stored = self.read_stack_map()?;
+        let frames = |k: u64| stored.get(&k).cloned().unwrap_or_default();
         let mut out = Vec::new();
         for kb in maps.counts.keys() {
             let Some(key) = pod::read::<bp_key>(&kb) else {
@@ -262,8 +351,6 @@ impl<'obj> ProfileSession<'obj> {
             let Some(val) = pod::read::<bp_val>(&vb) else {
                 continue;
             };
-            let kernel = cached(&mut kcache, key.kstack, |id| read_kstack(&maps.kstacks, id))?;
-            let user = cached(&mut ucache, key.ustack, |id| read_ustack(&maps.ustacks, id))?;
             let comm: Vec<u8> = val
                 .comm
                 .iter()
@@ -275,45 +362,15 @@ impl<'obj> ProfileSession<'obj> {
                 comm: String::from_utf8_lossy(&comm).into_owned(),
                 count: val.count,
                 value: val.value,
-                kernel,
-                user,
+                kernel: frames(key.kstack),
+                user: frames(key.ustack)
+                    .into_iter()
+                    .map(stack::unwound_frame)
+                    .collect(),
             });
         }
         Ok(out)
     }
-}
-
-/// A stack by id, read from its map once; a negative id is no stack.
-fn cached<T: Clone>(
-    cache: &mut std::collections::HashMap<i32, Vec<T>>,
-    id: i32,
-    read: impl FnOnce(i32) -> Result<Vec<T>>,
-) -> Result<Vec<T>> {
-    if id < 0 {
-        return Ok(Vec::new());
-    }
-    if let Some(v) = cache.get(&id) {
-        return Ok(v.clone());
-    }
-    let v = read(id)?;
-    cache.insert(id, v.clone());
-    Ok(v)
-}
-
-fn read_kstack(map: &dyn MapCore, id: i32) -> Result<Vec<u64>> {
-    Ok(map
-        .lookup(&(id as u32).to_ne_bytes(), MapFlags::ANY)
-        .context("reading a kernel stack")?
-        .map(|b| stack::kernel_frames(&b))
-        .unwrap_or_default())
-}
-
-fn read_ustack(map: &dyn MapCore, id: i32) -> Result<Vec<UserFrame>> {
-    Ok(map
-        .lookup(&(id as u32).to_ne_bytes(), MapFlags::ANY)
-        .context("reading a user stack")?
-        .map(|b| stack::user_frames(&b))
-        .unwrap_or_default())
 }
 
 /// The count of a perf event (read_format 0: one u64).

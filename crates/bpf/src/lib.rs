@@ -52,3 +52,9 @@ unsafe impl Pod for trace::types::bs_agg_val {}
 unsafe impl Pod for profile::types::bp_key {}
 // SAFETY: as above.
 unsafe impl Pod for profile::types::bp_val {}
+// SAFETY: as above.
+unsafe impl Pod for profile::types::bp_note {}
+// SAFETY: as above.
+unsafe impl Pod for profile::types::bp_file {}
+// SAFETY: as above.
+unsafe impl Pod for profile::types::bp_file_key {}

@@ -10,8 +10,44 @@ use bpfscope_sys::buildid;
 pub enum UserFrame {
     /// ELF build id (trimmed to its real length) and file offset.
     BuildId(Vec<u8>, u64),
-    /// The kernel could not read the build id: a raw address.
+    /// The kernel could not read the build id, or the address is in no
+    /// file (anonymous or JIT memory): a raw address.
     Ip(u64),
+    /// The profiler's unwinder: a file by the id the kernel gave it (see
+    /// `bp_note`) and the file offset.
+    File(u32, u64),
+}
+
+/// A `stack_map` value of the profiler: `struct bp_stack_head` (frame
+/// count, check hash), then the frames.
+pub fn stored_frames(b: &[u8]) -> Vec<u64> {
+    let Some(len) = b
+        .get(..4)
+        .and_then(|h| h.try_into().ok())
+        .map(u32::from_ne_bytes)
+    else {
+        return Vec::new();
+    };
+    b.get(8..)
+        .unwrap_or_default()
+        .chunks_exact(8)
+        .take(len as usize)
+        .filter_map(|c| Some(u64::from_ne_bytes(c.try_into().ok()?)))
+        .collect()
+}
+
+/// One user frame of the profiler's unwinder (`enum bp_frame`): bit 63
+/// set is a file id (bits 40-62) and file offset (bits 0-39), clear a raw
+/// address.
+pub fn unwound_frame(f: u64) -> UserFrame {
+    use crate::profile::types::bp_frame;
+    let file_bit = 1u64 << bp_frame::BP_FRAME_FILE_BIT.0;
+    let shift = bp_frame::BP_FRAME_ID_SHIFT.0;
+    if f & file_bit == 0 {
+        return UserFrame::Ip(f);
+    }
+    let id = (f >> shift) & ((1u64 << bp_frame::BP_FRAME_ID_BITS.0) - 1);
+    UserFrame::File(id as u32, f & ((1u64 << shift) - 1))
 }
 
 /// Size of `struct bpf_stack_build_id`: s32 status, u8 build_id[20],
@@ -96,6 +132,19 @@ mod tests {
             ]
         );
         assert!(user_frames(&frame(libbpf_sys::BPF_STACK_BUILD_ID_EMPTY, 0, 1)).is_empty());
+    }
+
+    #[test]
+    fn decodes_unwound_frames() {
+        let f = (1u64 << 63) | (5u64 << 40) | 0x1234;
+        assert_eq!(unwound_frame(f), UserFrame::File(5, 0x1234));
+        assert_eq!(unwound_frame(0x7fff_1234), UserFrame::Ip(0x7fff_1234));
+        let mut b = 2u32.to_ne_bytes().to_vec();
+        b.extend(9u32.to_ne_bytes());
+        for v in [f, 7u64, 8u64] {
+            b.extend(v.to_ne_bytes());
+        }
+        assert_eq!(stored_frames(&b), vec![f, 7]);
     }
 
     #[test]

@@ -2,12 +2,14 @@
 /*
  * bpfscope's profiler. bpfscope_prof runs on a software cpu-clock perf
  * event on every CPU; bpfscope_offcpu runs at every context switch. Both
- * take the current task's kernel stack (plain addresses) and user stack (ELF
- * build id + file offset per frame, BPF_F_STACK_BUILD_ID) into stack maps
- * and count the pair per process in `counts`, so only unique stacks reach
- * user space, once, at the end. The first sample of a process is announced
- * on a ring buffer so user space can snapshot its mappings while it lives
- * (for frames whose build id the kernel could not read).
+ * take the current task's kernel stack (plain addresses) and user stack
+ * (unwound with unwind tables where a file has one, frame pointers where
+ * not: unwind.bpf.h; each frame a file id + file offset) into `stacks`,
+ * keyed by a hash of their frames, and count the pair per process in
+ * `counts`, so only unique stacks reach user space, once, at the end. The
+ * first sample of a process, and the first sighting of a file, are
+ * announced on a ring buffer: user space snapshots the process's mappings
+ * (for paths) and loads the file's unwind table.
  */
 #include "common.h"
 #include "profile.h"
@@ -40,24 +42,17 @@ struct bp_abi {
 	struct bp_key key;
 	struct bp_val val;
 	struct bp_offcpu_start start;
-	struct bp_new_proc new_proc;
+	struct bp_note note;
+	enum bp_note_kind note_kind;
+	enum bp_frame frame;
+	enum bp_file_state file_state;
+	struct bp_stack_head stack_head;
+	struct bp_file file;
+	struct bp_file_key file_key;
+	struct bp_proc proc;
+	struct bp_build_args build_args;
 };
 const volatile struct bp_abi bp_abi_types = {};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 8192); /* sized at load time */
-	__uint(key_size, sizeof(u32));
-	__uint(value_size, BP_MAX_DEPTH * sizeof(u64));
-} kstacks SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 8192); /* sized at load time */
-	__uint(map_flags, BPF_F_STACK_BUILD_ID);
-	__uint(key_size, sizeof(u32));
-	__uint(value_size, BP_MAX_DEPTH * sizeof(struct bpf_stack_build_id));
-} ustacks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -76,7 +71,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 64 << 10);
+	__uint(max_entries, 256 << 10);
 } procs SEC(".maps");
 
 /* Off-CPU: thread id -> when and where it was switched out. */
@@ -96,6 +91,7 @@ struct {
 
 /* `tracked` (track.bpf.h): the tgids profiled in BP_TARGET_TRACKED mode. */
 #include "track.bpf.h"
+#include "unwind.bpf.h"
 
 static __always_inline int bp_target_ok(u32 tgid)
 {
@@ -108,43 +104,20 @@ static __always_inline int bp_target_ok(u32 tgid)
 	return 1;
 }
 
-/*
- * The current task's stacks into key. -EFAULT means there is no such stack
- * (a sample in user mode has no kernel frames, a kernel thread no user
- * frames); any other error is a stack that could not be stored.
- */
+/* The current task's stacks into key (0: none, or not stored and counted). */
 static __always_inline void bp_stacks(void *ctx, struct task_struct *t, struct bp_key *key)
 {
 	struct task_struct___bp *tb = (void *)t;
-	long id;
 
-	if (stacks & BP_STACKS_KERNEL) {
-		id = bpf_get_stackid(ctx, &kstacks, BPF_F_FAST_STACK_CMP);
-		if (id >= 0)
-			key->kstack = id;
-		else if (id != -EFAULT)
-			bs_count(&lost, BP_LOST_KSTACK);
-	}
-	if ((stacks & BP_STACKS_USER) && !(BPF_CORE_READ(tb, flags) & PF_KTHREAD)) {
-		/*
-		 * The only build-id lookup of this program run: the kernel
-		 * resolves build ids for one stack per run and falls back to
-		 * raw addresses for later ones. BPF_F_FAST_STACK_CMP returns
-		 * the id of a stack already stored under the same hash of raw
-		 * addresses before any build id is read, which makes repeated
-		 * stacks (most samples) cheap.
-		 */
-		id = bpf_get_stackid(ctx, &ustacks, BPF_F_USER_STACK | BPF_F_FAST_STACK_CMP);
-		if (id >= 0)
-			key->ustack = id;
-		else if (id != -EFAULT)
-			bs_count(&lost, BP_LOST_USTACK);
-	}
+	if (stacks & BP_STACKS_KERNEL)
+		key->kstack = bp_kernel_stack(ctx);
+	if ((stacks & BP_STACKS_USER) && !(BPF_CORE_READ(tb, flags) & PF_KTHREAD))
+		key->ustack = bp_user_stack(t, key->tgid);
 }
 
 static __always_inline void bp_announce(u32 tgid)
 {
-	struct bp_new_proc *n;
+	struct bp_note *n;
 	u8 one = 1;
 
 	if (bpf_map_lookup_elem(&seen, &tgid))
@@ -156,8 +129,9 @@ static __always_inline void bp_announce(u32 tgid)
 		bs_count(&lost, BP_LOST_NOTIFY);
 		return;
 	}
+	__builtin_memset(n, 0, sizeof(*n));
+	n->kind = BP_NOTE_PROC;
 	n->tgid = tgid;
-	n->pad = 0;
 	bpf_ringbuf_submit(n, 0);
 }
 
@@ -187,7 +161,7 @@ SEC("perf_event")
 int bpfscope_prof(struct bpf_perf_event_data *ctx)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
-	struct bp_key key = { .kstack = -1, .ustack = -1 };
+	struct bp_key key = {};
 
 	bs_count(&lost, BP_SEEN_RUNS);
 	/* The idle task: not work anyone asked about. */
@@ -223,8 +197,6 @@ int BPF_PROG(bpfscope_offcpu, _Bool preempt, struct task_struct *prev, struct ta
 		struct bp_offcpu_start s = { .ts_ns = now };
 
 		s.key.tgid = prev->tgid;
-		s.key.kstack = -1;
-		s.key.ustack = -1;
 		bp_stacks(ctx, bpf_get_current_task_btf(), &s.key);
 		if (bpf_map_update_elem(&starts, &tid, &s, BPF_ANY))
 			bs_count(&lost, BP_LOST_OFFCPU);
@@ -245,8 +217,8 @@ int BPF_PROG(bpfscope_offcpu, _Bool preempt, struct task_struct *prev, struct ta
 }
 
 /*
- * After exec a process maps other files: forget that it was announced, so
- * its next sample announces it again and user space snapshots the new image.
+ * After exec a process maps other files: forget that it was announced and
+ * its mappings, so its next sample reads them again and announces it.
  */
 SEC("raw_tp/sched_process_exec")
 int bpfscope_exec(void *ctx)
@@ -254,6 +226,80 @@ int bpfscope_exec(void *ctx)
 	u32 tgid = bpf_get_current_task_btf()->tgid;
 
 	bpf_map_delete_elem(&seen, &tgid);
+	bpf_map_delete_elem(&procmaps, &tgid);
+	/* The new image and its dynamic loader are mapped by now; libraries
+	 * follow through mmap (bpfscope_mmap). */
+	if ((stacks & BP_STACKS_USER) && bp_target_ok(tgid))
+		bp_build_proc(bpf_get_current_task_btf(), tgid);
+	return 0;
+}
+
+struct sys_exit_ctx___bp {
+	u64 common;
+	long syscall_nr;
+	long ret;
+};
+
+/*
+ * After an mmap that made executable memory (ld.so mapping a library's
+ * code, dlopen) in a process whose mappings are known: read them again,
+ * here, where interrupts are on, before its next sample needs them.
+ */
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int bpfscope_mmap(struct sys_exit_ctx___bp *ctx)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct bpf_iter_task_vma it;
+	struct vm_area_struct *v;
+	u32 tgid = t->tgid;
+	int exec = 0;
+
+	if ((unsigned long)ctx->ret >= (unsigned long)-4095)
+		return 0;
+	if (!bpf_map_lookup_elem(&procmaps, &tgid) || !bpf_ksym_exists(bpf_iter_task_vma_new))
+		return 0;
+	if (!bpf_iter_task_vma_new(&it, t, ctx->ret)) {
+		v = bpf_iter_task_vma_next(&it);
+		exec = v && v->vm_start <= (unsigned long)ctx->ret && (v->vm_flags & VM_EXEC);
+	}
+	bpf_iter_task_vma_destroy(&it);
+	if (exec)
+		bp_build_proc(t, tgid);
+	return 0;
+}
+
+extern struct task_struct *bpf_task_from_pid(__s32 pid) __weak __ksym;
+extern void bpf_task_release(struct task_struct *p) __weak __ksym;
+
+/* Run by user space (BPF_PROG_TEST_RUN): read a process's mappings. */
+SEC("syscall")
+int bpfscope_build(struct bp_build_args *args)
+{
+	struct task_struct *t;
+	struct bp_proc *p;
+	int n = -1;
+
+	if (!bpf_ksym_exists(bpf_task_from_pid))
+		return -1;
+	t = bpf_task_from_pid(args->pid);
+	if (!t)
+		return -1;
+	p = bp_build_proc(t, t->tgid);
+	if (p)
+		n = p->n;
+	bpf_task_release(t);
+	return n;
+}
+
+/* A process's mappings go with its last thread. */
+SEC("raw_tp/sched_process_exit")
+int bpfscope_exit(void *ctx)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	u32 tgid = t->tgid;
+
+	if (t->pid == tgid)
+		bpf_map_delete_elem(&procmaps, &tgid);
 	return 0;
 }
 

@@ -10,17 +10,38 @@
 
 enum bp_limits {
 	BP_COMM_LEN = 16,
-	/* Frames per stack; the kernel's default perf_event_max_stack. */
+	/* Default frames per stack: the kernel's default perf_event_max_stack. */
 	BP_MAX_DEPTH = 127,
+	/* The most --max-depth allows (a power of two: indexes are masked). */
+	BP_DEPTH_LIMIT = 1024,
+	/* Kernel frames per stack (bpf_get_stack's own limit). */
+	BP_KERNEL_DEPTH = 127,
+	/* Executable mappings per process the unwinder knows (a power of two). */
+	BP_MAX_MAPPINGS = 256,
 	BP_BUILD_ID_SIZE = 20,
 };
 
-/* Aggregation key. A stack id below zero means "no such stack". */
+/*
+ * A user frame as the unwinder stores it: bit 63 set means a file frame,
+ * the file's id (bits 40-62, from `files`) and the file offset (bits 0-39);
+ * bit 63 clear is a raw address (anonymous or JIT memory, or a process
+ * whose mappings are unknown).
+ */
+enum bp_frame {
+	BP_FRAME_FILE_BIT = 63,
+	BP_FRAME_ID_SHIFT = 40,
+	BP_FRAME_ID_BITS = 23,
+};
+
+/*
+ * Aggregation key. Stacks are keyed by a 64-bit hash of their frames in
+ * `stack_map`; 0 means "no such stack".
+ */
 struct bp_key {
 	__u32 tgid;
-	__s32 kstack;
-	__s32 ustack;
 	__u32 pad;
+	__u64 kstack;
+	__u64 ustack;
 };
 
 struct bp_val {
@@ -32,22 +53,109 @@ struct bp_val {
 	char comm[BP_COMM_LEN];
 };
 
+/*
+ * A value of `stack_map`: the frame count, a second hash of the frames (a
+ * stack whose 64-bit key matches but whose length or check differs is a
+ * collision, counted as BP_LOST_COLLISION), then `len` frames, leaf first.
+ */
+struct bp_stack_head {
+	__u32 len;
+	__u32 check;
+};
+
+struct bp_stack_buf {
+	struct bp_stack_head head;
+	__u64 frames[BP_DEPTH_LIMIT];
+};
+
+/* A file as the kernel names it: its inode's device and number. */
+struct bp_file_key {
+	__u64 dev;
+	__u64 ino;
+};
+
+enum bp_file_state {
+	/* Seen by the kernel, announced, not yet looked at by user space. */
+	BP_FILE_PENDING = 0,
+	/* Unwind table loaded: entries [table_start, table_start + table_len). */
+	BP_FILE_TABLE = 1,
+	/* No usable unwind information: frame pointers only. */
+	BP_FILE_NO_TABLE = 2,
+};
+
+struct bp_file {
+	/* The id in file frames (from 1), assigned by the kernel side. */
+	__u32 id;
+	__u32 state;
+	__u32 table_start;
+	__u32 table_len;
+	/* Table address = file offset + bias (ELF vaddr - offset - table base). */
+	__s64 bias;
+};
+
+/* One executable mapping of a process. */
+struct bp_mapping {
+	__u64 start;
+	__u64 end;
+	/* File offset of start. */
+	__u64 pgoff;
+	/* Zero for anonymous memory. */
+	struct bp_file_key file;
+};
+
+/*
+ * A process's executable mappings, sorted by address, read in the kernel
+ * from its VMAs (unwind.bpf.h says when).
+ */
+struct bp_proc {
+	__u32 n;
+	/* More executable mappings than BP_MAX_MAPPINGS. */
+	__u32 truncated;
+	__u64 built_ns;
+	/* When a sample last found a frame outside them (0: never). */
+	__u64 stale;
+	struct bp_mapping m[BP_MAX_MAPPINGS];
+};
+
+/* Ring buffer records. */
+enum bp_note_kind {
+	/* A process was sampled for the first time (or after exec). */
+	BP_NOTE_PROC = 1,
+	/* A file was seen for the first time: its table is wanted. */
+	BP_NOTE_FILE = 2,
+	/* A sample's frame fell outside the process's known mappings. */
+	BP_NOTE_STALE = 3,
+};
+
+/* bpfscope_build's context: the process whose mappings to read. */
+struct bp_build_args {
+	__u32 pid;
+	__u32 pad;
+};
+
+struct bp_note {
+	__u32 kind;
+	__u32 tgid;
+	__u32 file_id;
+	__u32 pad;
+	/* BP_NOTE_FILE: the mapping it was seen in, to open it by. */
+	__u64 start;
+	__u64 end;
+	__u64 pgoff;
+	struct bp_file_key file;
+};
+
 /* Off-CPU: where a thread was when it was switched out. */
 struct bp_offcpu_start {
 	__u64 ts_ns;
 	struct bp_key key;
 };
 
-/* Ring buffer record: a process was sampled for the first time. */
-struct bp_new_proc {
-	__u32 tgid;
-	__u32 pad;
-};
 
 enum bp_lost {
-	/* A kernel stack could not be stored (map full or hash collision). */
+	/* A kernel stack could not be stored: `stack_map` was full. */
 	BP_LOST_KSTACK = 0,
-	/* A user stack could not be stored. */
+	/* A user stack could not be stored: `stack_map` was full. */
 	BP_LOST_USTACK = 1,
 	/* The aggregation map was full. */
 	BP_LOST_KEYS = 2,
@@ -61,7 +169,22 @@ enum bp_lost {
 	BP_SEEN_RUNS = 5,
 	BP_SEEN_IDLE = 6,
 	BP_SEEN_OTHER = 7,
-	BP_LOST_NR = 8,
+	/* Two different stacks with the same 64-bit hash: the later one is lost. */
+	BP_LOST_COLLISION = 8,
+	/* The file table (`files`) was full: frames of new files stay raw. */
+	BP_LOST_FILES = 9,
+	/* How user stacks were unwound and why they ended (not losses). */
+	BP_UNW_TABLE_FRAMES = 10, /* frames stepped through with an unwind table */
+	BP_UNW_FP_FRAMES = 11,    /* frames stepped through with frame pointers */
+	BP_UNW_END_OUTERMOST = 12, /* ended at a frame with no caller (_start, clone) */
+	BP_UNW_END_DEPTH = 13,    /* cut at --max-depth */
+	BP_UNW_END_READ = 14,     /* a stack read failed (paged out, or a bad rule) */
+	BP_UNW_END_NO_RULE = 15,  /* no table entry and no frame pointer */
+	BP_UNW_END_FP = 16,       /* a frame-pointer walk ended (null or bad frame) */
+	BP_UNW_PROC_BUSY = 17,    /* mappings could not be read (the iterator refused) */
+	BP_UNW_NO_PROC = 18,      /* samples unwound without the process's mappings */
+	BP_UNW_REBUILDS = 19,     /* process mapping tables built or rebuilt */
+	BP_LOST_NR = 20,
 };
 
 enum bp_target_mode {

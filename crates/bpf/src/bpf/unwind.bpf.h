@@ -1,0 +1,660 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The user-stack unwinder of profile.bpf.c. Code without frame pointers is
+ * walked with its file's unwind table (compiled from .eh_frame by the
+ * bpfscope-unwind crate; its documentation has the entry layout, and
+ * `lookup_in_bytes` there is the reference for bp_rule below). Tables live
+ * in one array, `unwind_entries`, one slice per file, keyed by the file's
+ * inode, so every process mapping a file shares one copy. A process's
+ * executable mappings are read in the kernel from its VMAs (the task_vma
+ * iterator) at its first sample, so tables of files seen before are in use
+ * from a new process's first sample, and frames are stored as (file id,
+ * file offset) at sample time: nothing about a short-lived process needs
+ * to be read from /proc after it is gone.
+ *
+ * One frame per bpf_loop callback, with all state in per-CPU scratch maps
+ * reached through the callback context (kernels before 6.7 verify a
+ * callback as if it ran once; see filter.bpf.h).
+ */
+#ifndef BPFSCOPE_UNWIND_BPF_H
+#define BPFSCOPE_UNWIND_BPF_H
+
+#define VM_EXEC 0x4
+#define BP_FRAME_FILE (1ULL << BP_FRAME_FILE_BIT)
+#define BP_FRAME_OFFSET_MASK ((1ULL << BP_FRAME_ID_SHIFT) - 1)
+#define BP_FRAME_ID_MASK ((1ULL << BP_FRAME_ID_BITS) - 1)
+/* A process whose frames fall outside its known mappings (dlopen) is
+ * announced for a re-read at most this often. */
+#define BP_REBUILD_NS 10000000ULL
+
+/* Entry kinds (bpfscope-unwind's rule::kind). */
+#define K_GAP 0
+#define K_RSP 1
+#define K_RSP_X8 2
+#define K_RBP 3
+#define K_REGISTER 4
+#define K_PLT 5
+#define K_DEREF_RSP 6
+#define K_DEREF_RBP 7
+#define K_SIGCONTEXT 8
+#define K_SIGNAL_FRAME (1 << 4)
+#define K_RA_UNDEFINED (1 << 5)
+#define K_RBP_SHIFT 6
+#define K_RBP_AT_CFA 1
+#define K_RBP_AT_RBP 2
+#define K_RBP_LOST 3
+/* Offsets into the kernel's signal frame (rule::SIGCONTEXT_*). */
+#define SIGCONTEXT_RBP (40 + 10 * 8)
+#define SIGCONTEXT_RSP (40 + 15 * 8)
+#define SIGCONTEXT_RIP (40 + 16 * 8)
+
+struct vm_area_struct {
+	unsigned long vm_start;
+	unsigned long vm_end;
+	unsigned long vm_flags;
+	unsigned long vm_pgoff;
+	struct file___bp *vm_file;
+} __attribute__((preserve_access_index));
+
+struct super_block___bp {
+	unsigned int s_dev;
+} __attribute__((preserve_access_index));
+
+struct inode___bp {
+	unsigned long i_ino;
+	struct super_block___bp *i_sb;
+} __attribute__((preserve_access_index));
+
+struct file___bp {
+	struct inode___bp *f_inode;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter_task_vma {
+	__u64 __opaque[1];
+} __attribute__((aligned(8)));
+
+extern int bpf_iter_task_vma_new(struct bpf_iter_task_vma *it, struct task_struct *task,
+				 __u64 addr) __weak __ksym;
+extern struct vm_area_struct *bpf_iter_task_vma_next(struct bpf_iter_task_vma *it) __weak __ksym;
+extern void bpf_iter_task_vma_destroy(struct bpf_iter_task_vma *it) __weak __ksym;
+
+/* Frames deeper than this are cut (and counted); at most BP_DEPTH_LIMIT. */
+const volatile u32 max_depth = BP_MAX_DEPTH;
+
+/* Every file's table, one slice each (sized and filled by user space through mmap). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1); /* sized at load time */
+	__type(key, u32);
+	__type(value, u64);
+} unwind_entries SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192); /* sized at load time */
+	__type(key, struct bp_file_key);
+	__type(value, struct bp_file);
+} files SEC(".maps");
+
+/* tgid -> executable mappings; allocated as processes are sampled. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, struct bp_proc);
+} procmaps SEC(".maps");
+
+/* `stack_map`: every stack, kernel and user, by the 64-bit hash of its frames. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192); /* sized at load time */
+	__uint(key_size, sizeof(u64));
+	__uint(value_size, sizeof(struct bp_stack_buf)); /* sized at load time */
+} stack_map SEC(".maps");
+
+/* The unwinder's registers and the stack being built. */
+struct bp_unwind {
+	u64 pc, sp, bp;
+	u64 h1, h2;
+	u32 depth;
+	/* bp holds the frame's RBP (not lost on the way up). */
+	u32 bp_valid;
+	/* pc is where the frame was interrupted, not a return address. */
+	u32 exact;
+	/* pc came from registers or a table rule, not a frame-pointer guess. */
+	u32 trusted;
+	u32 tgid;
+	u32 pad;
+	/* Binary search bounds, kept in memory so that the verifier does not
+	 * follow every path of a search with concrete bounds. */
+	u32 lo, hi;
+	/* The first frame's registers, in struct pt_regs order. */
+	u64 regs[21];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct bp_unwind);
+} unwind_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct bp_stack_buf);
+} stack_buf SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct bp_proc);
+} proc_buf SEC(".maps");
+
+/* The next file id; ids start at 1. */
+u32 next_file_id = 0;
+
+static __always_inline void bp_hash(struct bp_unwind *u, u64 frame)
+{
+	u->h1 = (u->h1 ^ frame) * 0x100000001b3ULL;
+	u->h2 = (u->h2 + frame) * 0x9e3779b97f4a7c15ULL;
+	u->h2 ^= u->h2 >> 29;
+}
+
+/*
+ * Stores buf (len frames, hashed into u) in `stack_map`; the stack's key, or
+ * 0 when it could not be stored (counted under lost_slot or as a collision).
+ */
+static __always_inline u64 bp_store(struct bp_stack_buf *buf, struct bp_unwind *u, u32 len,
+				    u32 lost_slot)
+{
+	struct bp_stack_head *old;
+	u64 key = u->h1 ^ len;
+	u32 check = (u32)(u->h2 >> 32) ^ (u32)u->h2;
+
+	if (!key)
+		key = 1;
+	buf->head.len = len;
+	buf->head.check = check;
+	old = bpf_map_lookup_elem(&stack_map, &key);
+	if (old) {
+		if (old->len != len || old->check != check) {
+			bs_count(&lost, BP_LOST_COLLISION);
+			return 0;
+		}
+		return key;
+	}
+	/* -EEXIST: another CPU stored it first. */
+	if (bpf_map_update_elem(&stack_map, &key, buf, BPF_NOEXIST) && !bpf_map_lookup_elem(&stack_map, &key)) {
+		bs_count(&lost, lost_slot);
+		return 0;
+	}
+	return key;
+}
+
+/* The kernel stack of this sample, stored; 0 when there is none. */
+static __always_inline u64 bp_kernel_stack(void *ctx)
+{
+	u32 zero = 0, kdepth = max_depth < BP_KERNEL_DEPTH ? max_depth : BP_KERNEL_DEPTH;
+	struct bp_stack_buf *buf = bpf_map_lookup_elem(&stack_buf, &zero);
+	struct bp_unwind *u = bpf_map_lookup_elem(&unwind_state, &zero);
+	long n;
+
+	if (!buf || !u)
+		return 0;
+	n = bpf_get_stack(ctx, buf->frames, kdepth * sizeof(u64), 0);
+	if (n <= 0)
+		return 0;
+	n /= sizeof(u64);
+	u->h1 = 0xcbf29ce484222325ULL;
+	u->h2 = 1;
+	for (int i = 0; i < BP_KERNEL_DEPTH; i++) {
+		if (i >= n)
+			break;
+		bp_hash(u, buf->frames[i]);
+	}
+	return bp_store(buf, u, n, BP_LOST_KSTACK);
+}
+
+/* The file id of a mapping's file, announcing files seen for the first time. */
+static __always_inline void bp_see_file(u32 tgid, struct bp_mapping *m)
+{
+	struct bp_file f = {};
+	struct bp_note *n;
+
+	if (bpf_map_lookup_elem(&files, &m->file))
+		return;
+	f.id = __sync_fetch_and_add(&next_file_id, 1) + 1;
+	f.state = BP_FILE_PENDING;
+	if (f.id > BP_FRAME_ID_MASK) {
+		bs_count(&lost, BP_LOST_FILES);
+		return;
+	}
+	if (bpf_map_update_elem(&files, &m->file, &f, BPF_NOEXIST)) {
+		if (!bpf_map_lookup_elem(&files, &m->file))
+			bs_count(&lost, BP_LOST_FILES);
+		return;
+	}
+	n = bpf_ringbuf_reserve(&procs, sizeof(*n), 0);
+	if (!n) {
+		bs_count(&lost, BP_LOST_NOTIFY);
+		return;
+	}
+	n->kind = BP_NOTE_FILE;
+	n->tgid = tgid;
+	n->file_id = f.id;
+	n->pad = 0;
+	n->start = m->start;
+	n->end = m->end;
+	n->pgoff = m->pgoff;
+	n->file = m->file;
+	bpf_ringbuf_submit(n, 0);
+}
+
+struct bp_see_ctx {
+	struct bp_proc *p;
+	u32 tgid;
+};
+
+static int bp_see_step(u64 i, struct bp_see_ctx *c)
+{
+	struct bp_mapping *m;
+
+	if (i >= c->p->n || i >= BP_MAX_MAPPINGS)
+		return 1;
+	m = &c->p->m[i & (BP_MAX_MAPPINGS - 1)];
+	if (m->file.ino)
+		bp_see_file(c->tgid, m);
+	return 0;
+}
+
+/*
+ * Reads a process's executable mappings from its VMAs into `procmaps`.
+ * The task_vma iterator refuses contexts with interrupts off (the sampler
+ * runs in one), so this runs at exec, after an mmap that made executable
+ * memory, and when user space asks (bpfscope_build); the sampler only reads
+ * the result. NULL when the kernel lacks the iterator (before 6.7) or
+ * refused it.
+ */
+static __noinline struct bp_proc *bp_build_proc(struct task_struct *t, u32 tgid)
+{
+	struct bpf_iter_task_vma it;
+	struct vm_area_struct *vma;
+	struct bp_see_ctx c = {};
+	struct bp_proc *p;
+	u32 zero = 0;
+
+	if (!bpf_ksym_exists(bpf_iter_task_vma_new))
+		return NULL;
+	p = bpf_map_lookup_elem(&proc_buf, &zero);
+	if (!p)
+		return NULL;
+	if (bpf_iter_task_vma_new(&it, t, 0)) {
+		bpf_iter_task_vma_destroy(&it);
+		bs_count(&lost, BP_UNW_PROC_BUSY);
+		return NULL;
+	}
+	p->n = 0;
+	p->truncated = 0;
+	while ((vma = bpf_iter_task_vma_next(&it))) {
+		struct vm_area_struct *v = vma;
+		struct bp_mapping *m;
+		struct file___bp *file;
+		/* Counted in the map value, not a register, so the verifier
+		 * sees one loop body instead of one per mapping. */
+		u32 n = p->n;
+
+		if (!(v->vm_flags & VM_EXEC))
+			continue;
+		if (n >= BP_MAX_MAPPINGS) {
+			p->truncated = 1;
+			break;
+		}
+		m = &p->m[n & (BP_MAX_MAPPINGS - 1)];
+		m->start = v->vm_start;
+		m->end = v->vm_end;
+		m->pgoff = v->vm_pgoff << 12;
+		file = v->vm_file;
+		if (file) {
+			m->file.ino = BPF_CORE_READ(file, f_inode, i_ino);
+			m->file.dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev);
+		} else {
+			m->file.ino = 0;
+			m->file.dev = 0;
+		}
+		p->n = n + 1;
+	}
+	bpf_iter_task_vma_destroy(&it);
+	p->built_ns = bpf_ktime_get_ns();
+	p->stale = 0;
+	/* Files after the lock is gone: announcing takes the ring buffer. */
+	c.p = p;
+	c.tgid = tgid;
+	bpf_loop(BP_MAX_MAPPINGS, bp_see_step, &c, 0);
+	bs_count(&lost, BP_UNW_REBUILDS);
+	if (bpf_map_update_elem(&procmaps, &tgid, p, BPF_ANY))
+		return NULL;
+	return bpf_map_lookup_elem(&procmaps, &tgid);
+}
+
+/* The mapping holding pc: the last one starting at or below it. */
+static __always_inline struct bp_mapping *bp_find_mapping(struct bp_unwind *u, struct bp_proc *p,
+							  u64 pc)
+{
+	struct bp_mapping *m;
+	u32 lo;
+
+	u->lo = 0;
+	u->hi = p->n < BP_MAX_MAPPINGS ? p->n : BP_MAX_MAPPINGS;
+	for (int i = 0; i < 10; i++) {
+		u32 mid;
+
+		if (u->lo >= u->hi)
+			break;
+		mid = (u->lo + u->hi) / 2;
+		if (p->m[mid & (BP_MAX_MAPPINGS - 1)].start <= pc)
+			u->lo = mid + 1;
+		else
+			u->hi = mid;
+	}
+	lo = u->lo;
+	if (!lo)
+		return NULL;
+	m = &p->m[(lo - 1) & (BP_MAX_MAPPINGS - 1)];
+	return pc < m->end ? m : NULL;
+}
+
+/* The table entry for a table address: the last entry at or below it. */
+static __always_inline u64 bp_rule(struct bp_unwind *u, struct bp_file *f, u64 addr)
+{
+	u32 start = f->table_start, lo;
+	u64 *e;
+
+	if (addr > 0xffffffffULL)
+		return 0;
+	u->lo = start;
+	u->hi = start + f->table_len;
+	for (int i = 0; i < 26; i++) {
+		u32 mid;
+
+		if (u->lo >= u->hi)
+			break;
+		mid = u->lo + (u->hi - u->lo) / 2;
+		e = bpf_map_lookup_elem(&unwind_entries, &mid);
+		if (!e)
+			return 0;
+		if ((u32)*e <= (u32)addr)
+			u->lo = mid + 1;
+		else
+			u->hi = mid;
+	}
+	lo = u->lo;
+	if (lo == start)
+		return 0;
+	lo--;
+	e = bpf_map_lookup_elem(&unwind_entries, &lo);
+	return e ? *e : 0;
+}
+
+static __always_inline int bp_read(u64 *dst, u64 addr)
+{
+	return bpf_probe_read_user(dst, sizeof(*dst), (void *)addr);
+}
+
+/* A DWARF register's value in the first frame (struct pt_regs order). */
+static __always_inline int bp_dwarf_reg(struct bp_unwind *u, u32 reg, u64 *out)
+{
+	u32 slot;
+
+	switch (reg) {
+	case 0: slot = 10; break; /* rax */
+	case 1: slot = 12; break; /* rdx */
+	case 2: slot = 11; break; /* rcx */
+	case 3: slot = 5; break;  /* rbx */
+	case 4: slot = 13; break; /* rsi */
+	case 5: slot = 14; break; /* rdi */
+	case 8: slot = 9; break;
+	case 9: slot = 8; break;
+	case 10: slot = 7; break;
+	case 11: slot = 6; break;
+	case 12: slot = 3; break;
+	case 13: slot = 2; break;
+	case 14: slot = 1; break;
+	case 15: slot = 0; break;
+	default: return -1;
+	}
+	/* Keeps the bound visible to the verifier after the compiler's folding. */
+	asm volatile("" : "+r"(slot));
+	if (slot >= 21)
+		return -1;
+	*out = u->regs[slot];
+	return 0;
+}
+
+struct bp_uctx {
+	struct bp_unwind *u;
+	struct bp_stack_buf *buf;
+	struct bp_proc *p;
+};
+
+/*
+ * A frame the process's mappings do not cover (a library mapped since they
+ * were read): ask user space to have them read again, at most once per
+ * BP_REBUILD_NS.
+ */
+static __always_inline void bp_stale(struct bp_proc *p, u32 tgid)
+{
+	struct bp_note *n;
+	u64 now = bpf_ktime_get_ns();
+
+	if (p->stale && now - p->stale < BP_REBUILD_NS)
+		return;
+	p->stale = now;
+	n = bpf_ringbuf_reserve(&procs, sizeof(*n), 0);
+	if (!n) {
+		bs_count(&lost, BP_LOST_NOTIFY);
+		return;
+	}
+	__builtin_memset(n, 0, sizeof(*n));
+	n->kind = BP_NOTE_STALE;
+	n->tgid = tgid;
+	bpf_ringbuf_submit(n, 0);
+}
+
+/* One step up by frame pointers; 1 when the walk ends. */
+static __always_inline int bp_fp_step(struct bp_unwind *u)
+{
+	u64 next_bp, ra;
+
+	if (!u->bp_valid || u->bp < u->sp || (u->bp & 7)) {
+		bs_count(&lost, BP_UNW_END_FP);
+		return 1;
+	}
+	if (bp_read(&next_bp, u->bp) || bp_read(&ra, u->bp + 8) || !ra) {
+		bs_count(&lost, BP_UNW_END_FP);
+		return 1;
+	}
+	bs_count(&lost, BP_UNW_FP_FRAMES);
+	u->sp = u->bp + 16;
+	u->bp = next_bp;
+	u->pc = ra;
+	u->exact = 0;
+	u->trusted = 0;
+	return 0;
+}
+
+/* One step up by a table rule (entry e); 1 when the walk ends. */
+static __always_inline int bp_table_step(struct bp_unwind *u, u64 e)
+{
+	u32 w = e >> 32;
+	u32 arg = w & 0xffff;
+	u32 kb = (w >> 16) & 0xff;
+	s64 aux = (__s8)(w >> 24);
+	u64 cfa, ra, v;
+
+	switch (kb & 0xf) {
+	case K_RSP:
+		cfa = u->sp + arg;
+		break;
+	case K_RSP_X8:
+		cfa = u->sp + (u64)arg * 8;
+		break;
+	case K_RBP:
+		if (!u->bp_valid)
+			goto no_rule;
+		cfa = u->bp + arg;
+		break;
+	case K_REGISTER:
+		/* Only the interrupted frame's registers are known. */
+		if (u->depth != 1 || bp_dwarf_reg(u, (w >> 24) & 0xff, &v))
+			goto no_rule;
+		cfa = v + arg;
+		break;
+	case K_PLT:
+		cfa = u->sp + arg + (((u->pc & 15) >= ((w >> 24) & 0xff)) ? 8 : 0);
+		break;
+	case K_DEREF_RSP:
+	case K_DEREF_RBP:
+		v = (kb & 0xf) == K_DEREF_RSP ? u->sp : u->bp;
+		if ((kb & 0xf) == K_DEREF_RBP && !u->bp_valid)
+			goto no_rule;
+		if (bp_read(&cfa, v + (s64)(__s8)(arg & 0xff) * 8))
+			goto read_failed;
+		cfa += (u64)(arg >> 8) * 8;
+		break;
+	case K_SIGCONTEXT:
+		/* The handler returned here: the interrupted registers are in
+		 * the ucontext at RSP. */
+		if (bp_read(&u->pc, u->sp + SIGCONTEXT_RIP) ||
+		    bp_read(&u->bp, u->sp + SIGCONTEXT_RBP) ||
+		    bp_read(&u->sp, u->sp + SIGCONTEXT_RSP))
+			goto read_failed;
+		u->bp_valid = 1;
+		u->exact = 1;
+		u->trusted = 1;
+		bs_count(&lost, BP_UNW_TABLE_FRAMES);
+		return 0;
+	default:
+		goto no_rule;
+	}
+	if (kb & K_RA_UNDEFINED) {
+		bs_count(&lost, BP_UNW_END_OUTERMOST);
+		return 1;
+	}
+	/* The caller's stack is above the callee's. */
+	if (cfa <= u->sp)
+		goto read_failed;
+	if (bp_read(&ra, cfa - 8))
+		goto read_failed;
+	switch (kb >> K_RBP_SHIFT) {
+	case K_RBP_AT_CFA:
+		if (bp_read(&u->bp, cfa + aux * 8))
+			goto read_failed;
+		u->bp_valid = 1;
+		break;
+	case K_RBP_AT_RBP:
+		if (!u->bp_valid || bp_read(&u->bp, u->bp + aux * 8))
+			goto read_failed;
+		break;
+	case K_RBP_LOST:
+		u->bp_valid = 0;
+		break;
+	}
+	bs_count(&lost, BP_UNW_TABLE_FRAMES);
+	u->sp = cfa;
+	u->pc = ra;
+	u->exact = 0;
+	u->trusted = 1;
+	return 0;
+no_rule:
+	bs_count(&lost, BP_UNW_END_NO_RULE);
+	return 1;
+read_failed:
+	bs_count(&lost, BP_UNW_END_READ);
+	return 1;
+}
+
+/* One frame: record pc, then step to the caller. */
+static int bp_unwind_step(u64 i, struct bp_uctx *c)
+{
+	struct bp_unwind *u = c->u;
+	struct bp_stack_buf *buf = c->buf;
+	struct bp_mapping *m = NULL;
+	struct bp_file *f = NULL;
+	u64 pc = u->pc, frame = pc, fo = 0, e;
+	u32 d = u->depth;
+
+	if (!pc)
+		return 1;
+	if (d >= max_depth || d >= BP_DEPTH_LIMIT) {
+		bs_count(&lost, BP_UNW_END_DEPTH);
+		return 1;
+	}
+	if (c->p) {
+		m = bp_find_mapping(u, c->p, pc);
+		if (!m && u->trusted)
+			bp_stale(c->p, u->tgid);
+	}
+	if (m && m->file.ino) {
+		fo = pc - m->start + m->pgoff;
+		f = bpf_map_lookup_elem(&files, &m->file);
+		if (f)
+			frame = BP_FRAME_FILE | ((u64)(f->id & BP_FRAME_ID_MASK) << BP_FRAME_ID_SHIFT) |
+				(fo & BP_FRAME_OFFSET_MASK);
+	}
+	buf->frames[d & (BP_DEPTH_LIMIT - 1)] = frame;
+	u->depth = d + 1;
+	bp_hash(u, frame);
+
+	if (f && f->state == BP_FILE_TABLE) {
+		/* A return address is one past its call, which may be the
+		 * function's last instruction: look up the call. */
+		e = bp_rule(u, f, fo + f->bias - (u->exact ? 0 : 1));
+		if (((e >> 48) & 0xf) != K_GAP)
+			return bp_table_step(u, e);
+		/* No FDE covers it (hand-written code): try the frame pointer. */
+	}
+	return bp_fp_step(u);
+}
+
+/* The current task's user stack, unwound and stored; 0 when there is none. */
+static __always_inline u64 bp_user_stack(struct task_struct *t, u32 tgid)
+{
+	u32 zero = 0;
+	struct bp_unwind *u = bpf_map_lookup_elem(&unwind_state, &zero);
+	struct bp_stack_buf *buf = bpf_map_lookup_elem(&stack_buf, &zero);
+	struct bp_uctx c = {};
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	struct bp_proc *p;
+
+	if (!u || !buf || !regs)
+		return 0;
+	if (bpf_probe_read_kernel(u->regs, sizeof(u->regs), regs))
+		return 0;
+	u->pc = u->regs[16];
+	u->sp = u->regs[19];
+	u->bp = u->regs[4];
+	u->bp_valid = 1;
+	u->exact = 1;
+	u->trusted = 1;
+	u->depth = 0;
+	u->tgid = tgid;
+	u->h1 = 0x84222325cbf29ce4ULL;
+	u->h2 = 2;
+	p = bpf_map_lookup_elem(&procmaps, &tgid);
+	if (!p)
+		bs_count(&lost, BP_UNW_NO_PROC);
+	c.u = u;
+	c.buf = buf;
+	c.p = p;
+	bpf_loop(BP_DEPTH_LIMIT, bp_unwind_step, &c, 0);
+	if (!u->depth)
+		return 0;
+	return bp_store(buf, u, u->depth, BP_LOST_USTACK);
+}
+
+#endif /* BPFSCOPE_UNWIND_BPF_H */

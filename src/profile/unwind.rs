@@ -1,0 +1,236 @@
+//! Unwind tables for the profiler's in-kernel unwinder (unwind.bpf.h): when
+//! the kernel side sees a file for the first time it announces it; here the
+//! file's `.eh_frame` is compiled (bpfscope-unwind), written into the
+//! `unwind_entries` array through a shared mapping, and the file's entry in
+//! `files` is switched from pending to its table. One table per build id,
+//! shared by every process and every inode with that content.
+
+use std::collections::HashMap;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
+
+use bpfscope_bpf::profile::types::{bp_file, bp_file_key, bp_file_state, bp_note};
+use bpfscope_unwind::Entry;
+
+use super::maps::Snapshots;
+
+/// How the kernel side's unwinds went (BP_UNW_* counters).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnwindCounts {
+    pub table_frames: u64,
+    pub fp_frames: u64,
+    pub end_outermost: u64,
+    pub end_depth: u64,
+    pub end_read: u64,
+    pub end_no_rule: u64,
+    pub end_fp: u64,
+    pub proc_busy: u64,
+    pub no_proc: u64,
+    pub rebuilds: u64,
+}
+
+/// What loading tables cost and left out.
+#[derive(Debug, Clone, Default)]
+pub struct TableStats {
+    /// Files with a table in the kernel, and their entries.
+    pub files: u32,
+    pub entries: u64,
+    /// Files with no usable unwind information (frame pointers only).
+    pub without_table: u32,
+    /// Files whose table did not fit `unwind_entries` (--unwind-entries).
+    pub no_room: u32,
+    /// Files announced after their process was gone and never seen before.
+    pub unreadable: u32,
+    /// Time spent compiling tables.
+    pub compile: Duration,
+}
+
+/// `unwind_entries` mapped into this process (BPF_F_MMAPABLE), filled from
+/// the front; tables are never freed during a run.
+pub struct TableMemory {
+    ptr: *mut u64,
+    entries: usize,
+    bytes: usize,
+    next: usize,
+    by_build_id: HashMap<Vec<u8>, (u32, u32, u64)>,
+    pub stats: TableStats,
+}
+
+impl TableMemory {
+    pub fn map(map: &libbpf_rs::Map<'_>) -> Result<TableMemory> {
+        let entries = map.max_entries() as usize;
+        // mmap rounds to pages; the kernel allows the map's whole size.
+        let bytes = (entries * 8).next_multiple_of(4096);
+        // SAFETY: mapping a BPF array created with BPF_F_MMAPABLE, shared,
+        // for its own size; the fd stays valid for the call and the mapping
+        // outlives it independently. Checked for MAP_FAILED below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&map.as_fd()),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("mapping the unwind table array");
+        }
+        Ok(TableMemory {
+            ptr: ptr.cast(),
+            entries,
+            bytes,
+            next: 0,
+            by_build_id: HashMap::new(),
+            stats: TableStats::default(),
+        })
+    }
+
+    /// Copies a table in; its first index, or None when it does not fit.
+    fn place(&mut self, table: &[Entry]) -> Option<u32> {
+        let start = self.next;
+        if table.is_empty() || start + table.len() > self.entries {
+            return None;
+        }
+        for (i, e) in table.iter().enumerate() {
+            let v = u64::from(e.offset) | (u64::from(e.word) << 32);
+            // SAFETY: start + i < self.entries, inside the mapping made in
+            // `map`; the kernel reads these words only after `files` points
+            // at them, and a torn read would only be a wrong rule.
+            unsafe { self.ptr.add(start + i).write_volatile(v) };
+        }
+        self.next += table.len();
+        u32::try_from(start).ok()
+    }
+
+    /// Entries in use, in bytes.
+    pub fn used_bytes(&self) -> u64 {
+        self.next as u64 * 8
+    }
+}
+
+impl Drop for TableMemory {
+    fn drop(&mut self) {
+        // SAFETY: ptr and bytes are the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.bytes) };
+    }
+}
+
+/// A file the kernel side announced: find it, compile its table (or reuse
+/// the table of a file with the same build id), point its `files` entry at
+/// the table, and remember which file the id names.
+pub fn load_file(
+    note: &bp_note,
+    files: &libbpf_rs::Map<'_>,
+    tables: &mut TableMemory,
+    snapshots: &mut Snapshots,
+) -> Result<()> {
+    let dev = note.file.dev;
+    let key = (
+        format!("{:02x}:{:02x}", dev >> 20, dev & 0xf_ffff),
+        note.file.ino,
+    );
+    let via = format!(
+        "/proc/{}/map_files/{:x}-{:x}",
+        note.tgid, note.start, note.end
+    );
+    let path = std::fs::read_link(&via)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let known = snapshots.known(&key);
+    if known.is_none() && path.is_empty() {
+        tables.stats.unreadable += 1;
+        return set_file(files, note, bp_file_state::BP_FILE_NO_TABLE.0, 0, 0, 0);
+    }
+    let index = snapshots.file_for(key, &via, &path);
+    snapshots.set_file_id(note.file_id, index);
+    let Some(file) = snapshots.files.get(index) else {
+        return Ok(());
+    };
+    let build_id = file.build_id.clone().unwrap_or_default();
+    // vaddr - file offset of the executable segment holding the mapping.
+    let delta = file
+        .segments
+        .iter()
+        .filter(|s| s.executable)
+        .find(|s| note.pgoff >= s.file_offset && note.pgoff < s.file_offset + s.file_size.max(1))
+        .or_else(|| file.segments.iter().find(|s| s.executable))
+        .map(|s| s.vaddr.wrapping_sub(s.file_offset))
+        .unwrap_or(0);
+    let placed = match tables.by_build_id.get(&build_id) {
+        Some(&p) if !build_id.is_empty() => Some(p),
+        _ => {
+            let t0 = Instant::now();
+            // Through map_files when the process lives: the very file mapped.
+            let open_path = Snapshots::open_path(file).unwrap_or(via);
+            let compiled = bpfscope_unwind::compile(Path::new(&open_path))
+                .or_else(|_| bpfscope_unwind::compile(Path::new(&path)));
+            tables.stats.compile += t0.elapsed();
+            match compiled {
+                Ok(t) if !t.entries().is_empty() => match tables.place(t.entries()) {
+                    Some(start) => {
+                        let p = (start, t.entries().len() as u32, t.base());
+                        tables.stats.files += 1;
+                        tables.stats.entries += u64::from(p.1);
+                        if !build_id.is_empty() {
+                            tables.by_build_id.insert(build_id, p);
+                        }
+                        Some(p)
+                    }
+                    None => {
+                        tables.stats.no_room += 1;
+                        None
+                    }
+                },
+                _ => {
+                    tables.stats.without_table += 1;
+                    None
+                }
+            }
+        }
+    };
+    match placed {
+        Some((start, len, base)) => set_file(
+            files,
+            note,
+            bp_file_state::BP_FILE_TABLE.0,
+            start,
+            len,
+            delta.wrapping_sub(base) as i64,
+        ),
+        None => set_file(files, note, bp_file_state::BP_FILE_NO_TABLE.0, 0, 0, 0),
+    }
+}
+
+fn set_file(
+    files: &libbpf_rs::Map<'_>,
+    note: &bp_note,
+    state: u32,
+    table_start: u32,
+    table_len: u32,
+    bias: i64,
+) -> Result<()> {
+    let v = bp_file {
+        id: note.file_id,
+        state,
+        table_start,
+        table_len,
+        bias,
+    };
+    let k = bp_file_key {
+        dev: note.file.dev,
+        ino: note.file.ino,
+    };
+    files
+        .update(pod_bytes(&k), pod_bytes(&v), MapFlags::ANY)
+        .context("loading an unwind table")
+}
+
+fn pod_bytes<T: bpfscope_sys::pod::Pod>(v: &T) -> &[u8] {
+    bpfscope_sys::pod::bytes(v)
+}
