@@ -7,13 +7,20 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "bpfscope")
+# BPFSCOPE_BIN=/path/to/bpfscope benches a binary built elsewhere (and
+# skips the cargo build).
+BIN = os.environ.get("BPFSCOPE_BIN") or os.path.join(ROOT, "target", "release", "bpfscope")
 OUT = os.path.join(ROOT, "target", "bench")
 
 
 def build():
-    """Builds bpfscope in release mode (quietly when up to date)."""
-    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+    """Builds bpfscope in release mode (quietly when up to date), unless
+    BPFSCOPE_BIN names the binary to bench."""
+    if os.environ.get("BPFSCOPE_BIN"):
+        if not os.access(BIN, os.X_OK):
+            sys.exit(f"bench: BPFSCOPE_BIN={BIN} is not an executable")
+    else:
+        subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     os.makedirs(OUT, exist_ok=True)
 
 

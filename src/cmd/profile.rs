@@ -15,7 +15,7 @@ use crate::cli::profile::{
 use crate::render::pprof;
 use crate::render::printer::write_json;
 use crate::report::{self, Profile};
-use bpfscope_recording::{self as format, LostCounts, Recording};
+use bpfscope_recording::{self as format, Recording};
 use bpfscope_symbolize::{kernel, FuncLine, Resolved, Resolver};
 
 pub fn profile(s: ProfileSettings) -> Result<()> {
@@ -86,40 +86,13 @@ fn reserve(output: Option<&(PathBuf, Format)>) -> Result<Option<(PendingFile, Fo
 
 fn report_lost(rec: &Recording) {
     if let Some(l) = rec.meta.lost {
-        for line in lost_lines(&l) {
+        for line in report::loss_notes(&l, &rec.meta.mode) {
             eprintln!("bpfscope: {line}");
         }
     }
     if let Some(line) = report::sample_accounting(rec) {
         eprintln!("bpfscope: {line}");
     }
-}
-
-/// One line per kind of lost stack, each with its own reason: only a full
-/// map is cured by --max-stacks.
-fn lost_lines(l: &LostCounts) -> Vec<String> {
-    let mut out = Vec::new();
-    if l.kernel_stacks > 0 {
-        let why = report::stack_loss("kernel", l.kernel_stack_map_full);
-        out.push(format!("lost {} {why}", l.kernel_stacks));
-    }
-    if l.user_stacks > 0 {
-        let why = report::stack_loss("user", l.user_stack_map_full);
-        out.push(format!("lost {} {why}", l.user_stacks));
-    }
-    if l.keys > 0 {
-        out.push(format!(
-            "lost {} samples: the stack count map was full (raise --max-stacks)",
-            l.keys
-        ));
-    }
-    if l.bpf_estimated > 0 {
-        out.push(format!(
-            "estimated {} samples from BPF run-time statistics: time in kprobe, tracepoint and perf_event BPF programs, during which the kernel runs no sampling program",
-            l.bpf_estimated
-        ));
-    }
-    out
 }
 
 /// Symbolizes a recording and writes the chosen output.
@@ -289,43 +262,5 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
     match r {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         r => r.context("writing symbols"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn max_stacks_is_advised_only_for_a_full_map() {
-        let mut l = LostCounts {
-            kernel_stacks: 3,
-            user_stacks: 2,
-            keys: 0,
-            notifications: 0,
-            offcpu_starts: 0,
-            unresolved_frames: 0,
-            unresolved_weight: 0,
-            bpf_events: 0,
-            kernel_stack_map_full: false,
-            user_stack_map_full: true,
-            ..Default::default()
-        };
-        assert_eq!(
-            lost_lines(&l),
-            [
-                "lost 3 kernel stacks could not be stored: the stack map was not full, but another stack held their hash slot (a hash collision)",
-                "lost 2 user stacks could not be stored: the stack map was full (raise --max-stacks)",
-            ]
-        );
-        l.kernel_stacks = 0;
-        l.user_stacks = 0;
-        l.keys = 7;
-        assert_eq!(
-            lost_lines(&l),
-            ["lost 7 samples: the stack count map was full (raise --max-stacks)"]
-        );
-        l.keys = 0;
-        assert!(lost_lines(&l).is_empty());
     }
 }

@@ -155,7 +155,7 @@ fn user_stacks(
                         format!("[unknown {ip:#x}]")
                     }
                     // Only the profiler's unwinder stores file ids.
-                    UserFrame::File(id, off) => {
+                    UserFrame::File(id, off, _) => {
                         *unresolved += 1;
                         format!("[file {id}]+{off:#x}")
                     }

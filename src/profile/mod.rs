@@ -120,6 +120,16 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     let n = session
         .attach(s, gated.is_some())
         .map_err(crate::error::refused)?;
+    let mut snapshots = Snapshots::default();
+    if s.user {
+        if let Err(e) = unwind::load_vdso(
+            &session.skel.maps.files,
+            &mut session.tables,
+            &mut snapshots,
+        ) {
+            eprintln!("bpfscope: frames in the vDSO are unwound by frame pointers: {e:#}");
+        }
+    }
     // A running process's mappings, for the unwinder, before its first sample.
     if let (Target::Pid(pid), true) = (&s.target, s.user) {
         session.build(*pid);
@@ -143,7 +153,6 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
 
     // New processes are announced on a ring buffer; their mappings are
     // read right away, while they still exist.
-    let mut snapshots = Snapshots::default();
     follow_processes(&mut session, &stopper, &mut snapshots)?;
     let blocked_bpf_ns = blocked.map(BlockedBpf::finish).unwrap_or_default();
     let (mut all_progs, sideband_lost) = sideband.map(SideBand::finish).unwrap_or_default();
@@ -480,6 +489,17 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         sampler_runs: sampled.lost.sampler_runs,
         idle_samples: sampled.lost.idle,
         other_samples: sampled.lost.other,
+        stack_collisions: sampled.lost.collisions,
+        table_frames: sampled.lost.unwind.table_frames,
+        fp_frames: sampled.lost.unwind.fp_frames,
+        no_mappings: sampled.lost.unwind.no_proc,
+        end_read: sampled.lost.unwind.end_read,
+        end_no_rule: sampled.lost.unwind.end_no_rule,
+        end_fp: sampled.lost.unwind.end_fp,
+        end_depth: sampled.lost.unwind.end_depth,
+        table_files: u64::from(sampled.tables.files),
+        table_bytes: sampled.table_bytes,
+        files_lost: sampled.lost.files,
     };
     let mut stacks = Vec::with_capacity(sampled.stacks.len());
     for (prog, samples) in blocked_samples(s, sampled) {
@@ -505,11 +525,13 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
                     user_binary.push(intern(id));
                     user_offset.push(off);
                 }
-                UserFrame::File(id, off) => match sampled.snapshots.file_by_id(id) {
+                UserFrame::File(id, off, exact) => match sampled.snapshots.file_by_id(id) {
                     Some(file) if file.build_id.is_some() => {
                         let id = file.build_id.as_deref().unwrap_or_default();
                         user_binary.push(intern(id));
-                        user_offset.push(off);
+                        // Readers look a caller's offset up one byte back
+                        // (at its call); an interrupted pc is its own site.
+                        user_offset.push(off + u64::from(exact));
                     }
                     _ => {
                         lost.unresolved_frames += 1;

@@ -148,6 +148,11 @@ impl<'obj> ProfileSession<'obj> {
                 libbpf_log::last_error_hint()
             ))
         })?;
+        let mut skel = skel;
+        // Id 1 is the vDSO's (unwind::VDSO_ID); the kernel side hands out the rest.
+        if let Some(bss) = skel.maps.bss_data.as_deref_mut() {
+            bss.next_file_id = super::unwind::VDSO_ID;
+        }
         let tables = TableMemory::map(&skel.maps.unwind_entries)?;
         Ok(ProfileSession {
             links: Vec::new(),
@@ -185,6 +190,13 @@ impl<'obj> ProfileSession<'obj> {
                 .context("attaching the exit hook")?,
         );
         if s.user {
+            self.links.push(
+                self.skel
+                    .progs
+                    .bpfscope_fork_maps
+                    .attach_raw_tracepoint("sched_process_fork")
+                    .context("attaching the fork hook")?,
+            );
             // Libraries mapped after exec; without it, their frames wait
             // for user space to have the mappings read again.
             match self.skel.progs.bpfscope_mmap.attach() {

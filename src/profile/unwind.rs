@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use bpfscope_bpf::profile::types::{bp_file, bp_file_key, bp_file_state, bp_note};
+use bpfscope_bpf::profile::types::{bp_file, bp_file_key, bp_file_state, bp_note, bp_vdso};
 use bpfscope_unwind::Entry;
 
 use super::maps::Snapshots;
@@ -43,7 +43,8 @@ pub struct TableStats {
     pub without_table: u32,
     /// Files whose table did not fit `unwind_entries` (--unwind-entries).
     pub no_room: u32,
-    /// Files announced after their process was gone and never seen before.
+    /// Announcements of files whose process was gone, mapped by no other
+    /// process (left for the next process that maps them to announce).
     pub unreadable: u32,
     /// Time spent compiling tables.
     pub compile: Duration,
@@ -142,11 +143,26 @@ pub fn load_file(
     let path = std::fs::read_link(&via)
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let known = snapshots.known(&key);
-    if known.is_none() && path.is_empty() {
-        tables.stats.unreadable += 1;
-        return set_file(files, note, bp_file_state::BP_FILE_NO_TABLE.0, 0, 0, 0);
-    }
+    let (via, path) = if path.is_empty() && snapshots.known(&key).is_none() {
+        // The process is gone (short-lived ones often are by now): any
+        // other process mapping the same file will do.
+        match find_mapping(&key) {
+            Some(found) => found,
+            None => {
+                // Forget it in the kernel: the next process that maps it
+                // announces it again, perhaps while it still lives.
+                tables.stats.unreadable += 1;
+                let k = bp_file_key {
+                    dev: note.file.dev,
+                    ino: note.file.ino,
+                };
+                let _ = files.delete(pod_bytes(&k));
+                return Ok(());
+            }
+        }
+    } else {
+        (via, path)
+    };
     let index = snapshots.file_for(key, &via, &path);
     snapshots.set_file_id(note.file_id, index);
     let Some(file) = snapshots.files.get(index) else {
@@ -205,6 +221,83 @@ pub fn load_file(
         ),
         None => set_file(files, note, bp_file_state::BP_FILE_NO_TABLE.0, 0, 0, 0),
     }
+}
+
+/// The vDSO's file id: the kernel side hands out ids from 2 (user space
+/// sets its counter to 1 before sampling starts).
+pub const VDSO_ID: u32 = 1;
+
+/// Registers the vDSO (the kernel's code mapped into every process, with
+/// no file behind it) under its reserved key: this process's copy is the
+/// same image every process maps. Written to a file so the table compiler
+/// and the symbolizer can read it, kept open and unlinked.
+pub fn load_vdso(
+    files: &libbpf_rs::Map<'_>,
+    tables: &mut TableMemory,
+    snapshots: &mut Snapshots,
+) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = bpfscope_sys::procfs::maps("self").context("reading /proc/self/maps")?;
+    let Some(v) = maps.iter().find(|m| m.path == "[vdso]") else {
+        return Ok(());
+    };
+    let mut image = vec![0u8; (v.end - v.start) as usize];
+    let mut mem = std::fs::File::open("/proc/self/mem").context("opening /proc/self/mem")?;
+    mem.seek(SeekFrom::Start(v.start))
+        .and_then(|_| mem.read_exact(&mut image))
+        .context("reading the vDSO")?;
+    let tmp = std::env::temp_dir().join(format!("bpfscope-vdso-{}.so", std::process::id()));
+    std::fs::write(&tmp, &image).context("writing the vDSO's image")?;
+    let via = tmp.to_string_lossy().into_owned();
+    let index = snapshots.file_for(("vdso".into(), 1), &via, "[vdso]");
+    snapshots.set_file_id(VDSO_ID, index);
+    let compiled = bpfscope_unwind::compile(&tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let note = bp_note {
+        file_id: VDSO_ID,
+        file: bp_file_key {
+            dev: u64::from(bp_vdso::BP_VDSO_DEV.0),
+            ino: u64::from(bp_vdso::BP_VDSO_INO.0),
+        },
+        ..Default::default()
+    };
+    let delta = snapshots
+        .files
+        .get(index)
+        .and_then(|f| f.segments.iter().find(|s| s.executable))
+        .map(|s| s.vaddr.wrapping_sub(s.file_offset))
+        .unwrap_or(0);
+    match compiled {
+        Ok(t) if !t.entries().is_empty() => match tables.place(t.entries()) {
+            Some(start) => {
+                tables.stats.files += 1;
+                tables.stats.entries += t.entries().len() as u64;
+                set_file(
+                    files,
+                    &note,
+                    bp_file_state::BP_FILE_TABLE.0,
+                    start,
+                    t.entries().len() as u32,
+                    delta.wrapping_sub(t.base()) as i64,
+                )
+            }
+            None => set_file(files, &note, bp_file_state::BP_FILE_NO_TABLE.0, 0, 0, 0),
+        },
+        _ => set_file(files, &note, bp_file_state::BP_FILE_NO_TABLE.0, 0, 0, 0),
+    }
+}
+
+/// A live process's map_files path and the path of a file by (device,
+/// inode), from every process's maps.
+fn find_mapping(key: &(String, u64)) -> Option<(String, String)> {
+    bpfscope_sys::procfs::pids().into_iter().find_map(|pid| {
+        let maps = bpfscope_sys::procfs::maps(pid).ok()?;
+        let m = maps.iter().find(|m| m.inode == key.1 && m.dev == key.0)?;
+        Some((
+            format!("/proc/{pid}/map_files/{}", m.range_name()),
+            m.path.clone(),
+        ))
+    })
 }
 
 fn set_file(

@@ -130,7 +130,8 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
         });
     }
     if let Some(l) = rec.meta.lost {
-        loss_notes(&mut p, &l);
+        let notes = loss_notes(&l, &p.mode);
+        p.notes.extend(notes);
     }
     p.notes.extend(sample_accounting(rec));
     (p, reports)
@@ -287,8 +288,11 @@ pub fn sample_accounting(rec: &Recording) -> Option<String> {
 }
 
 /// What the recording lost, as notes for the reader.
-fn loss_notes(p: &mut Profile, l: &LostCounts) {
-    let unit = if p.mode == "offcpu" { "ns" } else { "samples" };
+/// One line per kind of loss, each with its own reason, and how user
+/// stacks were unwound.
+pub fn loss_notes(l: &LostCounts, mode: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    let unit = if mode == "offcpu" { "ns" } else { "samples" };
     let kernel_why = stack_loss("kernel", l.kernel_stack_map_full);
     let user_why = stack_loss("user", l.user_stack_map_full);
     let items = [
@@ -311,24 +315,74 @@ fn loss_notes(p: &mut Profile, l: &LostCounts) {
             l.unresolved_frames,
             "user frames had no build id and no known mapping (shown as [unknown])",
         ),
+        (
+            l.stack_collisions,
+            "stacks had the 64-bit hash of another stack (a collision, detected by a second hash; not merged)",
+        ),
+        (
+            l.files_lost,
+            "files got no id (the kernel's file table was full): their frames are raw addresses",
+        ),
     ];
     for (n, what) in items {
         if n > 0 {
-            p.notes.push(format!("lost: {n} {what}"));
+            notes.push(format!("lost: {n} {what}"));
         }
     }
+    notes.extend(unwind_line(l));
     if l.bpf_estimated > 0 {
-        p.notes.push(format!(
+        notes.push(format!(
             "{} samples are estimated from BPF run-time statistics: time in kprobe, tracepoint and perf_event BPF programs, during which the kernel runs no sampling program (shown under [bpf run time])",
             l.bpf_estimated
         ));
     }
     if l.unresolved_weight > 0 {
-        p.notes.push(format!(
+        notes.push(format!(
             "{} {unit} carry [unknown] user frames",
             l.unresolved_weight
         ));
     }
+    notes
+}
+
+/// How user stacks were unwound (recordings since 1.3): by which method,
+/// with what table memory, and where stacks ended other than at their
+/// outermost frame.
+fn unwind_line(l: &LostCounts) -> Option<String> {
+    if l.table_frames + l.fp_frames + l.no_mappings == 0 {
+        return None;
+    }
+    let mut s = format!(
+        "unwinding: {} frames by unwind tables ({} files, {} KiB in the kernel), {} by frame pointers",
+        l.table_frames,
+        l.table_files,
+        l.table_bytes.div_ceil(1024),
+        l.fp_frames
+    );
+    if l.no_mappings > 0 {
+        s.push_str(&format!(
+            "; {} samples before their process's mappings were read (frame pointers only)",
+            l.no_mappings
+        ));
+    }
+    let ends = [
+        (l.end_read, "a stack read failed"),
+        (l.end_no_rule, "no unwind rule and no frame pointer"),
+        (l.end_fp, "a frame-pointer chain ended"),
+        (l.end_depth, "--max-depth"),
+    ];
+    let ends: Vec<String> = ends
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, why)| format!("{n} at {why}"))
+        .collect();
+    if !ends.is_empty() {
+        s.push_str(&format!(
+            "; stacks ended before their outermost frame: {}",
+            ends.join(", ")
+        ));
+    }
+    Some(s)
 }
 
 /// Why stacks of one kind (kernel or user) could not be stored. The
@@ -351,6 +405,40 @@ mod tests {
     use bpfscope_recording::bpfprog::{BpfProg, LineInfo, Subprog};
     use bpfscope_recording::{Binary, KernelSymbol, LostCounts, Meta, Stack};
     use bpfscope_symbolize::{elf, SymbolConfig};
+
+    #[test]
+    fn loss_notes_name_each_cause_and_the_unwinding() {
+        let mut l = LostCounts {
+            kernel_stacks: 3,
+            user_stacks: 2,
+            kernel_stack_map_full: false,
+            user_stack_map_full: true,
+            stack_collisions: 4,
+            ..Default::default()
+        };
+        assert_eq!(
+            loss_notes(&l, "cpu"),
+            [
+                "lost: 3 kernel stacks could not be stored: the stack map was not full, but another stack held their hash slot (a hash collision)",
+                "lost: 2 user stacks could not be stored: the stack map was full (raise --max-stacks)",
+                "lost: 4 stacks had the 64-bit hash of another stack (a collision, detected by a second hash; not merged)",
+            ]
+        );
+        l = LostCounts {
+            table_frames: 900,
+            fp_frames: 10,
+            table_files: 3,
+            table_bytes: 2048,
+            no_mappings: 2,
+            end_depth: 5,
+            ..Default::default()
+        };
+        assert_eq!(
+            loss_notes(&l, "cpu"),
+            ["unwinding: 900 frames by unwind tables (3 files, 2 KiB in the kernel), 10 by frame pointers; 2 samples before their process's mappings were read (frame pointers only); stacks ended before their outermost frame: 5 at --max-depth"]
+        );
+        assert!(loss_notes(&LostCounts::default(), "cpu").is_empty());
+    }
 
     #[inline(never)]
     #[no_mangle]

@@ -551,3 +551,35 @@ pub fn wait4_timeout(
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Folded lines as (frames root first, weight).
+pub fn folded(path: &Path) -> Vec<(Vec<String>, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').expect("folded line has a count");
+            (
+                stack.split(';').map(String::from).collect(),
+                n.parse().expect("count"),
+            )
+        })
+        .collect()
+}
+
+/// Weight of the stacks rooted at `comm` that contain `frames` consecutively.
+pub fn weight_with(lines: &[(Vec<String>, u64)], comm: &str, frames: &[&str]) -> u64 {
+    lines
+        .iter()
+        .filter(|(f, _)| f[0] == comm && f.windows(frames.len()).any(|w| w == frames))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+pub fn root_weight(lines: &[(Vec<String>, u64)], comm: &str) -> u64 {
+    lines
+        .iter()
+        .filter(|(f, _)| f[0] == comm)
+        .map(|(_, n)| n)
+        .sum()
+}

@@ -32,4 +32,5 @@ mod parsers;
 mod profile;
 mod targets;
 mod trace;
+mod unwind;
 mod uprobes;

@@ -14,8 +14,9 @@ pub enum UserFrame {
     /// file (anonymous or JIT memory): a raw address.
     Ip(u64),
     /// The profiler's unwinder: a file by the id the kernel gave it (see
-    /// `bp_note`) and the file offset.
-    File(u32, u64),
+    /// `bp_note`), the file offset, and whether the offset is where the
+    /// frame was interrupted (a signal) rather than a return address.
+    File(u32, u64, bool),
 }
 
 /// A `stack_map` value of the profiler: `struct bp_stack_head` (frame
@@ -47,7 +48,8 @@ pub fn unwound_frame(f: u64) -> UserFrame {
         return UserFrame::Ip(f);
     }
     let id = (f >> shift) & ((1u64 << bp_frame::BP_FRAME_ID_BITS.0) - 1);
-    UserFrame::File(id as u32, f & ((1u64 << shift) - 1))
+    let exact = f & (1u64 << bp_frame::BP_FRAME_EXACT_BIT.0) != 0;
+    UserFrame::File(id as u32, f & ((1u64 << shift) - 1), exact)
 }
 
 /// Size of `struct bpf_stack_build_id`: s32 status, u8 build_id[20],
@@ -137,7 +139,11 @@ mod tests {
     #[test]
     fn decodes_unwound_frames() {
         let f = (1u64 << 63) | (5u64 << 40) | 0x1234;
-        assert_eq!(unwound_frame(f), UserFrame::File(5, 0x1234));
+        assert_eq!(unwound_frame(f), UserFrame::File(5, 0x1234, false));
+        assert_eq!(
+            unwound_frame(f | (1 << 62)),
+            UserFrame::File(5, 0x1234, true)
+        );
         assert_eq!(unwound_frame(0x7fff_1234), UserFrame::Ip(0x7fff_1234));
         let mut b = 2u32.to_ne_bytes().to_vec();
         b.extend(9u32.to_ne_bytes());

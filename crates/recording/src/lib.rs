@@ -23,7 +23,7 @@ pub const BPF_RUN_TIME: &str = "[bpf run time]";
 pub const MAGIC: &[u8; 8] = b"BPFSCOPE";
 /// Readers refuse other major versions; minor versions only add fields or sections.
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 2;
+pub const VERSION_MINOR: u16 = 3;
 const HEADER_LEN: usize = 16;
 const SECTION_HEADER_LEN: usize = 24;
 /// A section that a reader must understand to use the file.
@@ -128,6 +128,38 @@ pub struct LostCounts {
     pub idle_samples: u64,
     #[prost(uint64, tag = "15")]
     pub other_samples: u64,
+    /// Since 1.3 (the profiler's own unwinder): stacks lost because another
+    /// stack had the same 64-bit hash.
+    #[prost(uint64, tag = "16")]
+    pub stack_collisions: u64,
+    /// User frames stepped through with unwind tables and with frame pointers.
+    #[prost(uint64, tag = "17")]
+    pub table_frames: u64,
+    #[prost(uint64, tag = "18")]
+    pub fp_frames: u64,
+    /// Samples taken before their process's mappings were known (unwound
+    /// with frame pointers, frames as raw addresses).
+    #[prost(uint64, tag = "19")]
+    pub no_mappings: u64,
+    /// Why user stacks ended short of their outermost frame: a stack read
+    /// failed, no rule and no frame pointer, a frame-pointer chain ended,
+    /// --max-depth.
+    #[prost(uint64, tag = "20")]
+    pub end_read: u64,
+    #[prost(uint64, tag = "21")]
+    pub end_no_rule: u64,
+    #[prost(uint64, tag = "22")]
+    pub end_fp: u64,
+    #[prost(uint64, tag = "23")]
+    pub end_depth: u64,
+    /// Unwind tables loaded into the kernel: files and bytes.
+    #[prost(uint64, tag = "24")]
+    pub table_files: u64,
+    #[prost(uint64, tag = "25")]
+    pub table_bytes: u64,
+    /// Files whose frames stay raw: the file table was full.
+    #[prost(uint64, tag = "26")]
+    pub files_lost: u64,
 }
 
 /// One ELF file seen in user stacks.

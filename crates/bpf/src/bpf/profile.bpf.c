@@ -45,6 +45,7 @@ struct bp_abi {
 	struct bp_note note;
 	enum bp_note_kind note_kind;
 	enum bp_frame frame;
+	enum bp_vdso vdso;
 	enum bp_file_state file_state;
 	struct bp_stack_head stack_head;
 	struct bp_file file;
@@ -231,6 +232,25 @@ int bpfscope_exec(void *ctx)
 	 * follow through mmap (bpfscope_mmap). */
 	if ((stacks & BP_STACKS_USER) && bp_target_ok(tgid))
 		bp_build_proc(bpf_get_current_task_btf(), tgid);
+	return 0;
+}
+
+/*
+ * A forked child maps what its parent maps: it starts with a copy of the
+ * parent's mappings (a shell's child runs the shell's code until it execs).
+ */
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(bpfscope_fork_maps, struct task_struct *parent, struct task_struct *child)
+{
+	u32 ptgid = BPF_CORE_READ(parent, tgid);
+	u32 ctgid = BPF_CORE_READ(child, tgid);
+	struct bp_proc *p;
+
+	if (ptgid == ctgid)
+		return 0;
+	p = bpf_map_lookup_elem(&procmaps, &ptgid);
+	if (p)
+		bpf_map_update_elem(&procmaps, &ctgid, p, BPF_ANY);
 	return 0;
 }
 

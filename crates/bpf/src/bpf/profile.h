@@ -23,14 +23,23 @@ enum bp_limits {
 
 /*
  * A user frame as the unwinder stores it: bit 63 set means a file frame,
- * the file's id (bits 40-62, from `files`) and the file offset (bits 0-39);
- * bit 63 clear is a raw address (anonymous or JIT memory, or a process
- * whose mappings are unknown).
+ * the file's id (bits 40-61, from `files`) and the file offset (bits 0-39),
+ * with bit 62 set when the offset is where the frame was interrupted (a
+ * signal arrived there, or it is the signal trampoline itself) rather than
+ * a return address; bit 63 clear is a raw address (anonymous or JIT
+ * memory, or a process whose mappings are unknown).
  */
 enum bp_frame {
 	BP_FRAME_FILE_BIT = 63,
+	BP_FRAME_EXACT_BIT = 62,
 	BP_FRAME_ID_SHIFT = 40,
-	BP_FRAME_ID_BITS = 23,
+	BP_FRAME_ID_BITS = 22,
+};
+
+/* The vDSO's key in `files` (it has no inode), registered by user space. */
+enum bp_vdso {
+	BP_VDSO_DEV = 0,
+	BP_VDSO_INO = 1,
 };
 
 /*

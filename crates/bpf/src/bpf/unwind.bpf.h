@@ -23,6 +23,7 @@
 #define BP_FRAME_FILE (1ULL << BP_FRAME_FILE_BIT)
 #define BP_FRAME_OFFSET_MASK ((1ULL << BP_FRAME_ID_SHIFT) - 1)
 #define BP_FRAME_ID_MASK ((1ULL << BP_FRAME_ID_BITS) - 1)
+#define BP_FRAME_EXACT (1ULL << BP_FRAME_EXACT_BIT)
 /* A process whose frames fall outside its known mappings (dlopen) is
  * announced for a re-read at most this often. */
 #define BP_REBUILD_NS 10000000ULL
@@ -67,6 +68,18 @@ struct inode___bp {
 
 struct file___bp {
 	struct inode___bp *f_inode;
+} __attribute__((preserve_access_index));
+
+struct mm_context___bp {
+	void *vdso;
+} __attribute__((preserve_access_index));
+
+struct mm_struct___bp {
+	struct mm_context___bp context;
+} __attribute__((preserve_access_index));
+
+struct task_struct___mm {
+	struct mm_struct___bp *mm;
 } __attribute__((preserve_access_index));
 
 struct bpf_iter_task_vma {
@@ -148,12 +161,18 @@ struct {
 	__type(value, struct bp_stack_buf);
 } stack_buf SEC(".maps");
 
+/*
+ * An empty process, the source of new `procmaps` entries, which are then
+ * filled in place: the hooks that read mappings run preemptibly (syscall
+ * tracepoints may fault), so no per-CPU scratch may hold one across a run.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_RDONLY_PROG);
 	__uint(max_entries, 1);
 	__type(key, u32);
 	__type(value, struct bp_proc);
-} proc_buf SEC(".maps");
+} proc_empty SEC(".maps");
 
 /* The next file id; ids start at 1. */
 u32 next_file_id = 0;
@@ -273,7 +292,8 @@ static int bp_see_step(u64 i, struct bp_see_ctx *c)
 }
 
 /*
- * Reads a process's executable mappings from its VMAs into `procmaps`.
+ * Reads a process's executable mappings from its VMAs into `procmaps`, in
+ * place: a sampler reading the entry meanwhile sees a prefix of them.
  * The task_vma iterator refuses contexts with interrupts off (the sampler
  * runs in one), so this runs at exec, after an mmap that made executable
  * memory, and when user space asks (bpfscope_build); the sampler only reads
@@ -287,12 +307,21 @@ static __noinline struct bp_proc *bp_build_proc(struct task_struct *t, u32 tgid)
 	struct bp_see_ctx c = {};
 	struct bp_proc *p;
 	u32 zero = 0;
+	u64 vdso;
 
 	if (!bpf_ksym_exists(bpf_iter_task_vma_new))
 		return NULL;
-	p = bpf_map_lookup_elem(&proc_buf, &zero);
-	if (!p)
-		return NULL;
+	vdso = (u64)BPF_CORE_READ((struct task_struct___mm *)t, mm, context.vdso);
+	p = bpf_map_lookup_elem(&procmaps, &tgid);
+	if (!p) {
+		struct bp_proc *empty = bpf_map_lookup_elem(&proc_empty, &zero);
+
+		if (!empty || bpf_map_update_elem(&procmaps, &tgid, empty, BPF_NOEXIST) == -12)
+			return NULL;
+		p = bpf_map_lookup_elem(&procmaps, &tgid);
+		if (!p)
+			return NULL;
+	}
 	if (bpf_iter_task_vma_new(&it, t, 0)) {
 		bpf_iter_task_vma_destroy(&it);
 		bs_count(&lost, BP_UNW_PROC_BUSY);
@@ -322,6 +351,9 @@ static __noinline struct bp_proc *bp_build_proc(struct task_struct *t, u32 tgid)
 		if (file) {
 			m->file.ino = BPF_CORE_READ(file, f_inode, i_ino);
 			m->file.dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev);
+		} else if (v->vm_start == vdso) {
+			m->file.ino = BP_VDSO_INO;
+			m->file.dev = BP_VDSO_DEV;
 		} else {
 			m->file.ino = 0;
 			m->file.dev = 0;
@@ -336,9 +368,7 @@ static __noinline struct bp_proc *bp_build_proc(struct task_struct *t, u32 tgid)
 	c.tgid = tgid;
 	bpf_loop(BP_MAX_MAPPINGS, bp_see_step, &c, 0);
 	bs_count(&lost, BP_UNW_REBUILDS);
-	if (bpf_map_update_elem(&procmaps, &tgid, p, BPF_ANY))
-		return NULL;
-	return bpf_map_lookup_elem(&procmaps, &tgid);
+	return p;
 }
 
 /* The mapping holding pc: the last one starting at or below it. */
@@ -578,6 +608,13 @@ read_failed:
 	return 1;
 }
 
+static __always_inline void bp_record(struct bp_unwind *u, struct bp_stack_buf *buf, u32 d,
+				      u64 frame)
+{
+	buf->frames[d & (BP_DEPTH_LIMIT - 1)] = frame;
+	bp_hash(u, frame);
+}
+
 /* One frame: record pc, then step to the caller. */
 static int bp_unwind_step(u64 i, struct bp_uctx *c)
 {
@@ -606,18 +643,25 @@ static int bp_unwind_step(u64 i, struct bp_uctx *c)
 			frame = BP_FRAME_FILE | ((u64)(f->id & BP_FRAME_ID_MASK) << BP_FRAME_ID_SHIFT) |
 				(fo & BP_FRAME_OFFSET_MASK);
 	}
-	buf->frames[d & (BP_DEPTH_LIMIT - 1)] = frame;
+	/* The leaf's pc was interrupted too, but every reader knows that. */
+	if (f && u->exact && d)
+		frame |= BP_FRAME_EXACT;
 	u->depth = d + 1;
-	bp_hash(u, frame);
-
 	if (f && f->state == BP_FILE_TABLE) {
 		/* A return address is one past its call, which may be the
 		 * function's last instruction: look up the call. */
 		e = bp_rule(u, f, fo + f->bias - (u->exact ? 0 : 1));
-		if (((e >> 48) & 0xf) != K_GAP)
+		if (((e >> 48) & 0xf) != K_GAP) {
+			/* The signal trampoline: returned to, yet its own
+			 * first instruction, not a call, is what names it. */
+			if (((e >> 48) & K_SIGNAL_FRAME) && d)
+				frame |= BP_FRAME_EXACT;
+			bp_record(u, buf, d, frame);
 			return bp_table_step(u, e);
+		}
 		/* No FDE covers it (hand-written code): try the frame pointer. */
 	}
+	bp_record(u, buf, d, frame);
 	return bp_fp_step(u);
 }
 

@@ -1,0 +1,312 @@
+//! The profiler's in-kernel unwinder on code without frame pointers (run
+//! as root): a leaf without a prologue, recursion 300 deep and
+//! --max-depth, a signal handler's frame, a C++ binary, a storm of
+//! short-lived processes, Debian's own python3.11, and losses counted when
+//! the stack map is too small.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::*;
+
+/// tests/workloads/nofp.c as distributions build: -O2, no frame pointers.
+fn nofp() -> PathBuf {
+    workload_with("nofp", &["-O2", "-fomit-frame-pointer"])
+}
+
+/// `bpfscope profile -F 499 EXTRA... -o DIR/NAME.folded -- CMD...`, which
+/// must succeed; the folded lines and stderr.
+fn profile(name: &str, extra: &[&str], cmd: &[&str]) -> (Vec<(Vec<String>, u64)>, String) {
+    let dir = scratch_dir(&format!("unwind-{name}"));
+    let out = dir.join(format!("{name}.folded"));
+    let mut args = vec!["profile", "-F", "499"];
+    args.extend(extra);
+    args.extend(["-o", out.to_str().unwrap(), "--"]);
+    args.extend(cmd);
+    let o = run(&args);
+    ok(&o);
+    let err = stderr(&o);
+    // Every run of the sampler is accounted for, whatever else happened.
+    let acct = err
+        .lines()
+        .find(|l| l.contains("taken by the kernel's clocks"))
+        .unwrap_or_else(|| panic!("no sample accounting line: {err}"));
+    assert!(!acct.contains("unaccounted"), "{acct}");
+    (folded(&out), err)
+}
+
+/// Weight of `comm`'s stacks whose user part reaches the C runtime's
+/// entry (the frames above main).
+fn reaching_start(lines: &[(Vec<String>, u64)], comm: &str) -> u64 {
+    lines
+        .iter()
+        .filter(|(f, _)| f[0] == comm && f.get(1).map(String::as_str) == Some("_start"))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+fn show(lines: &[(Vec<String>, u64)]) -> String {
+    let mut v: Vec<_> = lines.iter().collect();
+    v.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    v.iter()
+        .take(12)
+        .map(|(f, n)| format!("{n} {}\n", f.join(";")))
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn leaf_without_prologue_keeps_its_caller() {
+    require_root();
+    let w = nofp();
+    let (lines, err) = profile(
+        "chain",
+        &[],
+        &[w.to_str().unwrap(), "chain", "uw_chain", "2"],
+    );
+    let total = root_weight(&lines, "uw_chain");
+    let leaf: u64 = lines
+        .iter()
+        .filter(|(f, _)| f[0] == "uw_chain" && f.last().map(String::as_str) == Some("hot_leaf"))
+        .map(|(_, n)| n)
+        .sum();
+    let chain = weight_with(
+        &lines,
+        "uw_chain",
+        &[
+            "_start",
+            "__libc_start_main_impl",
+            "__libc_start_call_main",
+            "main",
+            "via_a",
+            "via_b",
+            "hot_leaf",
+        ],
+    );
+    assert!(total > 600, "too few samples: {total}\n{}", show(&lines));
+    assert!(leaf as f64 > 0.9 * total as f64, "{}", show(&lines));
+    // Frame pointers would give main;hot_leaf: the leaf has no frame.
+    assert!(
+        chain as f64 >= 0.99 * leaf as f64,
+        "{chain} of {leaf} hot_leaf samples have the whole chain\n{}",
+        show(&lines)
+    );
+    assert!(
+        reaching_start(&lines, "uw_chain") as f64 >= 0.99 * total as f64,
+        "{}",
+        show(&lines)
+    );
+    assert!(
+        err.contains("unwinding: ") && err.contains("frames by unwind tables"),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn recursion_300_deep_is_whole_within_max_depth_and_cut_beyond() {
+    require_root();
+    let w = nofp();
+    let w = w.to_str().unwrap();
+    let (lines, _) = profile(
+        "deep",
+        &["--max-depth", "400"],
+        &[w, "deep", "uw_deep", "300", "2"],
+    );
+    let total = root_weight(&lines, "uw_deep");
+    assert!(total > 600, "too few samples: {total}");
+    // Exactly 300 recurse frames between main and the leaf.
+    let mut whole = 0;
+    for (f, n) in &lines {
+        if f[0] != "uw_deep" || f.last().map(String::as_str) != Some("deep_leaf") {
+            continue;
+        }
+        let Some(m) = f.iter().position(|x| x == "main") else {
+            continue;
+        };
+        let rec = &f[m + 1..f.len() - 1];
+        if rec.len() == 300 && rec.iter().all(|x| x == "recurse") && f[1] == "_start" {
+            whole += n;
+        }
+    }
+    assert!(
+        whole as f64 >= 0.97 * total as f64,
+        "{whole} of {total} stacks are main + 300 x recurse + deep_leaf"
+    );
+    // At the default depth (127) the stack is cut, and the cut is counted.
+    let (lines, err) = profile("deep127", &[], &[w, "deep", "uw_deep", "300", "1"]);
+    let cut: u64 = lines
+        .iter()
+        .filter(|(f, _)| f[0] == "uw_deep" && f.last().map(String::as_str) == Some("deep_leaf"))
+        .filter(|(f, _)| f.len() == 1 + 127 && !f.iter().any(|x| x == "main"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(cut > 200, "{cut}\n{}", show(&lines));
+    let line = err
+        .lines()
+        .find(|l| l.contains("unwinding: "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("at --max-depth"), "{line}");
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn signal_handler_frames_continue_into_the_interrupted_code() {
+    require_root();
+    let w = nofp();
+    let (lines, _) = profile(
+        "signal",
+        &[],
+        &[w.to_str().unwrap(), "signal", "uw_signal", "2"],
+    );
+    let total = root_weight(&lines, "uw_signal");
+    let in_handler = weight_with(&lines, "uw_signal", &["on_alarm", "handler_spin"]);
+    // The kernel's signal frame, named, then the interrupted code and its callers.
+    let through = lines
+        .iter()
+        .filter(|(f, _)| {
+            f[0] == "uw_signal" && f.windows(2).any(|w| w == ["__restore_rt", "on_alarm"])
+        })
+        .filter(|(f, _)| {
+            f[1..5]
+                == [
+                    "_start",
+                    "__libc_start_main_impl",
+                    "__libc_start_call_main",
+                    "main",
+                ]
+                && f[5] == "interrupted"
+        })
+        .map(|(_, n)| n)
+        .sum::<u64>();
+    assert!(total > 600, "too few samples: {total}");
+    assert!(
+        in_handler as f64 > 0.25 * total as f64,
+        "{in_handler} of {total} in the handler\n{}",
+        show(&lines)
+    );
+    assert!(
+        through as f64 >= 0.98 * in_handler as f64,
+        "{through} of {in_handler} handler samples unwind through the signal frame\n{}",
+        show(&lines)
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn cxx_without_frame_pointers() {
+    require_root();
+    let dir = scratch_dir("unwind-cxx-build");
+    let bin = dir.join("cxx-nofp");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/cxx.cc");
+    let Ok(st) = Command::new("g++")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+    else {
+        skip("g++ is not installed (scripts/install-deps)");
+        return;
+    };
+    assert!(st.success());
+    let (lines, _) = profile("cxx", &[], &[bin.to_str().unwrap(), "uw_cxx", "2"]);
+    let total = root_weight(&lines, "uw_cxx");
+    let run = weight_with(
+        &lines,
+        "uw_cxx",
+        &[
+            "__libc_start_call_main",
+            "main",
+            "shapes::Worker::run(unsigned long)",
+        ],
+    );
+    assert!(total > 600, "too few samples: {total}");
+    assert!(
+        run as f64 >= 0.97 * total as f64,
+        "{run} of {total}\n{}",
+        show(&lines)
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn short_lived_processes_keep_their_names() {
+    require_root();
+    let w = nofp();
+    // 150 processes of ~8 ms each, one after the other.
+    let script = format!(
+        "for i in $(seq 150); do {} short uw_short 8; done",
+        w.display()
+    );
+    let (lines, err) = profile("short", &[], &["sh", "-c", &script]);
+    let total = root_weight(&lines, "uw_short");
+    let unknown: u64 = lines
+        .iter()
+        .filter(|(f, _)| f[0] == "uw_short" && f.iter().any(|x| x.starts_with("[unknown")))
+        .map(|(_, n)| n)
+        .sum();
+    let named = weight_with(&lines, "uw_short", &["main", "short_spin"]);
+    assert!(total > 300, "too few samples: {total}\n{err}");
+    assert!(
+        (unknown as f64) < 0.01 * total as f64,
+        "{unknown} of {total} samples with [unknown] frames\n{}",
+        show(&lines)
+    );
+    assert!(
+        named as f64 >= 0.95 * total as f64,
+        "{named} of {total} in main;short_spin\n{}",
+        show(&lines)
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn debian_python_reaches_its_entry() {
+    require_root();
+    let py = Path::new("/usr/bin/python3.11");
+    if !py.exists() {
+        skip("/usr/bin/python3.11 is not installed (scripts/install-deps)");
+        return;
+    }
+    let code = "import time\n\
+                def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\n\
+                t = time.time()\n\
+                while time.time() - t < 2: fib(18)\n";
+    let (lines, _) = profile("python", &[], &[py.to_str().unwrap(), "-c", code]);
+    let total = root_weight(&lines, "python3.11");
+    let eval = weight_with(&lines, "python3.11", &["_PyEval_EvalFrameDefault"]);
+    let reach = weight_with(
+        &lines,
+        "python3.11",
+        &["__libc_start_call_main", "Py_BytesMain"],
+    );
+    assert!(total > 600, "too few samples: {total}");
+    assert!(eval as f64 > 0.8 * total as f64, "{}", show(&lines));
+    // Debian builds it without frame pointers; main tail-calls Py_BytesMain.
+    assert!(
+        reach as f64 >= 0.98 * total as f64,
+        "{reach} of {total} reach __libc_start_call_main;Py_BytesMain\n{}",
+        show(&lines)
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn stacks_that_do_not_fit_are_counted_and_samples_still_accounted() {
+    require_root();
+    let w = nofp();
+    // Many distinct stacks (depths 1..=300) into a map of 8 stacks.
+    let script = format!(
+        "for d in $(seq 1 7 300); do {} deep uw_full $d 0.02; done",
+        w.display()
+    );
+    let (lines, err) = profile("full", &["--max-stacks", "16"], &["sh", "-c", &script]);
+    let line = err
+        .lines()
+        .find(|l| l.contains("stacks could not be stored"))
+        .unwrap_or_else(|| panic!("no loss line: {err}"));
+    assert!(line.contains("the stack map was full"), "{line}");
+    // The samples whose stacks were lost are still in the profile (as the
+    // process alone), so the accounting line above balanced.
+    assert!(root_weight(&lines, "uw_full") > 0, "{err}");
+}
