@@ -258,8 +258,10 @@ def throughput_all():
                 if name.startswith("perf"):
                     perf_logs[v][name] = perf_summary("perf" if name == "perf -g" else "perf-dwarf")
                 time.sleep(1)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(TMP, "perf-dwarf.data"))
+    # Some 130 MB each; perf keeps the previous one as .old.
+    for leftover in ("perf-dwarf.data", "perf-dwarf.data.old"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(TMP, leftover))
     med = lambda v: sorted(v)[len(v) // 2]
 
     print(f"== total cost incl. kernel side, 999 Hz whole system, work done by {ncpu} busy processes "
@@ -275,6 +277,13 @@ def throughput_all():
         for t, _ in TOOLS:
             cell = "-" if t == "none" else f"{lost[t]:.2f}"
             print(f"  {t:12} {med(r[t]):12} {cell:>14}")
+        # The drift between runs with no profiler bounds what can be told apart.
+        spread = 100.0 * (max(r["none"]) - min(r["none"])) / base if base else 0.0
+        if len(r["none"]) > 1:
+            print(f"  spread of the runs with no profiler: {spread:.2f} points")
+        if spread > 1.0:
+            print("  NOTE: runs with no profiler differ by more than a point, so losses of that size are"
+                  " drift, not cost: re-run on a quiet machine")
         if v == "split":
             # The original two-way comparison, perf meaning perf -g.
             with_ours, with_perf = med(r["bpfscope"]), med(r["perf -g"])

@@ -4,6 +4,8 @@
 //! captured is kept as `bpfscope_recording::bpfprog` types, so samples in
 //! its JIT code can be named and annotated after it is gone.
 
+pub mod guarded;
 pub mod info;
+pub mod perfbuf;
 pub mod sideband;
 pub mod stats;

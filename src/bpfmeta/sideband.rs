@@ -4,22 +4,16 @@
 //! program's info is read at once (it may be gone soon); the programs
 //! already loaded at start are read too.
 //!
-//! The ring buffers are libbpf's raw perf buffer (per-CPU mmap, wrap-around,
-//! epoll), which takes any perf event attributes.
+//! The ring buffers are read by `perfbuf`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::{AsFd, AsRawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
-use libbpf_rs::{MapHandle, MapType};
-use libbpf_sys::perf_event_header;
+use anyhow::Result;
 
 use super::info;
+use super::perfbuf::{Handlers, Reader};
 use bpfscope_recording::bpfprog::{BpfProg, Subprog};
 
 /// What the side-band has seen so far.
@@ -172,8 +166,7 @@ impl State {
 /// The side-band reader, running in its own thread until stopped.
 pub struct SideBand {
     state: Arc<Mutex<State>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    reader: Reader,
 }
 
 /// Per-CPU ring size in pages: loads are rare, records small.
@@ -181,36 +174,7 @@ const PAGES: usize = 16;
 /// How long a load may stay unreadable before only its JIT symbols are kept.
 const PENDING_MAX: Duration = Duration::from_millis(500);
 
-unsafe extern "C" fn on_event(
-    ctx: *mut std::ffi::c_void,
-    _cpu: std::ffi::c_int,
-    event: *mut perf_event_header,
-) -> libbpf_sys::bpf_perf_event_ret {
-    // SAFETY: ctx is the &Mutex<State> passed to perf_buffer__new_raw by the
-    // thread that polls, which keeps it alive; event points at a record of
-    // `size` bytes that libbpf keeps valid for the duration of this call.
-    unsafe {
-        let state = &*(ctx as *const Mutex<State>);
-        let size = (*event).size as usize;
-        let rec = std::slice::from_raw_parts(event as *const u8, size);
-        if let Ok(mut s) = state.lock() {
-            s.on_record(rec);
-        }
-    }
-    libbpf_sys::LIBBPF_PERF_EVENT_CONT
-}
-
-/// Owns a libbpf perf buffer; frees it on drop.
-struct RawBuffer(*mut libbpf_sys::perf_buffer);
-
-impl Drop for RawBuffer {
-    fn drop(&mut self) {
-        // SAFETY: the pointer came from perf_buffer__new_raw and is freed once.
-        unsafe { libbpf_sys::perf_buffer__free(self.0) };
-    }
-}
-
-fn open_buffer(state: &Arc<Mutex<State>>, map: &MapHandle) -> Result<RawBuffer> {
+fn attr() -> libbpf_sys::perf_event_attr {
     let mut attr = libbpf_sys::perf_event_attr {
         type_: libbpf_sys::PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<libbpf_sys::perf_event_attr>() as u32,
@@ -226,90 +190,39 @@ fn open_buffer(state: &Arc<Mutex<State>>, map: &MapHandle) -> Result<RawBuffer> 
     // records wake readers through the watermark.
     attr.set_watermark(1);
     attr.__bindgen_anon_2.wakeup_watermark = 1;
-    let ctx = Arc::as_ptr(state) as *mut std::ffi::c_void;
-    // SAFETY: attr is valid for the call; ctx stays valid while the returned
-    // buffer lives (the caller holds the Arc); opts may be null.
-    let pb = unsafe {
-        libbpf_sys::perf_buffer__new_raw(
-            map.as_fd().as_raw_fd(),
-            PAGES as libbpf_sys::size_t,
-            &mut attr,
-            Some(on_event),
-            ctx,
-            std::ptr::null(),
-        )
-    };
-    // SAFETY: libbpf_get_error only inspects the pointer value.
-    let err = unsafe { libbpf_sys::libbpf_get_error(pb as *const _) };
-    if pb.is_null() || err != 0 {
-        return Err(anyhow!(
-            "opening the BPF side-band events: {}",
-            std::io::Error::from_raw_os_error((-err) as i32)
-        ));
-    }
-    Ok(RawBuffer(pb))
+    attr
 }
 
 impl SideBand {
     /// Starts following loads and unloads, then reads the programs already loaded.
     pub fn start() -> Result<SideBand> {
         let state = Arc::new(Mutex::new(State::default()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel::<Result<()>>();
-        let (st, sp) = (state.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
-            let map = match MapHandle::create(
-                MapType::PerfEventArray,
-                None::<&str>,
-                4,
-                4,
-                ncpus.max(1),
-                &libbpf_sys::bpf_map_create_opts {
-                    sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
-                    ..Default::default()
-                },
-            ) {
-                Ok(m) => m,
-                Err(e) => {
-                    let _ = tx.send(Err(anyhow!(e).context("creating the side-band map")));
-                    return;
-                }
-            };
-            let pb = match open_buffer(&st, &map) {
-                Ok(pb) => pb,
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                    return;
-                }
-            };
-            let _ = tx.send(Ok(()));
-            while !sp.load(Ordering::Relaxed) {
-                // Short waits while a load waits to be readable, long ones otherwise.
-                let waiting = st.lock().map(|s| !s.pending.is_empty()).unwrap_or(false);
-                let ms = if waiting { 2 } else { 100 };
-                // SAFETY: pb is a live perf buffer owned by this thread.
-                unsafe { libbpf_sys::perf_buffer__poll(pb.0, ms) };
-                if let Ok(mut s) = st.lock() {
+        let reader = Reader::spawn(
+            "BPF side-band events",
+            attr(),
+            PAGES,
+            state.clone(),
+            Handlers {
+                record: State::on_record,
+                after_poll: |s| {
                     s.retry_pending();
-                }
-            }
-            // Whatever arrived before the stop.
-            // SAFETY: as above.
-            unsafe { libbpf_sys::perf_buffer__consume(pb.0) };
-            if let Ok(mut s) = st.lock() {
-                s.retry_pending();
-                // Stopping: what is still unreadable keeps its JIT symbols.
-                for (id, tag, _) in std::mem::take(&mut s.pending) {
-                    let prog = s.gone_prog(id, tag);
-                    s.progs.insert(id, prog);
-                }
-            }
-            // The buffer goes before the map it registered its events in.
-            drop(pb);
-            drop(map);
-        });
-        rx.recv().context("the side-band reader stopped")??;
+                    // Short waits while a load waits to be readable.
+                    if s.pending.is_empty() {
+                        100
+                    } else {
+                        2
+                    }
+                },
+                finish: |s| {
+                    s.retry_pending();
+                    // Stopping: what is still unreadable keeps its JIT symbols.
+                    for (id, tag, _) in std::mem::take(&mut s.pending) {
+                        let prog = s.gone_prog(id, tag);
+                        s.progs.insert(id, prog);
+                    }
+                },
+            },
+        )?;
         // Programs loaded before the side-band started. A program loaded since
         // is already in the map; fetching again only refreshes it.
         let existing = info::fetch_all();
@@ -318,32 +231,16 @@ impl SideBand {
                 s.progs.entry(p.id).or_insert(p);
             }
         }
-        Ok(SideBand {
-            state,
-            stop,
-            thread: Some(thread),
-        })
+        Ok(SideBand { state, reader })
     }
 
     /// Stops following and returns every program seen, and records lost.
     pub fn finish(mut self) -> (Vec<BpfProg>, u64) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.reader.stop();
         let Ok(mut s) = self.state.lock() else {
             return (Vec::new(), 0);
         };
         let progs = std::mem::take(&mut s.progs).into_values().collect();
         (progs, s.lost)
-    }
-}
-
-impl Drop for SideBand {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }

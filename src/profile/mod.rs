@@ -19,6 +19,7 @@ use libbpf_rs::RingBufferBuilder;
 use crate::attach::libbpf_log;
 use crate::attach::target::GatedChild;
 use crate::attach::target::Target;
+use crate::bpfmeta::guarded::{Guarded, GuardedSampler};
 use crate::bpfmeta::sideband::SideBand;
 use crate::bpfmeta::stats::{self, StatsGuard};
 use crate::collect::Stopper;
@@ -83,6 +84,10 @@ pub struct Sampled {
     /// sampling program from running (by program id), from BPF run-time
     /// statistics; empty for off-CPU profiles or without statistics.
     pub blocked_bpf_ns: Vec<(u32, u64)>,
+    /// Samples in guarded BPF programs taken by the second sampler (in
+    /// `stacks`), and its samples dropped (ring full or no room).
+    pub bpf_sampled: u64,
+    pub guarded_lost: u64,
     /// What loading unwind tables cost, and the memory they took.
     pub tables: unwind::TableStats,
     pub table_bytes: u64,
@@ -154,7 +159,11 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     // New processes are announced on a ring buffer; their mappings are
     // read right away, while they still exist.
     follow_processes(&mut session, &stopper, &mut snapshots)?;
-    let blocked_bpf_ns = blocked.map(BlockedBpf::finish).unwrap_or_default();
+    let own_progs = crate::bpfmeta::info::own_prog_ids();
+    let (blocked_bpf_ns, guarded) = match blocked {
+        Some(b) => b.finish(&own_progs),
+        None => (Vec::new(), None),
+    };
     let (mut all_progs, sideband_lost) = sideband.map(SideBand::finish).unwrap_or_default();
     // Programs measured but not seen by the side-band (it failed to start).
     for &(id, _) in &blocked_bpf_ns {
@@ -165,7 +174,14 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
         }
     }
     let duration = t0.elapsed();
-    let mut sampled = read_out(s, &session, snapshots, all_progs, blocked_bpf_ns)?;
+    let mut sampled = read_out(
+        s,
+        &session,
+        snapshots,
+        all_progs,
+        blocked_bpf_ns,
+        guarded.map(|g| (g, own_progs)),
+    )?;
     sampled.sideband_lost = sideband_lost;
     sampled.start_unix_ns = start_unix_ns;
     sampled.duration = duration;
@@ -275,8 +291,17 @@ fn read_out(
     mut snapshots: Snapshots,
     all_progs: Vec<BpfProg>,
     blocked_bpf_ns: Vec<(u32, u64)>,
+    guarded: Option<(Guarded, Vec<u32>)>,
 ) -> Result<Sampled> {
     let mut stacks = session.read_stacks()?;
+    let mut bpf_sampled = 0;
+    let mut guarded_lost = 0;
+    if let Some((g, own)) = guarded {
+        guarded_lost = g.lost + g.no_room;
+        let extra = guarded_stacks(g, &all_progs, &own, &stacks);
+        bpf_sampled = extra.iter().map(|s| s.count).sum();
+        stacks.extend(extra);
+    }
     let kernel_addrs: BTreeSet<u64> = stacks
         .iter()
         .flat_map(|s| s.kernel.iter().copied())
@@ -302,6 +327,8 @@ fn read_out(
     }
     let lost = session.lost()?;
     Ok(Sampled {
+        bpf_sampled,
+        guarded_lost,
         tables: session.tables.stats.clone(),
         table_bytes: session.tables.used_bytes(),
         stacks,
@@ -319,15 +346,19 @@ fn read_out(
     })
 }
 
-/// BPF programs whose runs no sample can see. kprobe, tracepoint and
-/// perf_event programs run under the kernel's per-CPU BPF recursion guard
-/// (`bpf_prog_active`); a perf_event sampling program that fires meanwhile
-/// is not run, so the sample vanishes. Their run time is measured instead,
-/// with BPF run-time statistics held on for the run, and added to the
-/// profile as estimated samples.
-struct BlockedBpf {
-    _stats: StatsGuard,
-    before: Vec<stats::ProgStats>,
+/// BPF programs whose runs no sample of the profiler's own can see.
+/// kprobe, tracepoint and perf_event programs run under the kernel's
+/// per-CPU BPF recursion guard (`bpf_prog_active`); a perf_event sampling
+/// program that fires meanwhile is not run, so the sample vanishes. A
+/// second, plain perf sampler (`bpfmeta::guarded`) sees them as perf does;
+/// where it cannot run, their run time is measured instead, with BPF
+/// run-time statistics held on for the run, and added as estimated samples.
+enum BlockedBpf {
+    Sampled(GuardedSampler),
+    Measured {
+        _stats: StatsGuard,
+        before: Vec<stats::ProgStats>,
+    },
 }
 
 /// Program types whose runs hold the recursion guard.
@@ -335,45 +366,109 @@ const GUARDED_TYPES: &[&str] = &["kprobe", "tracepoint", "perf_event"];
 
 impl BlockedBpf {
     /// None for off-CPU profiles (no samples to lose), profiles of some
-    /// processes, or when the kernel refuses statistics (said once).
+    /// processes (both ways see programs, not processes), or when neither
+    /// way is allowed (said once).
     fn start(s: &SamplingConfig) -> Option<BlockedBpf> {
-        // Run-time statistics are per program, not per process: they
-        // describe a whole-system profile only.
         if s.mode != Mode::Cpu || s.target != Target::All || s.cgroup.is_some() {
             return None;
         }
+        let sampler_err = match GuardedSampler::start(s.frequency) {
+            Ok(g) => return Some(BlockedBpf::Sampled(g)),
+            Err(e) => e,
+        };
         match StatsGuard::enable() {
-            Ok(g) => Some(BlockedBpf {
-                _stats: g,
-                before: stats::snapshot(),
-            }),
+            Ok(g) => {
+                eprintln!(
+                    "bpfscope: time in kprobe and tracepoint BPF programs is estimated from their run time: {sampler_err:#}"
+                );
+                Some(BlockedBpf::Measured {
+                    _stats: g,
+                    before: stats::snapshot(),
+                })
+            }
             Err(e) => {
                 eprintln!(
-                    "bpfscope: time in kprobe and tracepoint BPF programs will be missing: {e:#}"
+                    "bpfscope: time in kprobe and tracepoint BPF programs will be missing: {sampler_err:#}; {e:#}"
                 );
                 None
             }
         }
     }
 
-    /// Run time per guarded program since `start`, bpfscope's own excepted
-    /// (its cost is the profiler's, not the system's).
-    fn finish(self) -> Vec<(u32, u64)> {
-        let own = crate::bpfmeta::info::own_prog_ids();
-        stats::snapshot()
-            .into_iter()
-            .filter(|p| GUARDED_TYPES.contains(&p.prog_type.as_str()) && !own.contains(&p.id))
-            .filter_map(|p| {
-                let was = self
-                    .before
-                    .iter()
-                    .find(|b| b.id == p.id)
-                    .map_or(0, |b| b.run_time_ns);
-                let ns = p.run_time_ns.saturating_sub(was);
-                (ns > 0).then_some((p.id, ns))
-            })
-            .collect()
+    /// The second sampler's samples, or the run time per guarded program
+    /// since `start`; bpfscope's own programs excepted (their cost is the
+    /// profiler's, not the system's).
+    fn finish(self, own: &[u32]) -> (Vec<(u32, u64)>, Option<Guarded>) {
+        match self {
+            BlockedBpf::Sampled(g) => (Vec::new(), Some(g.finish())),
+            BlockedBpf::Measured { before, .. } => {
+                let ns = stats::snapshot()
+                    .into_iter()
+                    .filter(|p| {
+                        GUARDED_TYPES.contains(&p.prog_type.as_str()) && !own.contains(&p.id)
+                    })
+                    .filter_map(|p| {
+                        let was = before
+                            .iter()
+                            .find(|b| b.id == p.id)
+                            .map_or(0, |b| b.run_time_ns);
+                        let ns = p.run_time_ns.saturating_sub(was);
+                        (ns > 0).then_some((p.id, ns))
+                    })
+                    .collect();
+                (ns, None)
+            }
+        }
     }
+}
+
+/// The second sampler's samples inside guarded programs (not bpfscope's
+/// own), as stacks with kernel frames only, named by the process's comm.
+fn guarded_stacks(g: Guarded, progs: &[BpfProg], own: &[u32], seen: &[RawStack]) -> Vec<RawStack> {
+    let guarded: Vec<&BpfProg> = progs
+        .iter()
+        .filter(|p| GUARDED_TYPES.contains(&p.prog_type.as_str()) && !own.contains(&p.id))
+        .collect();
+    let mut agg: HashMap<(u32, Vec<u64>), u64> = HashMap::new();
+    for (pid, chain) in g.samples {
+        // Return addresses are one past the call.
+        let hit = chain.iter().any(|&a| {
+            guarded
+                .iter()
+                .any(|p| p.contains(a) || p.contains(a.saturating_sub(1)))
+        });
+        if hit {
+            *agg.entry((pid, chain)).or_default() += 1;
+        }
+    }
+    let mut comms: HashMap<u32, String> = HashMap::new();
+    agg.into_iter()
+        .map(|((pid, kernel), n)| {
+            let comm = comms
+                .entry(pid)
+                .or_insert_with(|| {
+                    seen.iter()
+                        .find(|s| s.tgid == pid)
+                        .map(|s| s.comm.clone())
+                        .or_else(|| read_comm(pid))
+                        .unwrap_or_else(|| "[unknown]".into())
+                })
+                .clone();
+            RawStack {
+                tgid: pid,
+                comm,
+                count: n,
+                value: n,
+                kernel,
+                user: Vec::new(),
+            }
+        })
+        .collect()
+}
+
+fn read_comm(pid: u32) -> Option<String> {
+    let c = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(c.trim_end().to_string())
 }
 
 /// Off-CPU kernel stacks are taken inside the sched_switch hook, so they
@@ -500,6 +595,8 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         table_files: u64::from(sampled.tables.files),
         table_bytes: sampled.table_bytes,
         files_lost: sampled.lost.files,
+        bpf_sampled: sampled.bpf_sampled,
+        second_sampler_lost: sampled.guarded_lost,
     };
     let mut stacks = Vec::with_capacity(sampled.stacks.len());
     for (prog, samples) in blocked_samples(s, sampled) {

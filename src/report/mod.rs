@@ -247,12 +247,14 @@ pub fn sample_accounting(rec: &Recording) -> Option<String> {
     if l.samples_taken == 0 {
         return None;
     }
+    // The sampling program's own: not the estimates, not the second sampler's.
     let stored: u64 = rec
         .stacks
         .iter()
         .filter(|s| s.comm != BPF_RUN_TIME)
         .map(|s| s.count)
-        .sum();
+        .sum::<u64>()
+        .saturating_sub(l.bpf_sampled);
     let skipped = l.samples_taken.saturating_sub(l.sampler_runs);
     let mut s = format!(
         "samples: {} taken by the kernel's clocks, {} reached the sampling program",
@@ -266,6 +268,12 @@ pub fn sample_accounting(rec: &Recording) -> Option<String> {
             s.push_str(&format!(
                 "; {} estimated from BPF run time",
                 l.bpf_estimated
+            ));
+        }
+        if l.bpf_sampled > 0 {
+            s.push_str(&format!(
+                "; {} taken in such BPF programs by a second sampler, in the profile",
+                l.bpf_sampled
             ));
         }
         s.push(')');
@@ -334,6 +342,17 @@ pub fn loss_notes(l: &LostCounts, mode: &str) -> Vec<String> {
         notes.push(format!(
             "{} samples are estimated from BPF run-time statistics: time in kprobe, tracepoint and perf_event BPF programs, during which the kernel runs no sampling program (shown under [bpf run time])",
             l.bpf_estimated
+        ));
+    }
+    if l.bpf_sampled > 0 || l.second_sampler_lost > 0 {
+        notes.push(format!(
+            "{} samples in kprobe, tracepoint and perf_event BPF programs were taken by a second sampler (the sampling program cannot run inside them){}",
+            l.bpf_sampled,
+            if l.second_sampler_lost > 0 {
+                format!("; it dropped {}", l.second_sampler_lost)
+            } else {
+                String::new()
+            }
         ));
     }
     if l.unresolved_weight > 0 {

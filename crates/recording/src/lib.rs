@@ -160,6 +160,14 @@ pub struct LostCounts {
     /// Files whose frames stay raw: the file table was full.
     #[prost(uint64, tag = "26")]
     pub files_lost: u64,
+    /// Samples in kprobe, tracepoint and perf_event BPF programs taken by a
+    /// second, plain perf sampler (the profiler's own cannot run inside
+    /// them); they are stacks of their own, with kernel frames only.
+    #[prost(uint64, tag = "27")]
+    pub bpf_sampled: u64,
+    /// Samples the second sampler dropped (its ring full, or no room).
+    #[prost(uint64, tag = "28")]
+    pub second_sampler_lost: u64,
 }
 
 /// One ELF file seen in user stacks.
