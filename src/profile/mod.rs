@@ -129,6 +129,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     if s.user {
         if let Err(e) = unwind::load_vdso(
             &session.skel.maps.files,
+            &session.skel.maps.unwind_entries,
             &mut session.tables,
             &mut snapshots,
         ) {
@@ -243,6 +244,7 @@ fn follow_processes(
                     unwind::load_file(
                         &n,
                         &session.skel.maps.files,
+                        &session.skel.maps.unwind_entries,
                         &mut session.tables,
                         snapshots,
                     )?;
@@ -275,7 +277,13 @@ fn follow_processes(
     }
     for n in fresh.into_inner() {
         if n.kind == bp_note_kind::BP_NOTE_FILE.0 {
-            unwind::load_file(&n, &session.skel.maps.files, &mut session.tables, snapshots)?;
+            unwind::load_file(
+                &n,
+                &session.skel.maps.files,
+                &session.skel.maps.unwind_entries,
+                &mut session.tables,
+                snapshots,
+            )?;
         } else {
             snapshots.snapshot(n.tgid);
         }

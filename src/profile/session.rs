@@ -73,7 +73,7 @@ pub struct ProfileSession<'obj> {
     /// Sampling period in ns (software clocks sample at a fixed period).
     period_ns: u64,
     pub skel: ProfileSkel<'obj>,
-    /// `unwind_entries`, mapped for writing tables into.
+    /// Space in `unwind_entries`.
     pub tables: TableMemory,
 }
 
@@ -153,7 +153,7 @@ impl<'obj> ProfileSession<'obj> {
         if let Some(bss) = skel.maps.bss_data.as_deref_mut() {
             bss.next_file_id = super::unwind::VDSO_ID;
         }
-        let tables = TableMemory::map(&skel.maps.unwind_entries)?;
+        let tables = TableMemory::new(&skel.maps.unwind_entries);
         Ok(ProfileSession {
             links: Vec::new(),
             perf_fds: Vec::new(),

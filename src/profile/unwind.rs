@@ -1,12 +1,11 @@
 //! Unwind tables for the profiler's in-kernel unwinder (unwind.bpf.h): when
 //! the kernel side sees a file for the first time it announces it; here the
 //! file's `.eh_frame` is compiled (bpfscope-unwind), written into the
-//! `unwind_entries` array through a shared mapping, and the file's entry in
+//! `unwind_entries` array with batched updates, and the file's entry in
 //! `files` is switched from pending to its table. One table per build id,
 //! shared by every process and every inode with that content.
 
 use std::collections::HashMap;
-use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -41,7 +40,7 @@ pub struct TableStats {
     pub entries: u64,
     /// Files with no usable unwind information (frame pointers only).
     pub without_table: u32,
-    /// Files whose table did not fit `unwind_entries` (--unwind-entries).
+    /// Files whose table did not fit `unwind_entries` (--unwind-memory).
     pub no_room: u32,
     /// Announcements of files whose process was gone, mapped by no other
     /// process (left for the next process that maps them to announce).
@@ -50,75 +49,60 @@ pub struct TableStats {
     pub compile: Duration,
 }
 
-/// `unwind_entries` mapped into this process (BPF_F_MMAPABLE), filled from
-/// the front; tables are never freed during a run.
+/// Space in `unwind_entries`, filled from the front; tables are never
+/// freed during a run. Written with batched updates, not through mmap: a
+/// mapping of the array would count all of it in bpfscope's resident set.
 pub struct TableMemory {
-    ptr: *mut u64,
     entries: usize,
-    bytes: usize,
     next: usize,
     by_build_id: HashMap<Vec<u8>, (u32, u32, u64)>,
     pub stats: TableStats,
 }
 
+/// Entries per batched update.
+const BATCH: usize = 1 << 16;
+
 impl TableMemory {
-    pub fn map(map: &libbpf_rs::Map<'_>) -> Result<TableMemory> {
-        let entries = map.max_entries() as usize;
-        // mmap rounds to pages; the kernel allows the map's whole size.
-        let bytes = (entries * 8).next_multiple_of(4096);
-        // SAFETY: mapping a BPF array created with BPF_F_MMAPABLE, shared,
-        // for its own size; the fd stays valid for the call and the mapping
-        // outlives it independently. Checked for MAP_FAILED below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&map.as_fd()),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("mapping the unwind table array");
-        }
-        Ok(TableMemory {
-            ptr: ptr.cast(),
-            entries,
-            bytes,
+    pub fn new(map: &libbpf_rs::Map<'_>) -> TableMemory {
+        TableMemory {
+            entries: map.max_entries() as usize,
             next: 0,
             by_build_id: HashMap::new(),
             stats: TableStats::default(),
-        })
+        }
     }
 
     /// Copies a table in; its first index, or None when it does not fit.
-    fn place(&mut self, table: &[Entry]) -> Option<u32> {
+    fn place(&mut self, map: &libbpf_rs::Map<'_>, table: &[Entry]) -> Result<Option<u32>> {
         let start = self.next;
         if table.is_empty() || start + table.len() > self.entries {
-            return None;
+            return Ok(None);
         }
-        for (i, e) in table.iter().enumerate() {
-            let v = u64::from(e.offset) | (u64::from(e.word) << 32);
-            // SAFETY: start + i < self.entries, inside the mapping made in
-            // `map`; the kernel reads these words only after `files` points
-            // at them, and a torn read would only be a wrong rule.
-            unsafe { self.ptr.add(start + i).write_volatile(v) };
+        for (n, chunk) in table.chunks(BATCH).enumerate() {
+            let first = start + n * BATCH;
+            let keys: Vec<u8> = (first..first + chunk.len())
+                .flat_map(|i| (i as u32).to_ne_bytes())
+                .collect();
+            let values: Vec<u8> = chunk
+                .iter()
+                .flat_map(|e| (u64::from(e.offset) | (u64::from(e.word) << 32)).to_ne_bytes())
+                .collect();
+            map.update_batch(
+                &keys,
+                &values,
+                chunk.len() as u32,
+                MapFlags::ANY,
+                MapFlags::ANY,
+            )
+            .context("loading an unwind table")?;
         }
         self.next += table.len();
-        u32::try_from(start).ok()
+        Ok(u32::try_from(start).ok())
     }
 
     /// Entries in use, in bytes.
     pub fn used_bytes(&self) -> u64 {
         self.next as u64 * 8
-    }
-}
-
-impl Drop for TableMemory {
-    fn drop(&mut self) {
-        // SAFETY: ptr and bytes are the mapping made in `map`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.bytes) };
     }
 }
 
@@ -128,6 +112,7 @@ impl Drop for TableMemory {
 pub fn load_file(
     note: &bp_note,
     files: &libbpf_rs::Map<'_>,
+    entries: &libbpf_rs::Map<'_>,
     tables: &mut TableMemory,
     snapshots: &mut Snapshots,
 ) -> Result<()> {
@@ -188,7 +173,7 @@ pub fn load_file(
                 .or_else(|_| bpfscope_unwind::compile(Path::new(&path)));
             tables.stats.compile += t0.elapsed();
             match compiled {
-                Ok(t) if !t.entries().is_empty() => match tables.place(t.entries()) {
+                Ok(t) if !t.entries().is_empty() => match tables.place(entries, t.entries())? {
                     Some(start) => {
                         let p = (start, t.entries().len() as u32, t.base());
                         tables.stats.files += 1;
@@ -233,6 +218,7 @@ pub const VDSO_ID: u32 = 1;
 /// and the symbolizer can read it, kept open and unlinked.
 pub fn load_vdso(
     files: &libbpf_rs::Map<'_>,
+    entries: &libbpf_rs::Map<'_>,
     tables: &mut TableMemory,
     snapshots: &mut Snapshots,
 ) -> Result<()> {
@@ -268,7 +254,7 @@ pub fn load_vdso(
         .map(|s| s.vaddr.wrapping_sub(s.file_offset))
         .unwrap_or(0);
     match compiled {
-        Ok(t) if !t.entries().is_empty() => match tables.place(t.entries()) {
+        Ok(t) if !t.entries().is_empty() => match tables.place(entries, t.entries())? {
             Some(start) => {
                 tables.stats.files += 1;
                 tables.stats.entries += t.entries().len() as u64;
