@@ -103,6 +103,14 @@ impl Snapshots {
             .or_else(|_| elf::inspect(Path::new(path)))
             .ok();
         let (build_id, segments) = info.map(|i| (i.build_id, i.segments)).unwrap_or_default();
+        // A file without a build id gets a synthetic one (its identity on
+        // disk), so its frames are recorded and symbolized like the rest.
+        let build_id = build_id.or_else(|| {
+            std::fs::metadata(via)
+                .or_else(|_| std::fs::metadata(path))
+                .ok()
+                .map(|m| bpfscope_sys::buildid::synthetic(&m))
+        });
         let open = if build_id.is_some() && self.open_files < MAX_OPEN {
             File::open(via).ok()
         } else {

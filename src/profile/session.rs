@@ -402,8 +402,9 @@ fn open_cpu_clock(cpu: u32, hz: u64) -> Result<OwnedFd> {
         config: u64::from(libbpf_sys::PERF_COUNT_SW_CPU_CLOCK),
         ..Default::default()
     };
-    attr.__bindgen_anon_1.sample_freq = hz;
-    attr.set_freq(1);
+    // A fixed period in ns (the clock's unit), not a frequency the kernel
+    // adapts towards: samples taken are then exactly ns counted / period.
+    attr.__bindgen_anon_1.sample_period = 1_000_000_000 / hz.max(1);
     // SAFETY: attr is a valid, fully initialized perf_event_attr whose size
     // field matches; the other arguments are plain integers.
     let fd = unsafe {

@@ -310,3 +310,48 @@ fn stacks_that_do_not_fit_are_counted_and_samples_still_accounted() {
     // process alone), so the accounting line above balanced.
     assert!(root_weight(&lines, "uw_full") > 0, "{err}");
 }
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn a_file_without_build_id_is_unwound_and_named_now_and_in_a_report() {
+    require_root();
+    let w = workload_with(
+        "nofp",
+        &["-O2", "-fomit-frame-pointer", "-Wl,--build-id=none"],
+    );
+    let (lines, _) = profile(
+        "nobid",
+        &[],
+        &[w.to_str().unwrap(), "chain", "uw_nobid", "1"],
+    );
+    let total = root_weight(&lines, "uw_nobid");
+    let chain = weight_with(&lines, "uw_nobid", &["main", "via_a", "via_b", "hot_leaf"]);
+    assert!(total > 300, "too few samples: {total}");
+    assert!(chain as f64 >= 0.97 * total as f64, "{}", show(&lines));
+    // Recorded, then symbolized by a later report from the file on disk.
+    let dir = scratch_dir("unwind-nobid-rec");
+    let rec = dir.join("nobid.bscope");
+    ok(&run(&[
+        "record",
+        "-F",
+        "499",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        w.to_str().unwrap(),
+        "chain",
+        "uw_nobid",
+        "1",
+    ]));
+    let out = dir.join("nobid.folded");
+    ok(&run(&[
+        "report",
+        rec.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]));
+    let lines = folded(&out);
+    let total = root_weight(&lines, "uw_nobid");
+    let chain = weight_with(&lines, "uw_nobid", &["main", "via_a", "via_b", "hot_leaf"]);
+    assert!(chain as f64 >= 0.97 * total as f64, "{}", show(&lines));
+}

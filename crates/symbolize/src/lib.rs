@@ -162,6 +162,24 @@ fn symtab_offsets(path: &Path, vaddrs: &[u64], out: &mut [Option<Resolved>]) {
 /// Where distributions put separate debug files.
 const SYSTEM_DEBUG_DIRS: &[&str] = &["/usr/lib/debug", "/lib/debug"];
 
+/// A file without a build id, named by a synthetic one: only the very
+/// file it was made from (unchanged on disk) matches; debug directories
+/// and debuginfod know nothing of it.
+fn find_synthetic(build_id: &[u8], paths: &[String]) -> Option<Found> {
+    paths.iter().find_map(|p| {
+        let meta = std::fs::metadata(p).ok()?;
+        if bpfscope_sys::buildid::synthetic(&meta) != build_id {
+            return None;
+        }
+        let info = elf::inspect(Path::new(p)).ok()?;
+        info.build_id.is_none().then(|| Found {
+            path: PathBuf::from(p),
+            origin: Origin::Mapped,
+            info,
+        })
+    })
+}
+
 impl Resolver {
     /// With `inlined`, each address carries its chain of inlined functions
     /// (profiles show them as frames); without, only the outer function and
@@ -230,6 +248,9 @@ impl Resolver {
     /// directory, else the mapped file if it has symbols, else one from
     /// debuginfod, else the mapped file with whatever dynamic symbols it has.
     pub fn find(&mut self, build_id: &[u8], paths: &[String]) -> Option<Found> {
+        if bpfscope_sys::buildid::is_synthetic(build_id) {
+            return find_synthetic(build_id, paths);
+        }
         let hex = bpfscope_sys::buildid::hex(build_id);
         if hex.len() > 2 {
             for d in self.debug_dirs.clone() {
