@@ -135,6 +135,17 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
         ) {
             eprintln!("bpfscope: frames in the vDSO are unwound by frame pointers: {e:#}");
         }
+        let mut next_id = unwind::VDSO_ID + 1;
+        if let Err(e) = unwind::preload_own(
+            &session.skel.maps.files,
+            &session.skel.maps.unwind_entries,
+            &mut session.tables,
+            &mut snapshots,
+            &mut next_id,
+        ) {
+            eprintln!("bpfscope: shared libraries' unwind tables load on first use: {e:#}");
+        }
+        session.reserve_file_ids(next_id);
     }
     // A running process's mappings, for the unwinder, before its first sample.
     if let (Target::Pid(pid), true) = (&s.target, s.user) {

@@ -148,11 +148,6 @@ impl<'obj> ProfileSession<'obj> {
                 libbpf_log::last_error_hint()
             ))
         })?;
-        let mut skel = skel;
-        // Id 1 is the vDSO's (unwind::VDSO_ID); the kernel side hands out the rest.
-        if let Some(bss) = skel.maps.bss_data.as_deref_mut() {
-            bss.next_file_id = super::unwind::VDSO_ID;
-        }
         let tables = TableMemory::new(&skel.maps.unwind_entries);
         Ok(ProfileSession {
             links: Vec::new(),
@@ -245,6 +240,14 @@ impl<'obj> ProfileSession<'obj> {
                 }
                 Ok(cpus.len())
             }
+        }
+    }
+
+    /// File ids below `next` are taken (user space registered them before
+    /// sampling); the kernel side hands out the rest.
+    pub fn reserve_file_ids(&mut self, next: u32) {
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            bss.next_file_id = next - 1;
         }
     }
 

@@ -273,6 +273,49 @@ pub fn load_vdso(
     }
 }
 
+/// Loads the tables of the files bpfscope itself maps (the C library, the
+/// dynamic loader, ...) under ids from `*next_id` on, before sampling
+/// starts: most processes map the same files, so their first samples
+/// unwind through them without waiting for an announcement.
+pub fn preload_own(
+    files: &libbpf_rs::Map<'_>,
+    entries: &libbpf_rs::Map<'_>,
+    tables: &mut TableMemory,
+    snapshots: &mut Snapshots,
+    next_id: &mut u32,
+) -> Result<()> {
+    let maps = bpfscope_sys::procfs::maps("self").context("reading /proc/self/maps")?;
+    let exe = std::fs::read_link("/proc/self/exe").ok();
+    let mut done = std::collections::HashSet::new();
+    for m in maps.iter().filter(|m| m.executable() && m.is_file()) {
+        if exe.as_deref() == Some(Path::new(&m.path)) || !done.insert((m.dev.clone(), m.inode)) {
+            continue;
+        }
+        let Some((major, minor)) = m
+            .dev
+            .split_once(':')
+            .and_then(|(a, b)| Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?)))
+        else {
+            continue;
+        };
+        let note = bp_note {
+            tgid: std::process::id(),
+            file_id: *next_id,
+            start: m.start,
+            end: m.end,
+            pgoff: m.offset,
+            file: bp_file_key {
+                dev: (major << 20) | minor,
+                ino: m.inode,
+            },
+            ..Default::default()
+        };
+        load_file(&note, files, entries, tables, snapshots)?;
+        *next_id += 1;
+    }
+    Ok(())
+}
+
 /// A live process's map_files path and the path of a file by (device,
 /// inode), from every process's maps.
 fn find_mapping(key: &(String, u64)) -> Option<(String, String)> {
