@@ -291,11 +291,12 @@ pub fn preload_own(
         if exe.as_deref() == Some(Path::new(&m.path)) || !done.insert((m.dev.clone(), m.inode)) {
             continue;
         }
-        let Some((major, minor)) = m
-            .dev
-            .split_once(':')
-            .and_then(|(a, b)| Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?)))
-        else {
+        let Some((major, minor)) = m.dev.split_once(':').and_then(|(a, b)| {
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            ))
+        }) else {
             continue;
         };
         let note = bp_note {
