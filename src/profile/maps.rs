@@ -1,7 +1,9 @@
 //! Snapshots of profiled processes' executable mappings, taken while they
-//! live. They give the paths that build ids were mapped from (for
-//! symbolizing later) and explain user frames that the kernel could only
-//! give as raw addresses (its build-id lookup fell back to the IP).
+//! live, and the files behind them (by device + inode, and by the id the
+//! profiler's kernel side gave them). They give the paths and build ids
+//! (synthetic for files without one) that frames are recorded with, and
+//! explain user frames left as raw addresses (memory the kernel side had
+//! no mapping for when it sampled).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;

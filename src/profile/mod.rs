@@ -119,12 +119,8 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
             None
         }
     };
-    if bpfscope_sys::signals::interrupted() {
-        return Err(crate::error::Error::Interrupted.into());
-    }
-    let n = session
-        .attach(s, gated.is_some())
-        .map_err(crate::error::refused)?;
+    // Tables that every process needs, before any hook can hand out file
+    // ids (the counter is set once, here, while no program is attached).
     let mut snapshots = Snapshots::default();
     if s.user {
         if let Err(e) = unwind::load_vdso(
@@ -147,6 +143,12 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
         }
         session.reserve_file_ids(next_id);
     }
+    if bpfscope_sys::signals::interrupted() {
+        return Err(crate::error::Error::Interrupted.into());
+    }
+    let n = session
+        .attach(s, gated.is_some())
+        .map_err(crate::error::refused)?;
     // A running process's mappings, for the unwinder, before its first sample.
     if let (Target::Pid(pid), true) = (&s.target, s.user) {
         session.build(*pid);

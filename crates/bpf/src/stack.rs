@@ -1,7 +1,8 @@
-//! Stack map entries as the kernel stores them: kernel stacks as
-//! addresses, user stacks as `struct bpf_stack_build_id` records (the
-//! `BPF_F_STACK_BUILD_ID` maps both BPF objects use). One decoder for
-//! every reader.
+//! Stacks as the BPF objects store them: the tracer's stack maps (kernel
+//! stacks as addresses, user stacks as `struct bpf_stack_build_id`
+//! records of a `BPF_F_STACK_BUILD_ID` map), and the profiler's
+//! `stack_map` values (a header, then frames; user frames as file id +
+//! offset from its own unwinder). One decoder for every reader.
 
 use bpfscope_sys::buildid;
 
@@ -38,8 +39,8 @@ pub fn stored_frames(b: &[u8]) -> Vec<u64> {
 }
 
 /// One user frame of the profiler's unwinder (`enum bp_frame`): bit 63
-/// set is a file id (bits 40-62) and file offset (bits 0-39), clear a raw
-/// address.
+/// set is a file id (bits 40-61), file offset (bits 0-39) and bit 62 for
+/// an interrupted (not returned-to) frame; bit 63 clear is a raw address.
 pub fn unwound_frame(f: u64) -> UserFrame {
     use crate::profile::types::bp_frame;
     let file_bit = 1u64 << bp_frame::BP_FRAME_FILE_BIT.0;

@@ -4,7 +4,7 @@
  * event on every CPU; bpfscope_offcpu runs at every context switch. Both
  * take the current task's kernel stack (plain addresses) and user stack
  * (unwound with unwind tables where a file has one, frame pointers where
- * not: unwind.bpf.h; each frame a file id + file offset) into `stacks`,
+ * not: unwind.bpf.h; each frame a file id + file offset) into `stack_map`,
  * keyed by a hash of their frames, and count the pair per process in
  * `counts`, so only unique stacks reach user space, once, at the end. The
  * first sample of a process, and the first sighting of a file, are
@@ -311,7 +311,8 @@ int bpfscope_build(struct bp_build_args *args)
 	return n;
 }
 
-/* A process's mappings go with its last thread. */
+/* A process's mappings go when its group leader exits (a process whose
+ * leader left early has them read again on its next request). */
 SEC("raw_tp/sched_process_exit")
 int bpfscope_exit(void *ctx)
 {

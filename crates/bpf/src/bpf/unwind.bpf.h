@@ -7,10 +7,12 @@
  * in one array, `unwind_entries`, one slice per file, keyed by the file's
  * inode, so every process mapping a file shares one copy. A process's
  * executable mappings are read in the kernel from its VMAs (the task_vma
- * iterator) at its first sample, so tables of files seen before are in use
- * from a new process's first sample, and frames are stored as (file id,
- * file offset) at sample time: nothing about a short-lived process needs
- * to be read from /proc after it is gone.
+ * iterator) at exec, after an mmap of executable code, at fork (copied),
+ * and when user space asks (bp_build_proc says why never in the sampler),
+ * so tables of files seen before are in use from a new process's first
+ * sample, and frames are stored as (file id, file offset) at sample time:
+ * nothing about a short-lived process needs to be read from /proc after
+ * it is gone.
  *
  * One frame per bpf_loop callback, with all state in per-CPU scratch maps
  * reached through the callback context (kernels before 6.7 verify a
@@ -385,7 +387,11 @@ static __always_inline struct bp_mapping *bp_find_mapping(struct bp_unwind *u, s
 		if (u->lo >= u->hi)
 			break;
 		mid = (u->lo + u->hi) / 2;
-		if (p->m[mid & (BP_MAX_MAPPINGS - 1)].start <= pc)
+		/* The compiler knows mid < 256 and would drop the mask; older
+		 * verifiers (6.1) cannot see that bound, so keep it. */
+		asm volatile("" : "+r"(mid));
+		mid &= BP_MAX_MAPPINGS - 1;
+		if (p->m[mid].start <= pc)
 			u->lo = mid + 1;
 		else
 			u->hi = mid;
@@ -393,7 +399,9 @@ static __always_inline struct bp_mapping *bp_find_mapping(struct bp_unwind *u, s
 	lo = u->lo;
 	if (!lo)
 		return NULL;
-	m = &p->m[(lo - 1) & (BP_MAX_MAPPINGS - 1)];
+	lo--;
+	asm volatile("" : "+r"(lo));
+	m = &p->m[lo & (BP_MAX_MAPPINGS - 1)];
 	return pc < m->end ? m : NULL;
 }
 
