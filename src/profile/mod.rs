@@ -444,19 +444,35 @@ impl BlockedBpf {
 }
 
 /// The second sampler's samples inside guarded programs (not bpfscope's
-/// own), as stacks with kernel frames only, named by the process's comm.
+/// own) or the kernel code that runs them, as stacks with kernel frames
+/// only, named by the process's comm.
 fn guarded_stacks(g: Guarded, progs: &[BpfProg], own: &[u32], seen: &[RawStack]) -> Vec<RawStack> {
     let guarded: Vec<&BpfProg> = progs
         .iter()
         .filter(|p| GUARDED_TYPES.contains(&p.prog_type.as_str()) && !own.contains(&p.id))
         .collect();
+    // The guard is also held around the programs, in the glue that runs
+    // them (trace_call_bpf, for kprobes and tracepoints): samples there are
+    // lost to the sampling program as well, and perf counts them outside
+    // the programs. Their addresses, named once.
+    let addrs: Vec<u64> = g
+        .samples
+        .iter()
+        .flat_map(|(_, c)| c.iter().copied())
+        .collect::<BTreeSet<u64>>()
+        .into_iter()
+        .collect();
+    let syms = kernel::snapshot_symbols(&addrs);
+    let table = kernel::KernelTable::new(&syms);
+    let in_glue = |a: u64| table.lookup(a).is_some_and(|k| k.name == "trace_call_bpf");
     let mut agg: HashMap<(u32, Vec<u64>), u64> = HashMap::new();
     for (pid, chain) in g.samples {
         // Return addresses are one past the call.
         let hit = chain.iter().any(|&a| {
-            guarded
-                .iter()
-                .any(|p| p.contains(a) || p.contains(a.saturating_sub(1)))
+            in_glue(a)
+                || guarded
+                    .iter()
+                    .any(|p| p.contains(a) || p.contains(a.saturating_sub(1)))
         });
         if hit {
             *agg.entry((pid, chain)).or_default() += 1;
