@@ -234,6 +234,18 @@ impl SideBand {
         Ok(SideBand { state, reader })
     }
 
+    /// Whether a program that is loaded now, not one of `own`, has one of
+    /// these types.
+    pub fn any_loaded(&self, types: &[&str], own: &[u32]) -> bool {
+        self.state.lock().is_ok_and(|s| {
+            s.progs.values().any(|p| {
+                p.unloaded_ns.is_none()
+                    && types.contains(&p.prog_type.as_str())
+                    && !own.contains(&p.id)
+            })
+        })
+    }
+
     /// Stops following and returns every program seen, and records lost.
     pub fn finish(mut self) -> (Vec<BpfProg>, u64) {
         self.reader.stop();

@@ -36,6 +36,9 @@ use session::{KernelLost, ProfileSession, RawStack};
 /// CPU, and libraries opened later in long-lived processes are caught by
 /// the last look at the end).
 const RELOOK: [Duration; 1] = [Duration::from_millis(50)];
+/// How often a profile looks for BPF programs that block sampling, while
+/// there are none (their loads are seen by the side-band thread).
+const LOOK_FOR_BPF: Duration = Duration::from_millis(100);
 
 /// What is sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,7 +156,11 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     if let (Target::Pid(pid), true) = (&s.target, s.user) {
         session.build(*pid);
     }
-    let blocked = BlockedBpf::start(s);
+    let own_progs = crate::bpfmeta::info::own_prog_ids();
+    let mut blocked = BlockedBpf::new(s);
+    if let Some(b) = blocked.as_mut() {
+        b.check(sideband.as_ref(), &own_progs);
+    }
     let start_unix_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -172,8 +179,14 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
 
     // New processes are announced on a ring buffer; their mappings are
     // read right away, while they still exist.
-    follow_processes(&mut session, &stopper, &mut snapshots)?;
-    let own_progs = crate::bpfmeta::info::own_prog_ids();
+    follow_processes(
+        &mut session,
+        &stopper,
+        &mut snapshots,
+        blocked
+            .as_mut()
+            .map(|b| (b, sideband.as_ref(), &own_progs[..])),
+    )?;
     let (blocked_bpf_ns, guarded) = match blocked {
         Some(b) => b.finish(&own_progs),
         None => (Vec::new(), None),
@@ -226,6 +239,7 @@ fn follow_processes(
     session: &mut ProfileSession<'_>,
     stopper: &Stopper,
     snapshots: &mut Snapshots,
+    mut blocked: Option<(&mut BlockedBpf, Option<&SideBand>, &[u32])>,
 ) -> Result<()> {
     let fresh: RefCell<Vec<bp_note>> = RefCell::new(Vec::new());
     {
@@ -244,10 +258,18 @@ fn follow_processes(
             let due = again
                 .front()
                 .map(|(t, _, _)| t.saturating_duration_since(Instant::now()));
-            let timeout = match (stopper.remaining(), due) {
+            let mut timeout = match (stopper.remaining(), due) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
+            // While no program that blocks sampling is loaded, look for one
+            // every 100 ms.
+            if let Some((b, sb, own)) = blocked.as_mut() {
+                b.check(*sb, own);
+                if b.sampler.is_none() && !b.failed && b.measured.is_none() {
+                    timeout = Some(timeout.map_or(LOOK_FOR_BPF, |t| t.min(LOOK_FOR_BPF)));
+                }
+            }
             wait_readable(&[rb.epoll_fd(), stopper.wake_fd().as_raw_fd()], timeout);
             rb.consume().context("reading process notifications")?;
             let now = Instant::now();
@@ -371,30 +393,57 @@ fn read_out(
 /// kprobe, tracepoint and perf_event programs run under the kernel's
 /// per-CPU BPF recursion guard (`bpf_prog_active`); a perf_event sampling
 /// program that fires meanwhile is not run, so the sample vanishes. A
-/// second, plain perf sampler (`bpfmeta::guarded`) sees them as perf does;
-/// where it cannot run, their run time is measured instead, with BPF
-/// run-time statistics held on for the run, and added as estimated samples.
-enum BlockedBpf {
-    Sampled(GuardedSampler),
-    Measured {
-        _stats: StatsGuard,
-        before: Vec<stats::ProgStats>,
-    },
+/// second, plain perf sampler (`bpfmeta::guarded`) sees them as perf does.
+/// It doubles the timer interrupts (the cost that dominates sampling on a
+/// virtual machine), so it runs only while such a program is loaded: from
+/// the start, or from the moment the side-band sees one load. Where it
+/// cannot run, their run time is measured instead, with BPF run-time
+/// statistics held on for the run, and added as estimated samples.
+struct BlockedBpf {
+    frequency: u64,
+    sampler: Option<GuardedSampler>,
+    /// The sampler could not start: run-time statistics instead.
+    measured: Option<(StatsGuard, Vec<stats::ProgStats>)>,
+    failed: bool,
 }
 
 /// Program types whose runs hold the recursion guard.
 const GUARDED_TYPES: &[&str] = &["kprobe", "tracepoint", "perf_event"];
 
 impl BlockedBpf {
-    /// None for off-CPU profiles (no samples to lose), profiles of some
-    /// processes (both ways see programs, not processes), or when neither
-    /// way is allowed (said once).
-    fn start(s: &SamplingConfig) -> Option<BlockedBpf> {
+    /// None for off-CPU profiles (no samples to lose) and profiles of some
+    /// processes (both ways see programs, not processes).
+    fn new(s: &SamplingConfig) -> Option<BlockedBpf> {
         if s.mode != Mode::Cpu || s.target != Target::All || s.cgroup.is_some() {
             return None;
         }
-        let sampler_err = match GuardedSampler::start(s.frequency) {
-            Ok(g) => return Some(BlockedBpf::Sampled(g)),
+        Some(BlockedBpf {
+            frequency: s.frequency,
+            sampler: None,
+            measured: None,
+            failed: false,
+        })
+    }
+
+    /// Starts the second sampler (or the fallback) once a guarded program
+    /// other than bpfscope's own is loaded; said once if neither can run.
+    fn check(&mut self, sideband: Option<&SideBand>, own: &[u32]) {
+        if self.sampler.is_some() || self.measured.is_some() || self.failed {
+            return;
+        }
+        let loaded = match sideband {
+            Some(sb) => sb.any_loaded(GUARDED_TYPES, own),
+            // Without the side-band, assume so: better the cost than the loss.
+            None => true,
+        };
+        if !loaded {
+            return;
+        }
+        let sampler_err = match GuardedSampler::start(self.frequency) {
+            Ok(g) => {
+                self.sampler = Some(g);
+                return;
+            }
             Err(e) => e,
         };
         match StatsGuard::enable() {
@@ -402,44 +451,40 @@ impl BlockedBpf {
                 eprintln!(
                     "bpfscope: time in kprobe and tracepoint BPF programs is estimated from their run time: {sampler_err:#}"
                 );
-                Some(BlockedBpf::Measured {
-                    _stats: g,
-                    before: stats::snapshot(),
-                })
+                self.measured = Some((g, stats::snapshot()));
             }
             Err(e) => {
                 eprintln!(
                     "bpfscope: time in kprobe and tracepoint BPF programs will be missing: {sampler_err:#}; {e:#}"
                 );
-                None
+                self.failed = true;
             }
         }
     }
 
     /// The second sampler's samples, or the run time per guarded program
-    /// since `start`; bpfscope's own programs excepted (their cost is the
-    /// profiler's, not the system's).
+    /// since the fallback started; bpfscope's own programs excepted (their
+    /// cost is the profiler's, not the system's).
     fn finish(self, own: &[u32]) -> (Vec<(u32, u64)>, Option<Guarded>) {
-        match self {
-            BlockedBpf::Sampled(g) => (Vec::new(), Some(g.finish())),
-            BlockedBpf::Measured { before, .. } => {
-                let ns = stats::snapshot()
-                    .into_iter()
-                    .filter(|p| {
-                        GUARDED_TYPES.contains(&p.prog_type.as_str()) && !own.contains(&p.id)
-                    })
-                    .filter_map(|p| {
-                        let was = before
-                            .iter()
-                            .find(|b| b.id == p.id)
-                            .map_or(0, |b| b.run_time_ns);
-                        let ns = p.run_time_ns.saturating_sub(was);
-                        (ns > 0).then_some((p.id, ns))
-                    })
-                    .collect();
-                (ns, None)
-            }
+        if let Some(g) = self.sampler {
+            return (Vec::new(), Some(g.finish()));
         }
+        let Some((_guard, before)) = self.measured else {
+            return (Vec::new(), None);
+        };
+        let ns = stats::snapshot()
+            .into_iter()
+            .filter(|p| GUARDED_TYPES.contains(&p.prog_type.as_str()) && !own.contains(&p.id))
+            .filter_map(|p| {
+                let was = before
+                    .iter()
+                    .find(|b| b.id == p.id)
+                    .map_or(0, |b| b.run_time_ns);
+                let ns = p.run_time_ns.saturating_sub(was);
+                (ns > 0).then_some((p.id, ns))
+            })
+            .collect();
+        (ns, None)
     }
 }
 
