@@ -27,4 +27,16 @@ static __always_inline void bs_count(void *map, u32 slot)
 		__sync_fetch_and_add(v, 1);
 }
 
+/* Add to a per-CPU counter slot of an array map (no atomics: per CPU). */
+static __always_inline void bs_add(void *map, u32 slot, u64 n)
+{
+	u64 *v;
+
+	if (!n)
+		return;
+	v = bpf_map_lookup_elem(map, &slot);
+	if (v)
+		*v += n;
+}
+
 #endif /* BPFSCOPE_COMMON_H */

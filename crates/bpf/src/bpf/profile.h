@@ -110,6 +110,11 @@ struct bp_mapping {
 	__u64 pgoff;
 	/* Zero for anonymous memory. */
 	struct bp_file_key file;
+	/* The file's entry in `files`, copied at first use once it is final
+	 * (a table or none): saves a hash lookup per frame. */
+	struct bp_file cached;
+	__u32 has_cached;
+	__u32 pad;
 };
 
 /*

@@ -140,6 +140,10 @@ struct bp_unwind {
 	/* pc came from registers or a table rule, not a frame-pointer guess. */
 	u32 trusted;
 	u32 tgid;
+	/* Frames stepped by table and by frame pointer, counted once per
+	 * stack (a shared counter per frame costs more than the step). */
+	u32 table_frames;
+	u32 fp_frames;
 	u32 pad;
 	/* Binary search bounds, kept in memory so that the verifier does not
 	 * follow every path of a search with concrete bounds. */
@@ -349,6 +353,7 @@ static __noinline struct bp_proc *bp_build_proc(struct task_struct *t, u32 tgid)
 		m->end = v->vm_end;
 		m->pgoff = v->vm_pgoff << 12;
 		file = v->vm_file;
+		m->has_cached = 0;
 		if (file) {
 			m->file.ino = BPF_CORE_READ(file, f_inode, i_ino);
 			m->file.dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev);
@@ -511,11 +516,16 @@ static __always_inline int bp_fp_step(struct bp_unwind *u)
 		bs_count(&lost, BP_UNW_END_FP);
 		return 1;
 	}
-	if (bp_read(&next_bp, u->bp) || bp_read(&ra, u->bp + 8) || !ra) {
+	u64 pair[2];
+
+	/* One read for the saved RBP and the return address above it. */
+	if (bpf_probe_read_user(pair, sizeof(pair), (void *)u->bp) || !pair[1]) {
 		bs_count(&lost, BP_UNW_END_FP);
 		return 1;
 	}
-	bs_count(&lost, BP_UNW_FP_FRAMES);
+	next_bp = pair[0];
+	ra = pair[1];
+	u->fp_frames++;
 	u->sp = u->bp + 16;
 	u->bp = next_bp;
 	u->pc = ra;
@@ -573,7 +583,7 @@ static __always_inline int bp_table_step(struct bp_unwind *u, u64 e)
 		u->bp_valid = 1;
 		u->exact = 1;
 		u->trusted = 1;
-		bs_count(&lost, BP_UNW_TABLE_FRAMES);
+		u->table_frames++;
 		return 0;
 	default:
 		goto no_rule;
@@ -585,10 +595,23 @@ static __always_inline int bp_table_step(struct bp_unwind *u, u64 e)
 	/* The caller's stack is above the callee's. */
 	if (cfa <= u->sp)
 		goto read_failed;
-	if (bp_read(&ra, cfa - 8))
+	if ((kb >> K_RBP_SHIFT) == K_RBP_AT_CFA && aux == -2) {
+		/* `push rbp` right below the return address, the common case:
+		 * one read for both. */
+		u64 pair[2];
+
+		if (bpf_probe_read_user(pair, sizeof(pair), (void *)(cfa - 16)))
+			goto read_failed;
+		u->bp = pair[0];
+		u->bp_valid = 1;
+		ra = pair[1];
+	} else if (bp_read(&ra, cfa - 8)) {
 		goto read_failed;
+	}
 	switch (kb >> K_RBP_SHIFT) {
 	case K_RBP_AT_CFA:
+		if (aux == -2)
+			break;
 		if (bp_read(&u->bp, cfa + aux * 8))
 			goto read_failed;
 		u->bp_valid = 1;
@@ -601,7 +624,7 @@ static __always_inline int bp_table_step(struct bp_unwind *u, u64 e)
 		u->bp_valid = 0;
 		break;
 	}
-	bs_count(&lost, BP_UNW_TABLE_FRAMES);
+	u->table_frames++;
 	u->sp = cfa;
 	u->pc = ra;
 	u->exact = 0;
@@ -645,7 +668,15 @@ static int bp_unwind_step(u64 i, struct bp_uctx *c)
 	}
 	if (m && m->file.ino) {
 		fo = pc - m->start + m->pgoff;
-		f = bpf_map_lookup_elem(&files, &m->file);
+		if (m->has_cached) {
+			f = &m->cached;
+		} else {
+			f = bpf_map_lookup_elem(&files, &m->file);
+			if (f && f->state != BP_FILE_PENDING) {
+				m->cached = *f;
+				m->has_cached = 1;
+			}
+		}
 		if (f)
 			frame = BP_FRAME_FILE | ((u64)(f->id & BP_FRAME_ID_MASK) << BP_FRAME_ID_SHIFT) |
 				(fo & BP_FRAME_OFFSET_MASK);
@@ -693,6 +724,8 @@ static __always_inline u64 bp_user_stack(struct task_struct *t, u32 tgid)
 	u->exact = 1;
 	u->trusted = 1;
 	u->depth = 0;
+	u->table_frames = 0;
+	u->fp_frames = 0;
 	u->tgid = tgid;
 	u->h1 = 0x84222325cbf29ce4ULL;
 	u->h2 = 2;
@@ -703,6 +736,8 @@ static __always_inline u64 bp_user_stack(struct task_struct *t, u32 tgid)
 	c.buf = buf;
 	c.p = p;
 	bpf_loop(BP_DEPTH_LIMIT, bp_unwind_step, &c, 0);
+	bs_add(&lost, BP_UNW_TABLE_FRAMES, u->table_frames);
+	bs_add(&lost, BP_UNW_FP_FRAMES, u->fp_frames);
 	if (!u->depth)
 		return 0;
 	return bp_store(buf, u, u->depth, BP_LOST_USTACK);
