@@ -144,6 +144,18 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
         ) {
             eprintln!("bpfscope: shared libraries' unwind tables load on first use: {e:#}");
         }
+        if let Target::Command { program, .. } = &s.target {
+            if let Err(e) = unwind::preload_program(
+                program,
+                &session.skel.maps.files,
+                &session.skel.maps.unwind_entries,
+                &mut session.tables,
+                &mut snapshots,
+                &mut next_id,
+            ) {
+                eprintln!("bpfscope: the command's unwind table loads on first use: {e:#}");
+            }
+        }
         session.reserve_file_ids(next_id);
     }
     if bpfscope_sys::signals::interrupted() {

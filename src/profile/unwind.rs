@@ -116,6 +116,18 @@ pub fn load_file(
     tables: &mut TableMemory,
     snapshots: &mut Snapshots,
 ) -> Result<()> {
+    load_file_at(note, "", files, entries, tables, snapshots)
+}
+
+/// `load_file`, for a note of tgid 0 from a path instead of a mapping.
+fn load_file_at(
+    note: &bp_note,
+    path_hint: &str,
+    files: &libbpf_rs::Map<'_>,
+    entries: &libbpf_rs::Map<'_>,
+    tables: &mut TableMemory,
+    snapshots: &mut Snapshots,
+) -> Result<()> {
     let dev = note.file.dev;
     let key = (
         format!("{:02x}:{:02x}", dev >> 20, dev & 0xf_ffff),
@@ -128,7 +140,10 @@ pub fn load_file(
     let path = std::fs::read_link(&via)
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let (via, path) = if path.is_empty() && snapshots.known(&key).is_none() {
+    let (via, path) = if note.tgid == 0 {
+        // Preloaded by path (`preload_program`): no process maps it yet.
+        (path_hint.to_string(), path_hint.to_string())
+    } else if path.is_empty() && snapshots.known(&key).is_none() {
         // The process is gone (short-lived ones often are by now): any
         // other process mapping the same file will do.
         match find_mapping(&key) {
@@ -314,6 +329,53 @@ pub fn preload_own(
         load_file(&note, files, entries, tables, snapshots)?;
         *next_id += 1;
     }
+    Ok(())
+}
+
+/// Loads the table of the program `-- CMD` runs (its interpreter, for a
+/// script) under id `*next_id`, before the command starts: its first
+/// samples then unwind through it, however long the table takes to build
+/// (python3.11's: tens of ms).
+pub fn preload_program(
+    program: &Path,
+    files: &libbpf_rs::Map<'_>,
+    entries: &libbpf_rs::Map<'_>,
+    tables: &mut TableMemory,
+    snapshots: &mut Snapshots,
+    next_id: &mut u32,
+) -> Result<()> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(program)
+        .and_then(|mut f| f.read(&mut head))
+        .with_context(|| format!("reading {}", program.display()))?;
+    // A script runs its interpreter (`#!/usr/bin/python3.11 -u`).
+    let exe = match head[..n].strip_prefix(b"#!") {
+        Some(rest) => {
+            let line = rest.split(|&b| b == b'\n').next().unwrap_or_default();
+            let interp = String::from_utf8_lossy(line);
+            match interp.split_whitespace().next() {
+                Some(i) => std::path::PathBuf::from(i),
+                None => return Ok(()),
+            }
+        }
+        None => program.to_path_buf(),
+    };
+    let meta = std::fs::metadata(&exe).with_context(|| format!("reading {}", exe.display()))?;
+    let dev = meta.dev();
+    let note = bp_note {
+        tgid: 0,
+        file_id: *next_id,
+        file: bp_file_key {
+            dev: (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev)),
+            ino: meta.ino(),
+        },
+        ..Default::default()
+    };
+    let path = exe.to_string_lossy().into_owned();
+    load_file_at(&note, &path, files, entries, tables, snapshots)?;
+    *next_id += 1;
     Ok(())
 }
 
