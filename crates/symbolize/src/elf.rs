@@ -105,9 +105,123 @@ pub fn file_to_virt(segments: &[Segment], off: u64) -> Option<u64> {
         .map(|s| off.wrapping_add(s.vaddr.wrapping_sub(s.file_offset)))
 }
 
+/// PLT stubs by address: a call through the PLT is sampled in a stub that
+/// no symbol covers, and a symbol lookup would name whatever precedes it
+/// (`_init`). Stubs are named as binutils does, `puts@plt`, from
+/// `.rela.plt` (its n-th relocation is the n-th stub of `.plt.sec`, or the
+/// (n+1)-th of `.plt`, after the resolver's), or `[plt]` where the
+/// relocations are not in the file (a separate debug file).
+pub struct PltStubs {
+    /// (start, end, index of the first stub's relocation) per section;
+    /// `None` for a section whose stubs are not named by index.
+    ranges: Vec<(u64, u64, Option<i64>)>,
+    names: Vec<String>,
+}
+
+/// Stubs are 16 bytes in the lazy `.plt`, `.plt.sec` (IBT) and `.plt.got`.
+const PLT_ENTRY: u64 = 16;
+
+impl PltStubs {
+    pub fn read(path: &Path) -> Option<PltStubs> {
+        use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
+        use object::{Endianness, ObjectSection};
+        // Headers and the few sections needed, never the whole file.
+        let file = File::open(path).ok()?;
+        let cache = ReadCache::new(file);
+        let data = &cache;
+        let elf = ElfFile64::<Endianness, _>::parse(data).ok()?;
+        let endian = elf.endian();
+        let mut names = Vec::new();
+        if let (Some(rela), Some(dynsym)) = (
+            elf.section_by_name(".rela.plt"),
+            elf.elf_header()
+                .sections(endian, data)
+                .ok()
+                .and_then(|s| s.symbols(endian, data, object::elf::SHT_DYNSYM).ok()),
+        ) {
+            if let Ok(bytes) = rela.data() {
+                for r in bytes.chunks_exact(24) {
+                    let info = u64::from_le_bytes(r[8..16].try_into().ok()?);
+                    let name = dynsym
+                        .symbol(object::SymbolIndex((info >> 32) as usize))
+                        .ok()
+                        .and_then(|s| dynsym.symbol_name(endian, s).ok())
+                        .map(|n| String::from_utf8_lossy(n).into_owned())
+                        .unwrap_or_default();
+                    names.push(name);
+                }
+            }
+        }
+        let mut ranges = Vec::new();
+        for (name, first) in [
+            (".plt.sec", Some(0)),
+            // With .plt.sec, .plt holds the lazy-binding halves: still by index.
+            (".plt", Some(-1)),
+            (".plt.got", None),
+        ] {
+            if let Some(s) = elf.section_by_name(name) {
+                let hdr = s.elf_section_header();
+                let start = hdr.sh_addr(endian);
+                let end = start + hdr.sh_size(endian);
+                ranges.push((start, end, first));
+            }
+        }
+        (!ranges.is_empty()).then_some(PltStubs { ranges, names })
+    }
+
+    /// The stub's name and the address's offset into it, if `vaddr` is in a PLT.
+    pub fn name(&self, vaddr: u64) -> Option<(String, u64)> {
+        let &(start, _, first) = self
+            .ranges
+            .iter()
+            .find(|(s, e, _)| vaddr >= *s && vaddr < *e)?;
+        let slot = (vaddr - start) / PLT_ENTRY;
+        let offset = (vaddr - start) % PLT_ENTRY;
+        let named = first
+            .and_then(|f| usize::try_from(slot as i64 + f).ok())
+            .and_then(|i| self.names.get(i))
+            .filter(|n| !n.is_empty());
+        Some(match named {
+            Some(n) => (format!("{n}@plt"), offset),
+            None => ("[plt]".to_string(), offset),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `name@plt` stub objdump finds in this test binary gets the same
+    /// name, wherever in the stub the address falls.
+    #[test]
+    fn plt_stubs_are_named_as_objdump_names_them() {
+        let exe = std::env::current_exe().unwrap();
+        let Ok(out) = std::process::Command::new("objdump")
+            .args(["-d", "-j", ".plt", "-j", ".plt.sec"])
+            .arg(&exe)
+            .output()
+        else {
+            eprintln!("SKIP plt_stubs_are_named_as_objdump_names_them: objdump is not installed");
+            return;
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let stubs: Vec<(u64, String)> = text
+            .lines()
+            .filter_map(|l| {
+                let (addr, rest) = l.split_once(' ')?;
+                let name = rest.strip_prefix('<')?.strip_suffix(">:")?;
+                name.ends_with("@plt")
+                    .then(|| Some((u64::from_str_radix(addr, 16).ok()?, name.to_string())))?
+            })
+            .collect();
+        assert!(!stubs.is_empty(), "objdump found no PLT stubs:\n{text}");
+        let plt = PltStubs::read(&exe).expect("the test binary has a PLT");
+        for (addr, name) in &stubs {
+            assert_eq!(plt.name(*addr), Some((name.clone(), 0)));
+            assert_eq!(plt.name(addr + 7), Some((name.clone(), 7)));
+        }
+    }
 
     #[test]
     fn offsets_through_segments() {

@@ -128,6 +128,20 @@ fn elf_batch(sym: &Symbolizer, path: &Path, vaddrs: &[u64]) -> Vec<Option<Resolv
         Err(_) => vec![None; vaddrs.len()],
     };
     symtab_offsets(path, vaddrs, &mut out);
+    if let Some(plt) = elf::PltStubs::read(path) {
+        for (r, &a) in out.iter_mut().zip(vaddrs) {
+            if let Some((name, offset)) = plt.name(a) {
+                *r = Some(Resolved {
+                    lines: vec![FuncLine {
+                        function: name,
+                        file: None,
+                        line: 0,
+                    }],
+                    offset: Some(offset),
+                });
+            }
+        }
+    }
     out
 }
 
