@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Result;
 
 use super::perfbuf::{Handlers, Reader};
+use bpfscope_sys::pod;
 
 /// Kernel-mode samples kept at most (with their call chains), so a long
 /// run cannot grow without bound; more are counted as dropped.
@@ -38,11 +39,7 @@ const PERF_CONTEXT_MAX: u64 = u64::MAX - 4094;
 
 impl Samples {
     fn on_record(&mut self, rec: &[u8]) {
-        let u64_at = |o: usize| {
-            rec.get(o..o + 8)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_ne_bytes)
-        };
+        let u64_at = |o: usize| rec.get(o..).and_then(pod::read::<u64>);
         let Some(h) = rec.get(..4) else {
             return;
         };

@@ -278,7 +278,7 @@ fn follow_processes(
             // every 100 ms.
             if let Some((b, sb, own)) = blocked.as_mut() {
                 b.check(*sb, own);
-                if b.sampler.is_none() && !b.failed && b.measured.is_none() {
+                if b.waiting() {
                     timeout = Some(timeout.map_or(LOOK_FOR_BPF, |t| t.min(LOOK_FOR_BPF)));
                 }
             }
@@ -288,13 +288,7 @@ fn follow_processes(
             let notes: Vec<bp_note> = fresh.borrow_mut().drain(..).collect();
             for n in notes {
                 if n.kind == bp_note_kind::BP_NOTE_FILE.0 {
-                    unwind::load_file(
-                        &n,
-                        &session.skel.maps.files,
-                        &session.skel.maps.unwind_entries,
-                        &mut session.tables,
-                        snapshots,
-                    )?;
+                    load_noted_file(session, snapshots, &n)?;
                 } else {
                     session.build(n.tgid);
                     if n.kind == bp_note_kind::BP_NOTE_PROC.0 && snapshots.snapshot(n.tgid) {
@@ -324,18 +318,27 @@ fn follow_processes(
     }
     for n in fresh.into_inner() {
         if n.kind == bp_note_kind::BP_NOTE_FILE.0 {
-            unwind::load_file(
-                &n,
-                &session.skel.maps.files,
-                &session.skel.maps.unwind_entries,
-                &mut session.tables,
-                snapshots,
-            )?;
+            load_noted_file(session, snapshots, &n)?;
         } else {
             snapshots.snapshot(n.tgid);
         }
     }
     Ok(())
+}
+
+/// Loads the unwind table of a file the kernel side announced.
+fn load_noted_file(
+    session: &mut ProfileSession<'_>,
+    snapshots: &mut Snapshots,
+    n: &bp_note,
+) -> Result<()> {
+    unwind::load_file(
+        n,
+        &session.skel.maps.files,
+        &session.skel.maps.unwind_entries,
+        &mut session.tables,
+        snapshots,
+    )
 }
 
 /// After the run: the unique stacks, the kernel symbols and BPF programs
@@ -439,8 +442,13 @@ impl BlockedBpf {
 
     /// Starts the second sampler (or the fallback) once a guarded program
     /// other than bpfscope's own is loaded; said once if neither can run.
+    /// Neither way has started, nor been given up.
+    fn waiting(&self) -> bool {
+        self.sampler.is_none() && self.measured.is_none() && !self.failed
+    }
+
     fn check(&mut self, sideband: Option<&SideBand>, own: &[u32]) {
-        if self.sampler.is_some() || self.measured.is_some() || self.failed {
+        if !self.waiting() {
             return;
         }
         let loaded = match sideband {

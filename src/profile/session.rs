@@ -290,9 +290,11 @@ impl<'obj> ProfileSession<'obj> {
         // Preallocated: an insert fails only when every entry is in use.
         let m = &self.skel.maps.stack_map;
         let full = m.keys().count() as u64 >= u64::from(m.max_entries());
+        let kernel_stacks = slot(bp_lost::BP_LOST_KSTACK.0)?;
+        let user_stacks = slot(bp_lost::BP_LOST_USTACK.0)?;
         Ok(KernelLost {
-            kernel_stacks: slot(bp_lost::BP_LOST_KSTACK.0)?,
-            user_stacks: slot(bp_lost::BP_LOST_USTACK.0)?,
+            kernel_stacks,
+            user_stacks,
             collisions: slot(bp_lost::BP_LOST_COLLISION.0)?,
             files: slot(bp_lost::BP_LOST_FILES.0)?,
             unwind: UnwindCounts {
@@ -314,19 +316,9 @@ impl<'obj> ProfileSession<'obj> {
             idle: slot(bp_lost::BP_SEEN_IDLE.0)?,
             other: slot(bp_lost::BP_SEEN_OTHER.0)?,
             taken: self.taken,
-            kernel_stack_map_full: full && self.lost_any(bp_lost::BP_LOST_KSTACK.0),
-            user_stack_map_full: full && self.lost_any(bp_lost::BP_LOST_USTACK.0),
+            kernel_stack_map_full: full && kernel_stacks > 0,
+            user_stack_map_full: full && user_stacks > 0,
         })
-    }
-
-    fn lost_any(&self, i: u32) -> bool {
-        self.skel
-            .maps
-            .lost
-            .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
-            .ok()
-            .flatten()
-            .is_some_and(|v| v.iter().filter_map(|b| pod::read::<u64>(b)).sum::<u64>() > 0)
     }
 
     /// Every stored stack by key, frames leaf first.

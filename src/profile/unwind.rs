@@ -106,9 +106,8 @@ impl TableMemory {
     }
 }
 
-/// A file the kernel side announced: find it, compile its table (or reuse
-/// the table of a file with the same build id), point its `files` entry at
-/// the table, and remember which file the id names.
+/// A file the kernel side announced: find it through the process that
+/// mapped it (or any other), then `register` it.
 pub fn load_file(
     note: &bp_note,
     files: &libbpf_rs::Map<'_>,
@@ -116,23 +115,7 @@ pub fn load_file(
     tables: &mut TableMemory,
     snapshots: &mut Snapshots,
 ) -> Result<()> {
-    load_file_at(note, "", files, entries, tables, snapshots)
-}
-
-/// `load_file`, for a note of tgid 0 from a path instead of a mapping.
-fn load_file_at(
-    note: &bp_note,
-    path_hint: &str,
-    files: &libbpf_rs::Map<'_>,
-    entries: &libbpf_rs::Map<'_>,
-    tables: &mut TableMemory,
-    snapshots: &mut Snapshots,
-) -> Result<()> {
-    let dev = note.file.dev;
-    let key = (
-        format!("{:02x}:{:02x}", dev >> 20, dev & 0xf_ffff),
-        note.file.ino,
-    );
+    let key = snapshot_key(&note.file);
     let via = format!(
         "/proc/{}/map_files/{:x}-{:x}",
         note.tgid, note.start, note.end
@@ -140,10 +123,7 @@ fn load_file_at(
     let path = std::fs::read_link(&via)
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let (via, path) = if note.tgid == 0 {
-        // Preloaded by path (`preload_program`): no process maps it yet.
-        (path_hint.to_string(), path_hint.to_string())
-    } else if path.is_empty() && snapshots.known(&key).is_none() {
+    let (via, path) = if path.is_empty() && snapshots.known(&key).is_none() {
         // The process is gone (short-lived ones often are by now): any
         // other process mapping the same file will do.
         match find_mapping(&key) {
@@ -152,18 +132,41 @@ fn load_file_at(
                 // Forget it in the kernel: the next process that maps it
                 // announces it again, perhaps while it still lives.
                 tables.stats.unreadable += 1;
-                let k = bp_file_key {
-                    dev: note.file.dev,
-                    ino: note.file.ino,
-                };
-                let _ = files.delete(pod_bytes(&k));
+                let _ = files.delete(pod_bytes(&note.file));
                 return Ok(());
             }
         }
     } else {
         (via, path)
     };
-    let index = snapshots.file_for(key, &via, &path);
+    register(note, key, &via, &path, files, entries, tables, snapshots)
+}
+
+/// Snapshots' key of a file: its device as /proc/PID/maps prints it, and
+/// its inode.
+fn snapshot_key(file: &bp_file_key) -> (String, u64) {
+    let dev = file.dev;
+    (
+        format!("{:02x}:{:02x}", dev >> 20, dev & 0xf_ffff),
+        file.ino,
+    )
+}
+
+/// Records which file the note's id names (read through `via`, shown as
+/// `path`), compiles its table (or reuses the table of a file with the
+/// same build id) and points its `files` entry at the table.
+#[allow(clippy::too_many_arguments)]
+fn register(
+    note: &bp_note,
+    key: (String, u64),
+    via: &str,
+    path: &str,
+    files: &libbpf_rs::Map<'_>,
+    entries: &libbpf_rs::Map<'_>,
+    tables: &mut TableMemory,
+    snapshots: &mut Snapshots,
+) -> Result<()> {
+    let index = snapshots.file_for(key, via, path);
     snapshots.set_file_id(note.file_id, index);
     let Some(file) = snapshots.files.get(index) else {
         return Ok(());
@@ -182,10 +185,11 @@ fn load_file_at(
         Some(&p) if !build_id.is_empty() => Some(p),
         _ => {
             let t0 = Instant::now();
-            // Through map_files when the process lives: the very file mapped.
-            let open_path = Snapshots::open_path(file).unwrap_or(via);
+            // Through the descriptor kept open when there is one: the very
+            // file mapped, even if since deleted.
+            let open_path = Snapshots::open_path(file).unwrap_or_else(|| via.to_string());
             let compiled = bpfscope_unwind::compile(Path::new(&open_path))
-                .or_else(|_| bpfscope_unwind::compile(Path::new(&path)));
+                .or_else(|_| bpfscope_unwind::compile(Path::new(path)));
             tables.stats.compile += t0.elapsed();
             match compiled {
                 Ok(t) if !t.entries().is_empty() => match tables.place(entries, t.entries())? {
@@ -249,11 +253,6 @@ pub fn load_vdso(
         .context("reading the vDSO")?;
     let tmp = std::env::temp_dir().join(format!("bpfscope-vdso-{}.so", std::process::id()));
     std::fs::write(&tmp, &image).context("writing the vDSO's image")?;
-    let via = tmp.to_string_lossy().into_owned();
-    let index = snapshots.file_for(("vdso".into(), 1), &via, "[vdso]");
-    snapshots.set_file_id(VDSO_ID, index);
-    let compiled = bpfscope_unwind::compile(&tmp);
-    let _ = std::fs::remove_file(&tmp);
     let note = bp_note {
         file_id: VDSO_ID,
         file: bp_file_key {
@@ -262,30 +261,19 @@ pub fn load_vdso(
         },
         ..Default::default()
     };
-    let delta = snapshots
-        .files
-        .get(index)
-        .and_then(|f| f.segments.iter().find(|s| s.executable))
-        .map(|s| s.vaddr.wrapping_sub(s.file_offset))
-        .unwrap_or(0);
-    match compiled {
-        Ok(t) if !t.entries().is_empty() => match tables.place(entries, t.entries())? {
-            Some(start) => {
-                tables.stats.files += 1;
-                tables.stats.entries += t.entries().len() as u64;
-                set_file(
-                    files,
-                    &note,
-                    bp_file_state::BP_FILE_TABLE.0,
-                    start,
-                    t.entries().len() as u32,
-                    delta.wrapping_sub(t.base()) as i64,
-                )
-            }
-            None => set_file(files, &note, bp_file_state::BP_FILE_NO_TABLE.0, 0, 0, 0),
-        },
-        _ => set_file(files, &note, bp_file_state::BP_FILE_NO_TABLE.0, 0, 0, 0),
-    }
+    let via = tmp.to_string_lossy().into_owned();
+    let done = register(
+        &note,
+        ("vdso".into(), 1),
+        &via,
+        "[vdso]",
+        files,
+        entries,
+        tables,
+        snapshots,
+    );
+    let _ = std::fs::remove_file(&tmp);
+    done
 }
 
 /// Loads the tables of the files bpfscope itself maps (the C library, the
@@ -365,7 +353,6 @@ pub fn preload_program(
     let meta = std::fs::metadata(&exe).with_context(|| format!("reading {}", exe.display()))?;
     let dev = meta.dev();
     let note = bp_note {
-        tgid: 0,
         file_id: *next_id,
         file: bp_file_key {
             dev: (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev)),
@@ -373,8 +360,10 @@ pub fn preload_program(
         },
         ..Default::default()
     };
+    // No process maps it yet: read by its path.
     let path = exe.to_string_lossy().into_owned();
-    load_file_at(&note, &path, files, entries, tables, snapshots)?;
+    let key = snapshot_key(&note.file);
+    register(&note, key, &path, &path, files, entries, tables, snapshots)?;
     *next_id += 1;
     Ok(())
 }

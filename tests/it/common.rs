@@ -583,3 +583,22 @@ pub fn root_weight(lines: &[(Vec<String>, u64)], comm: &str) -> u64 {
         .map(|(_, n)| n)
         .sum()
 }
+
+/// tests/workloads/cxx.cc built with g++ -O2 -g and `flags` into `bin`;
+/// None (with a SKIP printed) when g++ is not installed.
+pub fn cxx_workload(bin: &Path, flags: &[&str]) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/cxx.cc");
+    let Ok(st) = Command::new("g++")
+        .args(["-O2", "-g"])
+        .args(flags)
+        .arg("-o")
+        .arg(bin)
+        .arg(&src)
+        .status()
+    else {
+        skip("g++ is not installed (scripts/install-deps)");
+        return None;
+    };
+    assert!(st.success(), "compiling {}", src.display());
+    Some(bin.to_path_buf())
+}

@@ -727,18 +727,9 @@ fn exec_bias(bin: &Path) -> u64 {
 fn cxx_names_demangled_and_inlined_frames_shown() {
     require_root();
     let dir = scratch("cxx");
-    let bin = dir.join("cxx");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/cxx.cc");
-    let Ok(st) = Command::new("g++")
-        .args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-    else {
-        skip("g++ is not installed (scripts/install-deps)");
+    let Some(bin) = cxx_workload(&dir.join("cxx"), &["-fno-omit-frame-pointer"]) else {
         return;
     };
-    assert!(st.success());
     let out = dir.join("cxx.folded");
     ok(&sample(
         "profile",

@@ -5,7 +5,6 @@
 //! the stack map is too small.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::common::*;
 
@@ -197,18 +196,9 @@ fn signal_handler_frames_continue_into_the_interrupted_code() {
 fn cxx_without_frame_pointers() {
     require_root();
     let dir = scratch_dir("unwind-cxx-build");
-    let bin = dir.join("cxx-nofp");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/cxx.cc");
-    let Ok(st) = Command::new("g++")
-        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-    else {
-        skip("g++ is not installed (scripts/install-deps)");
+    let Some(bin) = cxx_workload(&dir.join("cxx-nofp"), &["-fomit-frame-pointer"]) else {
         return;
     };
-    assert!(st.success());
     let (lines, _) = profile("cxx", &[], &[bin.to_str().unwrap(), "uw_cxx", "2"]);
     let total = root_weight(&lines, "uw_cxx");
     let run = weight_with(
