@@ -7,6 +7,8 @@
 //! lost counts) -> `render` (text, JSON). `cmd` runs them per subcommand.
 //! Profiling adds `profile` (sampling with in-kernel stack aggregation,
 //! recordings) and `symbolize` (build ids and addresses to names, offline).
+//! `cmd::agent` runs the profiler and the tracing engine continuously and
+//! serves what they gather over HTTP.
 
 pub mod attach;
 pub mod bpfmeta;

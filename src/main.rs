@@ -25,7 +25,13 @@ fn main() {
     };
     // Before resolving probes (which can take a while), so that a signal
     // at any moment ends the run the way the stages expect.
-    if let Err(e) = bpfscope_sys::signals::install() {
+    // The agent is a service: SIGHUP reloads it instead of ending it.
+    let installed = if matches!(cli.command, bpfscope::cli::Command::Agent(_)) {
+        bpfscope_sys::signals::install_reloadable()
+    } else {
+        bpfscope_sys::signals::install()
+    };
+    if let Err(e) = installed {
         eprintln!("bpfscope: error: installing signal handlers: {e}");
         std::process::exit(1);
     }

@@ -265,6 +265,8 @@ fn sample_recording() -> bpfscope_recording::Recording {
             kernel: vec![0xffff_ffff_8100_0000 + u64::from(i)],
             user_binary: vec![1, 0],
             user_offset: vec![0x1234 + u64::from(i), 0x7fff_0000],
+            thread: format!("t{i}"),
+            cgroup_id: 1000 + u64::from(i),
         });
     }
     r

@@ -40,6 +40,8 @@ pub enum Command {
     Report(ReportArgs),
     /// Print function, file and line for addresses or file offsets
     Symbolize(SymbolizeArgs),
+    /// Run continuously: whole-host CPU profiles in windows and kernel metrics, served over HTTP (Prometheus, pprof) and pushed to a profile store
+    Agent(AgentArgs),
     /// BPF programs: list them, watch their CPU time
     Bpf {
         #[command(subcommand)]
@@ -413,4 +415,41 @@ pub struct SymbolizeArgs {
     pub kernel: bool,
     #[command(flatten)]
     pub symbols: SymbolArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// TOML configuration; the options below override it. SIGHUP reads it again
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Address to serve /metrics and /debug/pprof on [default: 127.0.0.1:9464]
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// Profiling frequency per CPU in Hz (0: no profiling) [default: 19]
+    #[arg(long, value_name = "HZ")]
+    pub profile_hz: Option<u64>,
+
+    /// Length of a profile window in seconds [default: 60]
+    #[arg(long, value_name = "SECONDS")]
+    pub window: Option<u64>,
+
+    /// A metric, in the syntax of the count/hist/stats/latency commands, e.g.
+    /// 'count tracepoint:syscalls:sys_enter_* --by probe,comm'; `--name NAME`
+    /// inside it names the metric. Repeat for more
+    #[arg(long, value_name = "SPEC")]
+    pub metric: Vec<String>,
+
+    /// Directory that keeps each window's profile (pprof) [default: none]
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Pyroscope-compatible ingest URL windows are pushed to, e.g. http://pyroscope:4040
+    #[arg(long, value_name = "URL")]
+    pub push_url: Option<String>,
+
+    /// File holding the bearer token every endpoint but /healthz requires
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
 }

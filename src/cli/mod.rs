@@ -1,14 +1,15 @@
 //! CLI stage: arguments parsed once into validated settings. Later stages
 //! never see raw strings.
 
+pub mod agent;
 mod args;
 pub mod profile;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use args::Cli;
-use args::{BpfCommand, Command, KeyArgs, OutputArgs, ProbeArgs, TargetArgs};
+use args::{BpfCommand, KeyArgs, OutputArgs, ProbeArgs, TargetArgs};
+pub use args::{Cli, Command};
 
 pub use crate::attach::plan::{Action, Buckets, PlanConfig};
 pub use crate::attach::session::LoadConfig;
@@ -71,6 +72,7 @@ pub enum Settings {
     Record(Box<profile::RecordSettings>),
     Report(Box<profile::ReportSettings>),
     Symbolize(Box<profile::SymbolizeSettings>),
+    Agent(Box<agent::AgentArgs>),
 }
 
 const MAX_LINEAR_BUCKETS: u64 = 1000;
@@ -152,6 +154,16 @@ impl Settings {
                 input: a.input,
                 symbols: profile::symbol_config(a.symbols)?,
                 verbose: a.verbose,
+            })),
+            Command::Agent(a) => Settings::Agent(Box::new(agent::AgentArgs {
+                config: a.config,
+                listen: a.listen,
+                profile_hz: a.profile_hz,
+                window: a.window,
+                metrics: a.metric,
+                data_dir: a.data_dir,
+                push_url: a.push_url,
+                token_file: a.token_file,
             })),
             Command::Symbolize(a) => Settings::Symbolize(Box::new(profile::symbolize_settings(a)?)),
         })

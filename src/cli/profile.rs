@@ -116,6 +116,7 @@ pub fn sampling_config(a: SampleArgs) -> Result<SamplingConfig, Error> {
         max_stacks: a.max_stacks,
         max_depth: a.max_depth,
         unwind_entries: a.unwind_memory * (1 << 20) / 8,
+        labels: false,
         verbose: a.verbose,
     })
 }

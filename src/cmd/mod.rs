@@ -1,6 +1,7 @@
 //! One function per subcommand, each running the stages in order:
 //! resolve -> attach -> collect -> symbolize -> render.
 
+pub mod agent;
 pub mod bpf;
 pub mod list;
 pub mod profile;
@@ -28,6 +29,7 @@ pub fn run(settings: Settings) -> Result<()> {
         Settings::Report(s) => profile::report(*s),
         Settings::Symbolize(s) => profile::symbolize(*s),
         Settings::Bpf(s) => bpf::run(s),
+        Settings::Agent(s) => agent::run(*s),
         Settings::Completions(shell) => {
             clap_complete::generate(
                 shell,

@@ -26,7 +26,7 @@ use bpfscope_sys::outfile::PendingFile;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How long in-flight program runs get to finish with the old epoch before it is read.
-const EPOCH_GRACE: Duration = Duration::from_millis(10);
+pub(crate) const EPOCH_GRACE: Duration = Duration::from_millis(10);
 
 pub fn run(s: TraceSettings) -> Result<()> {
     libbpf_log::init(s.load.verbose);
@@ -86,15 +86,7 @@ pub fn run(s: TraceSettings) -> Result<()> {
     }
     // Events of a glob the kernel refuses are skipped and named; a probe
     // named on its own must attach.
-    let globbed = s.plan.probes.iter().any(|sp| match sp {
-        probe::ProbeSpec::Tracepoint { subsys, event } => {
-            [subsys, event].iter().any(|p| p.contains(['*', '?']))
-        }
-        probe::ProbeSpec::Usdt { provider, name, .. } => {
-            [provider, name].iter().any(|p| p.contains(['*', '?']))
-        }
-        _ => false,
-    });
+    let globbed = globbed(&s.plan);
     let mut att = match session.attach(&plan, gated.is_some(), user_pid, globbed) {
         Err(e) if crate::error::is_interrupted(&e) => {
             eprintln!("bpfscope: interrupted while attaching; nothing gathered");
@@ -137,9 +129,22 @@ pub fn run(s: TraceSettings) -> Result<()> {
     }
 }
 
+/// Whether probes were named by a glob (whose refused matches are skipped).
+pub(crate) fn globbed(plan: &crate::attach::plan::PlanConfig) -> bool {
+    plan.probes.iter().any(|sp| match sp {
+        probe::ProbeSpec::Tracepoint { subsys, event } => {
+            [subsys, event].iter().any(|p| p.contains(['*', '?']))
+        }
+        probe::ProbeSpec::Usdt { provider, name, .. } => {
+            [provider, name].iter().any(|p| p.contains(['*', '?']))
+        }
+        _ => false,
+    })
+}
+
 /// Says which probes could not be attached (with -v, why, and how
 /// kernel functions ended up attached).
-fn report_skipped(att: &crate::attach::session::Attached, verbose: bool) {
+pub(crate) fn report_skipped(att: &crate::attach::session::Attached, verbose: bool) {
     if verbose {
         for n in &att.notes {
             eprintln!("{n}");
@@ -175,7 +180,7 @@ fn report_skipped(att: &crate::attach::session::Attached, verbose: bool) {
 type Roles = (Vec<(probe::Probe, Role)>, Vec<(String, String)>);
 
 /// Resolves the probes, and for latency the starts and ends they pair.
-fn resolve_roles(s: &TraceSettings) -> Result<Roles> {
+pub(crate) fn resolve_roles(s: &TraceSettings) -> Result<Roles> {
     let pid = match s.load.target {
         Target::Pid(p) => Some(p),
         _ => None,
@@ -480,7 +485,7 @@ fn commit(f: PendingFile, bytes: &[u8]) -> Result<()> {
     f.commit(bytes).with_context(|| format!("writing {path}"))
 }
 
-fn set_epoch(session: &mut Session<'_>, epoch: u32) {
+pub(crate) fn set_epoch(session: &mut Session<'_>, epoch: u32) {
     if let Some(bss) = session.skel.maps.bss_data.as_deref_mut() {
         // SAFETY: bss is the mmap'd .bss of the loaded object, valid for the
         // skeleton's lifetime; a volatile write keeps the store visible to the kernel.

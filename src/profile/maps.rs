@@ -52,6 +52,16 @@ pub struct Snapshots {
 }
 
 impl Snapshots {
+    /// Forgets a process (gone, and no longer referred to by any kept sample).
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+    }
+
+    /// The processes whose mappings are kept.
+    pub fn pids(&self) -> Vec<u32> {
+        self.procs.keys().copied().collect()
+    }
+
     pub fn has(&self, pid: u32) -> bool {
         self.procs.contains_key(&pid)
     }

@@ -65,6 +65,8 @@ pub struct SamplingConfig {
     pub max_depth: u32,
     /// Unwind table entries the kernel side can hold (8 bytes each).
     pub unwind_entries: u32,
+    /// Key samples by thread name and cgroup as well (the agent's labels).
+    pub labels: bool,
     pub verbose: bool,
 }
 
@@ -559,6 +561,8 @@ fn guarded_stacks(g: Guarded, progs: &[BpfProg], own: &[u32], seen: &[RawStack])
             RawStack {
                 tgid: pid,
                 comm,
+                thread: String::new(),
+                cgroup: 0,
                 count: n,
                 value: n,
                 kernel,
@@ -707,6 +711,8 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         stacks.push(Stack {
             pid: 0,
             comm: BPF_RUN_TIME.into(),
+            thread: String::new(),
+            cgroup_id: 0,
             count: samples,
             value: samples,
             kernel: prog.subprogs.first().map(|s| s.addr).into_iter().collect(),
@@ -760,6 +766,8 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         stacks.push(Stack {
             pid: r.tgid,
             comm: r.comm.clone(),
+            thread: r.thread.clone(),
+            cgroup_id: r.cgroup,
             count: r.count,
             value: r.value,
             kernel: r.kernel.clone(),

@@ -29,6 +29,10 @@ use super::unwind::{TableMemory, UnwindCounts};
 pub struct RawStack {
     pub tgid: u32,
     pub comm: String,
+    /// The thread's name and cgroup v2 id, when samples are keyed by them
+    /// (`SamplingConfig::labels`); "" and 0 otherwise.
+    pub thread: String,
+    pub cgroup: u64,
     pub count: u64,
     pub value: u64,
     /// Leaf first.
@@ -119,6 +123,7 @@ impl<'obj> ProfileSession<'obj> {
         }
         ro.stacks = stacks;
         ro.max_depth = s.max_depth;
+        ro.key_labels = u32::from(s.labels);
         // Kernel and user stacks share one map; a stack takes 8 bytes per
         // frame of --max-depth, preallocated.
         let nstacks = (s.max_stacks / 2).max(16);
@@ -340,44 +345,162 @@ impl<'obj> ProfileSession<'obj> {
     /// Reads every aggregated stack; user frames stay as the kernel stored
     /// them (file id + offset, or raw addresses) for the caller to resolve.
     pub fn read_stacks(&self) -> Result<Vec<RawStack>> {
-        let maps = &self.skel.maps;
         let stored = self.read_stack_map()?;
-        let frames = |k: u64| stored.get(&k).cloned().unwrap_or_default();
         let mut out = Vec::new();
-        for kb in maps.counts.keys() {
-            let Some(key) = pod::read::<bp_key>(&kb) else {
-                continue;
-            };
-            let Some(vb) = maps
-                .counts
-                .lookup(&kb, MapFlags::ANY)
-                .context("reading stack counts")?
-            else {
-                continue;
-            };
-            let Some(val) = pod::read::<bp_val>(&vb) else {
-                continue;
-            };
-            let comm: Vec<u8> = val
-                .comm
-                .iter()
-                .map(|&c| c as u8)
-                .take_while(|&c| c != 0)
-                .collect();
-            out.push(RawStack {
-                tgid: key.tgid,
-                comm: String::from_utf8_lossy(&comm).into_owned(),
-                count: val.count,
-                value: val.value,
-                kernel: frames(key.kstack),
-                user: frames(key.ustack)
-                    .into_iter()
-                    .map(stack::unwound_frame)
-                    .collect(),
-            });
+        for kb in self.skel.maps.counts.keys() {
+            if let Some((_, r)) = self.read_key(&kb, &|k| stored.get(&k).cloned())? {
+                out.push(r);
+            }
         }
         Ok(out)
     }
+
+    /// The readout period new samples are counted in.
+    pub fn set_epoch(&mut self, epoch: u32) {
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            bss.epoch = epoch;
+        }
+    }
+
+    /// Reads and deletes the stacks counted in `epoch` (the caller moved
+    /// the programs on to the next one and let runs in flight finish), so
+    /// the kernel map only ever holds about one period of keys. Stacks come
+    /// from `cache` or, read once, from the kernel's stack map.
+    pub fn drain(&self, epoch: u32, cache: &mut StackCache) -> Result<Vec<RawStack>> {
+        let counts = &self.skel.maps.counts;
+        let keys: Vec<Vec<u8>> = counts
+            .keys()
+            .filter(|k| pod::read::<bp_key>(k).is_some_and(|key| key.epoch == epoch))
+            .collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for kb in keys {
+            let Some(key) = pod::read::<bp_key>(&kb) else {
+                continue;
+            };
+            for h in [key.kstack, key.ustack] {
+                if h != 0 && !cache.stacks.contains_key(&h) {
+                    if let Some(v) = self
+                        .skel
+                        .maps
+                        .stack_map
+                        .lookup(&h.to_ne_bytes(), MapFlags::ANY)
+                        .context("reading a stack")?
+                    {
+                        cache
+                            .stacks
+                            .insert(h, (stack::stored_frames(&v), cache.period));
+                    }
+                }
+            }
+            for h in [key.kstack, key.ustack] {
+                if let Some((_, used)) = cache.stacks.get_mut(&h) {
+                    *used = cache.period;
+                }
+            }
+            // Read before the delete: a key deleted unread would be a loss.
+            let stacks = &cache.stacks;
+            if let Some((_, r)) = self.read_key(&kb, &|h| stacks.get(&h).map(|(f, _)| f.clone()))? {
+                out.push(r);
+            }
+            counts
+                .delete(&kb)
+                .context("deleting a stack count read out")?;
+        }
+        Ok(out)
+    }
+
+    /// Frees the kernel's copies of the stacks `cache` holds (a sample that
+    /// hits one again stores it again), so stacks of processes long gone
+    /// do not fill the map in a run of days; and forgets cached stacks not
+    /// seen for `keep` periods.
+    pub fn reclaim_stacks(&self, cache: &mut StackCache, keep: u64) -> Result<()> {
+        let m = &self.skel.maps.stack_map;
+        for h in cache.stacks.keys() {
+            // Already gone is fine: another period's sample may not have stored it yet.
+            let _ = m.delete(&h.to_ne_bytes());
+        }
+        let now = cache.period;
+        cache
+            .stacks
+            .retain(|_, (_, used)| now.saturating_sub(*used) <= keep);
+        Ok(())
+    }
+
+    /// Samples the perf events have taken so far (ns counted / period).
+    pub fn taken_so_far(&self) -> u64 {
+        let ns: u64 = self.perf_fds.iter().filter_map(|&fd| read_count(fd)).sum();
+        ns.checked_div(self.period_ns).unwrap_or(0)
+    }
+
+    /// One key of `counts` and its value, with its stacks from `frames`.
+    fn read_key(
+        &self,
+        kb: &[u8],
+        frames: &dyn Fn(u64) -> Option<Vec<u64>>,
+    ) -> Result<Option<(bp_key, RawStack)>> {
+        let Some(key) = pod::read::<bp_key>(kb) else {
+            return Ok(None);
+        };
+        let Some(vb) = self
+            .skel
+            .maps
+            .counts
+            .lookup(kb, MapFlags::ANY)
+            .context("reading stack counts")?
+        else {
+            return Ok(None);
+        };
+        let Some(val) = pod::read::<bp_val>(&vb) else {
+            return Ok(None);
+        };
+        let get = |h: u64| {
+            if h == 0 {
+                Vec::new()
+            } else {
+                frames(h).unwrap_or_default()
+            }
+        };
+        Ok(Some((
+            key,
+            RawStack {
+                tgid: key.tgid,
+                comm: c_string(&val.comm),
+                thread: c_string(&key.thread),
+                cgroup: key.cgroup,
+                count: val.count,
+                value: val.value,
+                kernel: get(key.kstack),
+                user: get(key.ustack)
+                    .into_iter()
+                    .map(stack::unwound_frame)
+                    .collect(),
+            },
+        )))
+    }
+}
+
+/// Stacks read out of the kernel's stack map, by hash, with the readout
+/// period that last used each.
+#[derive(Default)]
+pub struct StackCache {
+    stacks: HashMap<u64, (Vec<u64>, u64)>,
+    /// The current readout period (advanced by the caller).
+    pub period: u64,
+}
+
+impl StackCache {
+    pub fn len(&self) -> usize {
+        self.stacks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stacks.is_empty()
+    }
+}
+
+fn c_string(b: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = b.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// The count of a perf event (read_format 0: one u64).

@@ -60,10 +60,16 @@ impl Location {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Sample {
     pub pid: u32,
     pub comm: String,
+    /// The thread's name and cgroup id, where the recording has them.
+    pub thread: String,
+    pub cgroup_id: u64,
+    /// Further labels (name, value) that pprof output carries, such as
+    /// the agent's cgroup path and container id.
+    pub labels: Vec<(String, String)>,
     pub count: u64,
     pub value: u64,
     /// Indexes into `Profile::locations`, leaf first.
@@ -123,6 +129,9 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
         p.samples.push(Sample {
             pid: s.pid,
             comm: s.comm.clone(),
+            thread: s.thread.clone(),
+            cgroup_id: s.cgroup_id,
+            labels: Vec::new(),
             count: s.count,
             value: s.value,
             locations: locs,
@@ -555,6 +564,7 @@ mod tests {
                     ],
                     user_binary: vec![1, 0],
                     user_offset: vec![m.file_offset(addr), 0x1234],
+                    ..Default::default()
                 },
                 Stack {
                     pid: 2,
@@ -564,6 +574,7 @@ mod tests {
                     kernel: Vec::new(),
                     user_binary: vec![2],
                     user_offset: vec![0x10],
+                    ..Default::default()
                 },
             ],
             bpf_programs: vec![prog],

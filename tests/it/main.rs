@@ -24,6 +24,7 @@
 
 mod common;
 
+mod agent;
 mod bpf;
 mod bpfprof;
 mod faults;

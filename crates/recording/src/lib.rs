@@ -23,7 +23,7 @@ pub const BPF_RUN_TIME: &str = "[bpf run time]";
 pub const MAGIC: &[u8; 8] = b"BPFSCOPE";
 /// Readers refuse other major versions; minor versions only add fields or sections.
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 3;
+pub const VERSION_MINOR: u16 = 4;
 const HEADER_LEN: usize = 16;
 const SECTION_HEADER_LEN: usize = 24;
 /// A section that a reader must understand to use the file.
@@ -250,6 +250,12 @@ pub struct Stack {
     /// Per user frame: file offset in that binary, or the raw address.
     #[prost(uint64, repeated, tag = "7")]
     pub user_offset: Vec<u64>,
+    /// Since 1.4 (the agent): the thread's name, and its cgroup v2 id; ""
+    /// and 0 when samples were not keyed by them.
+    #[prost(string, tag = "8")]
+    pub thread: String,
+    #[prost(uint64, tag = "9")]
+    pub cgroup_id: u64,
 }
 
 /// A whole recording in memory.
@@ -528,6 +534,8 @@ mod tests {
                 kernel: vec![0xffff_ffff_8100_0000],
                 user_binary: vec![1, 0],
                 user_offset: vec![0x1234, 0x7fff_0000],
+                thread: "worker".into(),
+                cgroup_id: 4242,
             }],
         }
     }

@@ -16,13 +16,37 @@ const SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
+static RELOAD: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
 /// Installs the handlers (once; later calls do nothing).
 pub fn install() -> io::Result<()> {
+    install_for(&SIGNALS)
+}
+
+/// For a long-running service: SIGINT and SIGTERM end it, SIGHUP asks it
+/// to read its configuration again ([`take_reload`]).
+pub fn install_reloadable() -> io::Result<()> {
+    if RELOAD.get().is_none() {
+        let flag = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(libc::SIGHUP, flag.clone())?;
+        let _ = RELOAD.set(flag);
+    }
+    install_for(&SIGNALS[..2])
+}
+
+/// True once per SIGHUP since the last call.
+pub fn take_reload() -> bool {
+    RELOAD
+        .get()
+        .is_some_and(|f| f.swap(false, Ordering::SeqCst))
+}
+
+fn install_for(signals: &[i32]) -> io::Result<()> {
     if FLAG.get().is_some() {
         return Ok(());
     }
     let flag = Arc::new(AtomicBool::new(false));
-    for sig in SIGNALS {
+    for &sig in signals {
         // Order matters: the default action is armed by the flag of an
         // earlier signal, so it must run before this signal sets the flag.
         signal_hook::flag::register_conditional_default(sig, flag.clone())?;

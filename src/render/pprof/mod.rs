@@ -161,23 +161,36 @@ pub fn build(p: &Symbolized) -> Profile {
             } else {
                 vec![s.count as i64, s.count as i64 * period]
             };
+            let mut label = vec![
+                Label {
+                    key: k_pid,
+                    str: 0,
+                    num: i64::from(s.pid),
+                    num_unit: 0,
+                },
+                Label {
+                    key: k_comm,
+                    str: st.id(&s.comm),
+                    num: 0,
+                    num_unit: 0,
+                },
+            ];
+            let extra = (!s.thread.is_empty())
+                .then_some(("thread_name", s.thread.as_str()))
+                .into_iter()
+                .chain(s.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            for (k, v) in extra {
+                label.push(Label {
+                    key: st.id(k),
+                    str: st.id(v),
+                    num: 0,
+                    num_unit: 0,
+                });
+            }
             Sample {
                 location_id: s.locations.iter().map(|&l| l as u64 + 1).collect(),
                 value: values,
-                label: vec![
-                    Label {
-                        key: k_pid,
-                        str: 0,
-                        num: i64::from(s.pid),
-                        num_unit: 0,
-                    },
-                    Label {
-                        key: k_comm,
-                        str: st.id(&s.comm),
-                        num: 0,
-                        num_unit: 0,
-                    },
-                ],
+                label,
             }
         })
         .collect();
@@ -296,10 +309,23 @@ mod tests {
                 value: 5,
                 locations: vec![0, 1, 2, 3],
                 kernel_frames: 1,
+                thread: "worker".into(),
+                labels: vec![("container_id".into(), "abc".into())],
+                ..Default::default()
             }],
             notes: Vec::new(),
         };
         let pb = build(&p);
+        let label = |k: &str| {
+            let s = &pb.sample[0];
+            s.label
+                .iter()
+                .find(|l| pb.string_table[l.key as usize] == k)
+                .map(|l| pb.string_table[l.str as usize].clone())
+        };
+        assert_eq!(label("thread_name").as_deref(), Some("worker"));
+        assert_eq!(label("container_id").as_deref(), Some("abc"));
+        assert_eq!(label("comm").as_deref(), Some("app"));
         let name = |i: usize| pb.string_table[pb.mapping[i].filename as usize].as_str();
         assert_eq!(
             (0..3).map(name).collect::<Vec<_>>(),

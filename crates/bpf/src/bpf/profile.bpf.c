@@ -32,6 +32,10 @@ const volatile u64 target_cgroup = 0;
 const volatile u32 cgroup_level = 0;
 /* Off-CPU intervals shorter than this are not counted. */
 const volatile u64 min_block_ns = 0;
+/* Key samples by thread name and cgroup too (struct bp_key). */
+const volatile u32 key_labels = 0;
+/* The current readout period, set by user space (struct bp_key). */
+u32 epoch = 0;
 
 /* Keeps ABI types in BTF so the skeleton generates them for user space. */
 struct bp_abi {
@@ -114,6 +118,10 @@ static __always_inline void bp_stacks(void *ctx, struct task_struct *t, struct b
 		key->kstack = bp_kernel_stack(ctx);
 	if ((stacks & BP_STACKS_USER) && !(BPF_CORE_READ(tb, flags) & PF_KTHREAD))
 		key->ustack = bp_user_stack(t, key->tgid);
+	if (key_labels) {
+		key->cgroup = bpf_get_current_cgroup_id();
+		__builtin_memcpy(key->thread, t->comm, BP_COMM_LEN);
+	}
 }
 
 static __always_inline void bp_announce(u32 tgid)
@@ -138,8 +146,12 @@ static __always_inline void bp_announce(u32 tgid)
 
 static __always_inline void bp_add(struct bp_key *key, u64 value, struct task_struct *t)
 {
-	struct bp_val *v = bpf_map_lookup_elem(&counts, key);
+	struct bp_val *v;
 
+	/* The period the sample is added in, not the one its start was taken
+	 * in (off-CPU): a period already read out is not written again. */
+	key->epoch = epoch;
+	v = bpf_map_lookup_elem(&counts, key);
 	if (!v) {
 		struct bp_val nv = {};
 		struct task_struct *leader = t->group_leader;

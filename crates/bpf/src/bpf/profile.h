@@ -48,9 +48,16 @@ enum bp_vdso {
  */
 struct bp_key {
 	__u32 tgid;
-	__u32 pad;
+	/* The readout period it was counted in (the agent reads one period
+	 * while the next is counted; 0 for one-shot runs). */
+	__u32 epoch;
 	__u64 kstack;
 	__u64 ustack;
+	/* With `key_labels` (the agent): the thread's cgroup v2 id and name,
+	 * which its profiles carry as labels; 0 and "" otherwise, so one-shot
+	 * profiles keep one key per process and stack. */
+	__u64 cgroup;
+	char thread[BP_COMM_LEN];
 };
 
 struct bp_val {

@@ -1,0 +1,403 @@
+//! Continuous whole-host CPU profiling: the profile command's programs,
+//! loaded once, read out every second ("ticks": the sampler moves to the
+//! next epoch, the previous epoch's stacks are read and deleted), so the
+//! kernel only holds about a second of keys however long the agent runs.
+//! Windows and on-demand profiles are merges of ticks, symbolized in this
+//! process and labelled with process, thread and cgroup.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::mem::MaybeUninit;
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use libbpf_rs::{OpenObject, RingBuffer, RingBufferBuilder};
+
+use super::labels::CgroupNames;
+use crate::attach::target::Target;
+use crate::cli::agent::ProfileConfig;
+use crate::profile::maps::Snapshots;
+use crate::profile::session::{KernelLost, ProfileSession, RawStack, StackCache};
+use crate::profile::{unwind, Mode, Sampled, SamplingConfig};
+use bpfscope_bpf::profile::types::{bp_note, bp_note_kind};
+use bpfscope_symbolize::{kernel, Resolver, SymbolConfig};
+use bpfscope_sys::pod;
+
+/// How long runs in flight get to finish with the old epoch.
+const GRACE: Duration = Duration::from_millis(10);
+/// Stacks cached in user space are dropped after this many ticks unused.
+const STACK_KEEP_TICKS: u64 = 600;
+
+/// What makes two ticks' stacks the same: process, names, cgroup, frames.
+type StackKey = (
+    u32,
+    String,
+    String,
+    u64,
+    Vec<u64>,
+    Vec<bpfscope_bpf::stack::UserFrame>,
+);
+
+/// A second of samples.
+struct Tick {
+    start_ns: u64,
+    end_ns: u64,
+    stacks: Vec<RawStack>,
+}
+
+/// Which samples a profile request wants.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    /// A cgroup path prefix.
+    pub cgroup: Option<String>,
+}
+
+/// A finished profile: the gzipped pprof and what it holds.
+pub struct Built {
+    pub pprof: Vec<u8>,
+    pub samples: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+pub struct Profiler {
+    pub cfg: ProfileConfig,
+    sampling: SamplingConfig,
+    session: ProfileSession<'static>,
+    notes: Rc<RefCell<Vec<bp_note>>>,
+    ring: RingBuffer<'static>,
+    snapshots: Snapshots,
+    cache: StackCache,
+    epoch: u32,
+    ticks: VecDeque<Tick>,
+    /// Ticks older than this are dropped.
+    keep: Duration,
+    tick_start_ns: u64,
+    resolver: Resolver,
+    /// Processes re-read shortly after they were announced.
+    again: VecDeque<(Instant, u32)>,
+    /// Samples read out so far.
+    pub samples: u64,
+    cpus: u32,
+}
+
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Profiler {
+    /// Loads and attaches the sampler on every CPU.
+    pub fn start(cfg: &ProfileConfig, keep: Duration) -> Result<Profiler> {
+        let sampling = SamplingConfig {
+            mode: Mode::Cpu,
+            frequency: cfg.hz,
+            duration: Duration::MAX,
+            target: Target::All,
+            cgroup: None,
+            kernel: true,
+            user: true,
+            max_stacks: cfg.max_stacks,
+            max_depth: cfg.max_depth,
+            unwind_entries: cfg.unwind_mib * (1 << 20) / 8,
+            labels: true,
+            verbose: false,
+        };
+        // The object outlives the session, which lives until the agent
+        // ends or a reload changes the profiler: a few hundred bytes each.
+        let storage: &'static mut MaybeUninit<OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut session =
+            ProfileSession::load(storage, &sampling).map_err(crate::error::refused)?;
+        let mut snapshots = Snapshots::default();
+        if let Err(e) = unwind::load_vdso(
+            &session.skel.maps.files,
+            &session.skel.maps.unwind_entries,
+            &mut session.tables,
+            &mut snapshots,
+        ) {
+            eprintln!("bpfscope: frames in the vDSO are unwound by frame pointers: {e:#}");
+        }
+        let mut next_id = unwind::VDSO_ID + 1;
+        if let Err(e) = unwind::preload_own(
+            &session.skel.maps.files,
+            &session.skel.maps.unwind_entries,
+            &mut session.tables,
+            &mut snapshots,
+            &mut next_id,
+        ) {
+            eprintln!("bpfscope: shared libraries' unwind tables load on first use: {e:#}");
+        }
+        session.reserve_file_ids(next_id);
+        let notes: Rc<RefCell<Vec<bp_note>>> = Rc::default();
+        let sink = notes.clone();
+        let mut builder = RingBufferBuilder::new();
+        builder.add(&session.skel.maps.procs, move |data: &[u8]| {
+            if let Some(n) = pod::read::<bp_note>(data) {
+                sink.borrow_mut().push(n);
+            }
+            0
+        })?;
+        let ring = builder.build().context("setting up the ring buffer")?;
+        let n = session
+            .attach(&sampling, false)
+            .map_err(crate::error::refused)?;
+        // Processes already running: their mappings, for the unwinder.
+        for pid in bpfscope_sys::procfs::pids() {
+            session.build(pid);
+        }
+        eprintln!("Profiling {n} CPUs at {} Hz", cfg.hz);
+        Ok(Profiler {
+            cfg: cfg.clone(),
+            sampling,
+            session,
+            notes,
+            ring,
+            snapshots,
+            cache: StackCache::default(),
+            epoch: 0,
+            ticks: VecDeque::new(),
+            keep,
+            tick_start_ns: now_ns(),
+            resolver: Resolver::new(&SymbolConfig::from_env(), true),
+            again: VecDeque::new(),
+            samples: 0,
+            cpus: n as u32,
+        })
+    }
+
+    /// The ring buffer's descriptor, to wait on.
+    pub fn wait_fd(&self) -> i32 {
+        self.ring.epoll_fd()
+    }
+
+    /// Handles process and file announcements: mappings read while the
+    /// process exists, unwind tables loaded within milliseconds.
+    pub fn pump(&mut self) -> Result<()> {
+        self.ring
+            .consume()
+            .context("reading process notifications")?;
+        let notes: Vec<bp_note> = self.notes.borrow_mut().drain(..).collect();
+        let now = Instant::now();
+        for n in notes {
+            if n.kind == bp_note_kind::BP_NOTE_FILE.0 {
+                unwind::load_file(
+                    &n,
+                    &self.session.skel.maps.files,
+                    &self.session.skel.maps.unwind_entries,
+                    &mut self.session.tables,
+                    &mut self.snapshots,
+                )?;
+            } else {
+                self.session.build(n.tgid);
+                if n.kind == bp_note_kind::BP_NOTE_PROC.0 && self.snapshots.snapshot(n.tgid) {
+                    self.again
+                        .push_back((now + Duration::from_millis(50), n.tgid));
+                }
+            }
+        }
+        while self.again.front().is_some_and(|(t, _)| *t <= now) {
+            if let Some((_, pid)) = self.again.pop_front() {
+                self.snapshots.snapshot(pid);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads out the last second: the sampler moves on to the next epoch,
+    /// runs in flight finish, the old epoch is read and deleted.
+    pub fn tick(&mut self) -> Result<()> {
+        let old = self.epoch;
+        self.epoch = self.epoch.wrapping_add(1);
+        if let Some(bss) = self.session.skel.maps.bss_data.as_deref_mut() {
+            // SAFETY: bss is the mmap'd .bss of the loaded object, valid for
+            // the skeleton's lifetime; a volatile store stays visible to the kernel.
+            unsafe { std::ptr::write_volatile(&mut bss.epoch, self.epoch) };
+        }
+        std::thread::sleep(GRACE);
+        let end_ns = now_ns();
+        self.cache.period += 1;
+        let stacks = self.session.drain(old, &mut self.cache)?;
+        self.samples += stacks.iter().map(|s| s.count).sum::<u64>();
+        // Processes seen for the first time in this tick whose
+        // announcement raced the read: their mappings now.
+        for s in &stacks {
+            if !self.snapshots.has(s.tgid) {
+                self.snapshots.snapshot(s.tgid);
+            }
+        }
+        self.ticks.push_back(Tick {
+            start_ns: self.tick_start_ns,
+            end_ns,
+            stacks,
+        });
+        self.tick_start_ns = end_ns;
+        let horizon = end_ns.saturating_sub(self.keep.as_nanos() as u64);
+        while self.ticks.front().is_some_and(|t| t.end_ns < horizon) {
+            self.ticks.pop_front();
+        }
+        Ok(())
+    }
+
+    /// End of the latest tick read out.
+    pub fn read_until_ns(&self) -> u64 {
+        self.tick_start_ns
+    }
+
+    /// Housekeeping once per window: stacks the kernel still holds are
+    /// freed (cached here), and processes that are gone and in no kept
+    /// tick are forgotten, so memory does not grow with processes that
+    /// came and went.
+    pub fn reclaim(&mut self) -> Result<()> {
+        self.session
+            .reclaim_stacks(&mut self.cache, STACK_KEEP_TICKS)?;
+        let referenced: std::collections::HashSet<u32> = self
+            .ticks
+            .iter()
+            .flat_map(|t| t.stacks.iter().map(|s| s.tgid))
+            .collect();
+        for pid in self.snapshots.pids() {
+            if !referenced.contains(&pid) && !bpfscope_sys::procfs::exists(pid) {
+                self.snapshots.forget(pid);
+            }
+        }
+        Ok(())
+    }
+
+    /// Cumulative kernel-side counts (samples taken, losses).
+    pub fn lost(&self) -> Result<KernelLost> {
+        let mut l = self.session.lost()?;
+        l.taken = self.session.taken_so_far();
+        Ok(l)
+    }
+
+    pub fn cached_stacks(&self) -> usize {
+        self.cache.len()
+    }
+
+    pub fn tracked_processes(&self) -> usize {
+        self.snapshots.pids().len()
+    }
+
+    pub fn table_bytes(&self) -> u64 {
+        self.session.tables.used_bytes()
+    }
+
+    /// The samples of the ticks ending in (from_ns, to_ns], selected,
+    /// symbolized and labelled, as a gzipped pprof.
+    pub fn build(
+        &mut self,
+        from_ns: u64,
+        to_ns: u64,
+        sel: &Selection,
+        cgroups: &mut CgroupNames,
+    ) -> Result<Built> {
+        let mut merged: HashMap<StackKey, RawStack> = HashMap::new();
+        let mut start_ns = to_ns;
+        for t in self
+            .ticks
+            .iter()
+            .filter(|t| t.end_ns > from_ns && t.end_ns <= to_ns)
+        {
+            start_ns = start_ns.min(t.start_ns);
+            for s in &t.stacks {
+                if !selected(s, sel, cgroups) {
+                    continue;
+                }
+                let k = (
+                    s.tgid,
+                    s.comm.clone(),
+                    s.thread.clone(),
+                    s.cgroup,
+                    s.kernel.clone(),
+                    s.user.clone(),
+                );
+                match merged.get_mut(&k) {
+                    Some(m) => {
+                        m.count += s.count;
+                        m.value += s.value;
+                    }
+                    None => {
+                        merged.insert(k, s.clone());
+                    }
+                }
+            }
+        }
+        let stacks: Vec<RawStack> = merged.into_values().collect();
+        let samples = stacks.iter().map(|s| s.count).sum();
+        let kernel_addrs: Vec<u64> = stacks
+            .iter()
+            .flat_map(|s| s.kernel.iter().copied())
+            .collect::<std::collections::BTreeSet<u64>>()
+            .into_iter()
+            .collect();
+        let sampled = Sampled {
+            stacks,
+            snapshots: std::mem::take(&mut self.snapshots),
+            lost: KernelLost::default(),
+            kernel_symbols: kernel::snapshot_symbols(&kernel_addrs),
+            bpf_programs: Vec::new(),
+            sideband_lost: 0,
+            start_unix_ns: start_ns.min(from_ns.max(start_ns)),
+            duration: Duration::from_nanos(to_ns.saturating_sub(start_ns)),
+            cpus: self.cpus,
+            blocked_bpf_ns: Vec::new(),
+            bpf_sampled: 0,
+            guarded_lost: 0,
+            tables: Default::default(),
+            table_bytes: 0,
+        };
+        let mut rec = crate::profile::to_recording(&self.sampling, &sampled, true);
+        self.snapshots = sampled.snapshots;
+        rec.meta.lost = None;
+        let (mut profile, _) = crate::report::recording(&rec, &mut self.resolver);
+        for s in &mut profile.samples {
+            if let Some(l) = cgroups.labels(s.cgroup_id) {
+                s.labels = l.pairs();
+            }
+        }
+        let mut pprof = Vec::new();
+        crate::render::pprof::write(&profile, &mut pprof).context("encoding the profile")?;
+        Ok(Built {
+            pprof,
+            samples,
+            start_ns,
+            end_ns: to_ns,
+        })
+    }
+
+    pub fn stop(&mut self) {
+        self.session.detach();
+    }
+}
+
+fn selected(s: &RawStack, sel: &Selection, cgroups: &mut CgroupNames) -> bool {
+    if sel.pid.is_some_and(|p| p != s.tgid) {
+        return false;
+    }
+    if sel
+        .comm
+        .as_ref()
+        .is_some_and(|c| *c != s.comm && *c != s.thread)
+    {
+        return false;
+    }
+    if let Some(prefix) = &sel.cgroup {
+        let path = cgroups
+            .labels(s.cgroup)
+            .map(|l| l.path.as_str())
+            .unwrap_or("");
+        let under = path == prefix
+            || path
+                .strip_prefix(prefix.trim_end_matches('/'))
+                .is_some_and(|rest| rest.starts_with('/'));
+        if !under {
+            return false;
+        }
+    }
+    true
+}

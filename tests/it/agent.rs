@@ -1,0 +1,883 @@
+//! `bpfscope agent` against the real kernel and the real consumers: a
+//! Prometheus server scraping it, `go tool pprof` fetching profiles, and
+//! an ingest server standing in for a profile store.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// A running agent and the address it serves on.
+struct Agent {
+    run: Running,
+    addr: SocketAddr,
+}
+
+fn start_agent(args: &[&str]) -> Agent {
+    let mut cmd = Command::new(bin());
+    cmd.arg("agent").args(args);
+    let run = start_cmd(cmd, "Listening on http://");
+    let line = run
+        .stderr_seen
+        .iter()
+        .find(|l| l.starts_with("Listening on http://"))
+        .unwrap()
+        .clone();
+    let addr = line
+        .trim_start_matches("Listening on http://")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    Agent { run, addr }
+}
+
+impl Agent {
+    fn get(&self, path: &str) -> (u16, String, Vec<u8>) {
+        http(self.addr, "GET", path, &[])
+    }
+
+    fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> (u16, String, Vec<u8>) {
+        http(self.addr, "GET", path, headers)
+    }
+
+    /// The value of one sample line of /metrics (`name{labels} value`).
+    fn metric(&self, series: &str, token: Option<&str>) -> Option<f64> {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = auth
+            .as_deref()
+            .map(|a| vec![("Authorization", a)])
+            .unwrap_or_default();
+        let (st, _, body) = self.get_with("/metrics", &headers);
+        assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
+        let text = String::from_utf8_lossy(&body).into_owned();
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(self.run.pid(), sig) };
+    }
+
+    /// SIGTERM; the agent must end cleanly within 20 s.
+    fn terminate(mut self) -> String {
+        self.signal(libc::SIGTERM);
+        let (_, err) = self.run.finish();
+        let st = self.run.child.wait().unwrap();
+        assert!(st.success(), "agent ended with {st}: {err}");
+        err
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection: (status, head, body).
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut all = Vec::new();
+    let _ = s.read_to_end(&mut all);
+    split_response(&all)
+}
+
+fn split_response(all: &[u8]) -> (u16, String, Vec<u8>) {
+    let end = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(all.len());
+    let head = String::from_utf8_lossy(&all[..end]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = all.get(end + 4..).unwrap_or(&[]).to_vec();
+    (status, head, body)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn write_writes(name: &str, n: &str, sizes: &[&str]) {
+    let w = workload("writer");
+    let st = Command::new(&w)
+        .arg(name)
+        .arg(n)
+        .args(sizes)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// Waits until `f` returns Some, or panics with `what` after `secs`.
+fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn no_program_of(pid: i32) {
+    let left: Vec<_> = loaded_progs()
+        .into_iter()
+        .filter(|(_, n, pids)| n.starts_with("bpfscope") && pids.contains(&pid))
+        .collect();
+    assert!(left.is_empty(), "programs left loaded: {left:?}");
+}
+
+/// A Prometheus server scraping `target` every second.
+struct Prometheus {
+    child: Child,
+    port: u16,
+    _dir: PathBuf,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    fn start(dir: &Path, target: SocketAddr) -> Option<Prometheus> {
+        if Command::new("prometheus")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            skip("prometheus is not installed (scripts/install-deps installs it)");
+            return None;
+        }
+        let port = free_port();
+        let cfg = dir.join("prom.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: bpfscope\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let p = Prometheus {
+            child,
+            port,
+            _dir: dir.to_path_buf(),
+        };
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        wait_for(60, "prometheus to be ready", || {
+            TcpStream::connect(addr).ok()?;
+            (http(addr, "GET", "/-/ready", &[]).0 == 200).then_some(())
+        });
+        Some(p)
+    }
+
+    fn query(&self, q: &str) -> serde_json::Value {
+        let addr: SocketAddr = format!("127.0.0.1:{}", self.port).parse().unwrap();
+        let enc: String = q
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        let (st, _, body) = http(addr, "GET", &format!("/api/v1/query?query={enc}"), &[]);
+        assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        v["data"]["result"].clone()
+    }
+
+    /// The single value of an instant query, if it has one.
+    fn value(&self, q: &str) -> Option<f64> {
+        let r = self.query(q);
+        r.as_array()?.first()?["value"][1].as_str()?.parse().ok()
+    }
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn prometheus_reads_exact_counts_and_histogram_buckets() {
+    require_root();
+    let _turn = bpf_stats_turn();
+    let dir = scratch_dir("agent-prom");
+    let cfg = dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        "[profile]\nhz = 0\n[metrics]\ninterval_seconds = 0.5\n\
+         [[metric]]\nname = \"agw_writes\"\nspec = \"count tracepoint:syscalls:sys_enter_write --filter 'comm == \\\"agwprom\\\"' --by comm\"\n\
+         [[metric]]\nname = \"agw_sizes\"\nspec = \"hist tracepoint:syscalls:sys_enter_write --value count --filter 'comm == \\\"agwprom\\\"'\"\n",
+    )
+    .unwrap();
+    let agent = start_agent(&["--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"]);
+    let Some(prom) = Prometheus::start(&dir, agent.addr) else {
+        return;
+    };
+    wait_for(30, "the agent's target to be up", || {
+        (prom.value("up{job=\"bpfscope\"}")? == 1.0).then_some(())
+    });
+    // 1000 writes of 1 byte, 500 of 100 bytes: exactly 1500.
+    write_writes("agwprom", "500", &["1", "1", "100"]);
+    let n = wait_for(30, "1500 writes in Prometheus", || {
+        let v = prom.value("bpfscope_agw_writes_total{comm=\"agwprom\"}")?;
+        (v >= 1500.0).then_some(v)
+    });
+    assert_eq!(n, 1500.0);
+    // Counted once: a later scrape still says 1500.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        prom.value("bpfscope_agw_writes_total{comm=\"agwprom\"}"),
+        Some(1500.0)
+    );
+    // Histogram: 1000 in [1,2) (le 1), 500 in [64,128) (le 127).
+    let count = wait_for(30, "the histogram", || {
+        let v = prom.value("bpfscope_agw_sizes_count")?;
+        (v >= 1500.0).then_some(v)
+    });
+    assert_eq!(count, 1500.0);
+    let buckets = prom.query("bpfscope_agw_sizes_bucket");
+    let mut by_le: Vec<(f64, f64)> = buckets
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let le = s["metric"]["le"].as_str().unwrap();
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap()
+            };
+            (le, s["value"][1].as_str().unwrap().parse().unwrap())
+        })
+        .collect();
+    by_le.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+    let at = |le: f64| by_le.iter().find(|b| b.0 == le).map(|b| b.1);
+    assert_eq!(at(0.0), Some(0.0), "{by_le:?}");
+    assert_eq!(at(1.0), Some(1000.0), "{by_le:?}");
+    assert_eq!(at(63.0), Some(1000.0), "{by_le:?}");
+    assert_eq!(at(127.0), Some(1500.0), "{by_le:?}");
+    assert_eq!(at(f64::INFINITY), Some(1500.0), "{by_le:?}");
+    assert_eq!(prom.value("bpfscope_agw_sizes_sum"), Some(1000.0 + 50000.0));
+    // Prometheus parsed every line (a bad exposition marks the target down).
+    let targets = http(
+        format!("127.0.0.1:{}", prom.port).parse().unwrap(),
+        "GET",
+        "/api/v1/targets",
+        &[],
+    );
+    let t: serde_json::Value = serde_json::from_slice(&targets.2).unwrap();
+    let active = &t["data"]["activeTargets"][0];
+    assert_eq!(active["health"], "up", "{active}");
+    assert_eq!(active["lastError"], "", "{active}");
+    let pid = agent.run.pid();
+    agent.terminate();
+    no_program_of(pid);
+}
+
+/// `go tool pprof`, as installed by golang-go.
+fn go_pprof() -> Option<PathBuf> {
+    let out = Command::new("go")
+        .args(["env", "GOTOOLDIR"])
+        .output()
+        .ok()?;
+    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("pprof");
+    p.exists().then_some(p)
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn go_pprof_fetches_a_labelled_profile() {
+    require_root();
+    if go_pprof().is_none() {
+        skip("go tool pprof is not installed (golang-go; scripts/install-deps installs it)");
+        return;
+    }
+    let _turn = bpf_stats_turn();
+    let w = workload_with("nofp", &["-O2", "-fomit-frame-pointer"]);
+    let agent = start_agent(&["--listen", "127.0.0.1:0", "--profile-hz", "199"]);
+    let mut wl = Command::new(&w)
+        .args(["chain", "agpprof", "8"])
+        .spawn()
+        .unwrap();
+    let dir = scratch_dir("agent-pprof");
+    let url = format!(
+        "http://{}/debug/pprof/profile?seconds=3&pid={}",
+        agent.addr,
+        wl.id()
+    );
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-raw", "-symbolize=none", &url])
+        .env("PPROF_TMPDIR", &dir)
+        .env("HOME", &dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in [" hot_leaf ", " via_b ", " via_a ", " main "] {
+        assert!(text.contains(f), "{f} missing:\n{text}");
+    }
+    assert!(text.contains("comm:[agpprof]"), "{text}");
+    assert!(text.contains("thread_name:[agpprof]"), "{text}");
+    assert!(text.contains("cgroup:[/"), "{text}");
+    assert!(text.contains(&format!("pid:[{}]", wl.id())), "{text}");
+    // Only that process: no other pid label.
+    let pids: std::collections::BTreeSet<&str> = text
+        .split("pid:[")
+        .skip(1)
+        .filter_map(|s| s.split(']').next())
+        .collect();
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let samples: u64 = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Samples:"))
+        .skip(2)
+        .take_while(|l| !l.starts_with("Locations"))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    // 3 s of one busy CPU at 199 Hz: ~597 samples.
+    assert!((450..=650).contains(&samples), "{samples} samples");
+    // Bad parameters: 400 with one line, which pprof shows.
+    let (st, head, body) = agent.get("/debug/pprof/profile?seconds=abc");
+    assert_eq!(st, 400);
+    assert!(head.contains("X-Go-Pprof: 1"), "{head}");
+    assert_eq!(String::from_utf8_lossy(&body).lines().count(), 1);
+    let (st, _, _) = agent.get("/debug/pprof/profile?seconds=100000");
+    assert_eq!(st, 400);
+    let (st, _, body) = agent.get("/debug/pprof/profile?seconds=1&bogus=1");
+    assert_eq!(st, 400, "{}", String::from_utf8_lossy(&body));
+    let _ = wl.kill();
+    let _ = wl.wait();
+    let pid = agent.run.pid();
+    agent.terminate();
+    no_program_of(pid);
+}
+
+/// A request the ingest server got: target, head, body.
+type Pushed = (String, String, Vec<u8>);
+
+/// A stand-in for Pyroscope's /ingest: records each request, and answers
+/// 200 while `up`, else closes the connection.
+struct Ingest {
+    addr: SocketAddr,
+    got: Arc<Mutex<Vec<Pushed>>>,
+    up: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Ingest {
+    fn start() -> Ingest {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let got: Arc<Mutex<Vec<Pushed>>> = Arc::default();
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (g, u) = (got.clone(), up.clone());
+        std::thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                if !u.load(std::sync::atomic::Ordering::SeqCst) {
+                    drop(s);
+                    continue;
+                }
+                let _ = serve_ingest(s, &g);
+            }
+        });
+        Ingest { addr, got, up }
+    }
+}
+
+fn serve_ingest(mut s: TcpStream, got: &Mutex<Vec<Pushed>>) -> std::io::Result<()> {
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    let (head, body_start) = loop {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break (String::from_utf8_lossy(&buf[..p]).into_owned(), p + 4);
+        }
+    };
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = buf[body_start..].to_vec();
+    while body.len() < len {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    let target = head.split_whitespace().nth(1).unwrap_or("").to_string();
+    got.lock().unwrap().push((target, head, body));
+    s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+}
+
+fn query_param<'a>(target: &'a str, name: &str) -> Option<&'a str> {
+    target
+        .split_once('?')?
+        .1
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 3 <= b.len() {
+            out.push(
+                u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap(), 16).unwrap(),
+            );
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn windows_are_pushed_with_labels_and_a_dead_store_costs_nothing() {
+    use prost::Message;
+    require_root();
+    let _turn = bpf_stats_turn();
+    let ingest = Ingest::start();
+    let dir = scratch_dir("agent-push");
+    let cfg = dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"127.0.0.1:0\"\n[profile]\nhz = 99\nwindow_seconds = 2\n[push]\nurl = \"http://{}\"\nqueue = 1\nlabels = {{ env = \"test\", team = \"obs\" }}\n",
+            ingest.addr
+        ),
+    )
+    .unwrap();
+    let w = workload_with("nofp", &["-O2", "-fomit-frame-pointer"]);
+    let agent = start_agent(&["--config", cfg.to_str().unwrap()]);
+    let mut wl = Command::new(&w)
+        .args(["chain", "agpush", "30"])
+        .spawn()
+        .unwrap();
+    let got = wait_for(30, "two pushed windows", || {
+        let g = ingest.got.lock().unwrap();
+        (g.len() >= 2).then(|| g.clone())
+    });
+    let mut froms = Vec::new();
+    for (target, head, body) in &got {
+        assert!(target.starts_with("/ingest?"), "{target}");
+        assert_eq!(query_param(target, "format"), Some("pprof"));
+        let name = percent_decode(query_param(target, "name").unwrap());
+        assert!(name.starts_with("bpfscope{hostname="), "{name}");
+        assert!(
+            name.contains(",env=test") && name.contains(",team=obs") && name.ends_with('}'),
+            "{name}"
+        );
+        let from: u64 = query_param(target, "from").unwrap().parse().unwrap();
+        let until: u64 = query_param(target, "until").unwrap().parse().unwrap();
+        assert!(from < until && until - from <= 4, "{from}..{until}");
+        froms.push(from);
+        assert!(head.starts_with("POST "), "{head}");
+        assert_eq!(&body[..2], &[0x1f, 0x8b], "gzipped");
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_end(&mut raw)
+            .unwrap();
+        let p = bpfscope::render::pprof::proto::Profile::decode(&raw[..]).unwrap();
+        let st = |i: i64| p.string_table[i as usize].clone();
+        assert_eq!(st(p.period_type.as_ref().unwrap().r#type), "cpu");
+        let comm = p.string_table.iter().position(|s| s == "comm").unwrap() as i64;
+        let thread = p
+            .string_table
+            .iter()
+            .position(|s| s == "thread_name")
+            .unwrap() as i64;
+        let ours: i64 = p
+            .sample
+            .iter()
+            .filter(|s| {
+                s.label
+                    .iter()
+                    .any(|l| l.key == comm && st(l.str) == "agpush")
+            })
+            .inspect(|s| assert!(s.label.iter().any(|l| l.key == thread)))
+            .map(|s| s.value[0])
+            .sum();
+        // ~2 s of one busy CPU at 99 Hz.
+        assert!(ours > 50, "{ours} samples of the workload in a window");
+    }
+    froms.dedup();
+    assert_eq!(froms.len(), got.len(), "each window once: {froms:?}");
+    // The store goes away: windows keep closing, requests keep being
+    // answered at once, and what cannot be pushed is counted as dropped.
+    ingest.up.store(false, std::sync::atomic::Ordering::SeqCst);
+    let dropped = wait_for(40, "a dropped window", || {
+        let t = Instant::now();
+        let (st, _, _) = agent.get("/healthz");
+        assert_eq!(st, 200);
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "healthz took {:?}",
+            t.elapsed()
+        );
+        let d = agent.metric("bpfscope_agent_push_dropped_total", None)?;
+        (d >= 1.0).then_some(d)
+    });
+    assert!(dropped >= 1.0);
+    assert!(
+        agent
+            .metric("bpfscope_agent_push_failed_total", None)
+            .unwrap()
+            >= 1.0
+    );
+    let _ = wl.kill();
+    let _ = wl.wait();
+    let pid = agent.run.pid();
+    let t = Instant::now();
+    agent.terminate();
+    // Retries are given up within the stop's grace, not waited out.
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    no_program_of(pid);
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn token_reload_and_sigterm() {
+    require_root();
+    let _turn = bpf_stats_turn();
+    let dir = scratch_dir("agent-reload");
+    let token = dir.join("token");
+    std::fs::write(&token, "t0ken-abc\n").unwrap();
+    let data = dir.join("windows");
+    let cfg = dir.join("agent.toml");
+    let one = "[[metric]]\nname = \"rl_writes\"\nspec = \"count t:syscalls:sys_enter_write --filter 'comm == \\\"agreload\\\"'\"\n";
+    let base = format!(
+        "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n[profile]\nhz = 49\nwindow_seconds = 300\n[storage]\ndir = \"{}\"\n[metrics]\ninterval_seconds = 0.3\n",
+        token.display(),
+        data.display()
+    );
+    std::fs::write(&cfg, format!("{base}{one}")).unwrap();
+    let agent = start_agent(&["--config", cfg.to_str().unwrap()]);
+    let auth = [("Authorization", "Bearer t0ken-abc")];
+    // The token: required everywhere but /healthz, compared exactly.
+    assert_eq!(agent.get("/healthz").0, 200);
+    for path in [
+        "/metrics",
+        "/debug/pprof/recent",
+        "/debug/pprof/profile?seconds=1",
+    ] {
+        let (st, head, _) = agent.get(path);
+        assert_eq!(st, 401, "{path}: {head}");
+        assert!(head.contains("WWW-Authenticate: Bearer"), "{head}");
+        let (st, _, _) = agent.get_with(path, &[("Authorization", "Bearer t0ken-abd")]);
+        assert_eq!(st, 401, "{path}");
+    }
+    assert_eq!(agent.get_with("/metrics", &auth).0, 200);
+    // Malformed and oversized requests: refused with one line, agent unharmed.
+    let (st, _, _) = http(agent.addr, "POST", "/metrics", &auth);
+    assert_eq!(st, 405);
+    let big = "x".repeat(20000);
+    let (st, _, _) = agent.get_with(
+        "/metrics",
+        &[("Authorization", "Bearer t0ken-abc"), ("X-Big", &big)],
+    );
+    assert_eq!(st, 431);
+    let mut s = TcpStream::connect(agent.addr).unwrap();
+    s.write_all(b"\x01\x02 garbage\r\n\r\n").unwrap();
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp);
+    assert_eq!(split_response(&resp).0, 400);
+    // A malformed query is refused as a malformed request, naming the parameter.
+    let (st, _, body) = agent.get_with("/metrics?x=%zz", &auth);
+    assert_eq!(st, 400);
+    assert!(String::from_utf8_lossy(&body).contains('x'));
+    assert_eq!(agent.get_with("/nope", &auth).0, 404);
+
+    write_writes("agreload", "300", &["8"]);
+    let series = "bpfscope_rl_writes_total";
+    let n = wait_for(20, "300 writes", || {
+        let v = agent.metric(series, Some("t0ken-abc"))?;
+        (v >= 300.0).then_some(v)
+    });
+    assert_eq!(n, 300.0);
+    // SIGHUP with one metric added and the first unchanged: the first keeps
+    // its programs and its count (no gap, no double count).
+    let two = "[[metric]]\nname = \"rl_reads\"\nspec = \"count t:syscalls:sys_enter_read --filter 'comm == \\\"agreload\\\"'\"\n";
+    std::fs::write(&cfg, format!("{base}{one}{two}")).unwrap();
+    agent.signal(libc::SIGHUP);
+    wait_for(20, "the reload", || {
+        agent
+            .metric(
+                "bpfscope_agent_reloads_total{result=\"ok\"}",
+                Some("t0ken-abc"),
+            )
+            .filter(|v| *v >= 1.0)
+    });
+    wait_for(20, "the new metric", || {
+        let (_, _, body) = agent.get_with("/metrics", &auth);
+        String::from_utf8_lossy(&body)
+            .contains("# TYPE bpfscope_rl_reads counter")
+            .then_some(())
+    });
+    write_writes("agreload", "200", &["8"]);
+    let n = wait_for(20, "500 writes", || {
+        let v = agent.metric(series, Some("t0ken-abc"))?;
+        (v >= 500.0).then_some(v)
+    });
+    assert_eq!(n, 500.0);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(agent.metric(series, Some("t0ken-abc")), Some(500.0));
+    // A bad file changes nothing.
+    std::fs::write(&cfg, "[profile]\nhz = \"many\"\n").unwrap();
+    agent.signal(libc::SIGHUP);
+    wait_for(20, "the refused reload", || {
+        agent
+            .metric(
+                "bpfscope_agent_reloads_total{result=\"failed\"}",
+                Some("t0ken-abc"),
+            )
+            .filter(|v| *v >= 1.0)
+    });
+    assert_eq!(agent.metric(series, Some("t0ken-abc")), Some(500.0));
+    // SIGTERM: the window in progress (300 s long) is written, nothing stays attached.
+    let pid = agent.run.pid();
+    let err = agent.terminate();
+    assert!(err.contains("agent stopped: 1 windows"), "{err}");
+    let files: Vec<_> = std::fs::read_dir(&data).unwrap().flatten().collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    no_program_of(pid);
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn a_scrape_storm_is_bounded_and_the_profile_unaffected() {
+    require_root();
+    let _turn = bpf_stats_turn();
+    let dir = scratch_dir("agent-storm");
+    let cfg = dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        "listen = \"127.0.0.1:0\"\n[profile]\nhz = 99\nwindow_seconds = 6\n[http]\nworkers = 4\nqueue = 8\n",
+    )
+    .unwrap();
+    let w = workload_with("nofp", &["-O2", "-fomit-frame-pointer"]);
+    let agent = start_agent(&["--config", cfg.to_str().unwrap()]);
+    let mut wl = Command::new(&w)
+        .args(["chain", "agstorm", "12"])
+        .spawn()
+        .unwrap();
+    let threads = |pid: i32| {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .count()
+    };
+    let before = threads(agent.run.pid());
+    let t0 = Instant::now();
+    let addr = agent.addr;
+    let max_threads = Arc::new(Mutex::new(before));
+    let pid = agent.run.pid();
+    let m = max_threads.clone();
+    let watcher = std::thread::spawn(move || {
+        while t0.elapsed() < Duration::from_secs(5) {
+            let n = threads(pid);
+            let mut g = m.lock().unwrap();
+            *g = (*g).max(n);
+            drop(g);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let clients: Vec<_> = (0..300)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let path = if i % 10 == 0 {
+                    "/debug/pprof/profile?seconds=1"
+                } else {
+                    "/metrics"
+                };
+                http(addr, "GET", path, &[]).0
+            })
+        })
+        .collect();
+    let codes: Vec<u16> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    let took = t0.elapsed();
+    watcher.join().unwrap();
+    let ok = codes.iter().filter(|&&c| c == 200).count();
+    let busy = codes.iter().filter(|&&c| c == 503).count();
+    assert_eq!(
+        ok + busy,
+        300,
+        "every request answered 200 or 503: {codes:?}"
+    );
+    assert!(ok >= 4, "{ok} answered");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    let peak = *max_threads.lock().unwrap();
+    assert!(peak <= before + 2, "threads {before} -> {peak}");
+    // The profile did not notice: the next full window has the workload's
+    // samples at the rate asked for, and the kernel lost none.
+    let windows = agent
+        .metric("bpfscope_agent_windows_total", None)
+        .unwrap_or(0.0);
+    wait_for(20, "a window after the storm", || {
+        agent
+            .metric("bpfscope_agent_windows_total", None)
+            .filter(|v| *v >= windows + 1.0)
+    });
+    for reason in ["keys", "kernel_stack", "user_stack", "stack_collision"] {
+        assert_eq!(
+            agent.metric(
+                &format!("bpfscope_agent_samples_lost_total{{reason=\"{reason}\"}}"),
+                None
+            ),
+            Some(0.0),
+            "{reason}"
+        );
+    }
+    let taken = agent
+        .metric("bpfscope_agent_samples_taken_total", None)
+        .unwrap();
+    let runs = agent
+        .metric("bpfscope_agent_sampler_runs_total", None)
+        .unwrap();
+    assert!(
+        runs <= taken && runs >= taken * 0.9,
+        "runs {runs} of {taken} taken"
+    );
+    let _ = wl.kill();
+    let _ = wl.wait();
+    let pid = agent.run.pid();
+    agent.terminate();
+    no_program_of(pid);
+}
+
+#[test]
+fn bad_agent_input_is_refused_with_one_line() {
+    let dir = scratch_dir("agent-bad");
+    let bad_toml = dir.join("bad.toml");
+    std::fs::write(&bad_toml, "[profile]\nhz = 19\nbogus = 1\n").unwrap();
+    let empty_token = dir.join("token");
+    std::fs::write(&empty_token, "\n").unwrap();
+    for (args, word) in [
+        (vec!["--listen", "nonsense"], "IP:PORT"),
+        (
+            vec!["--metric", "trace t:syscalls:sys_enter_write"],
+            "neither",
+        ),
+        (
+            vec!["--config", "/nonexistent/agent.toml"],
+            "/nonexistent/agent.toml",
+        ),
+        (vec!["--config", bad_toml.to_str().unwrap()], "bogus"),
+        (vec!["--token-file", empty_token.to_str().unwrap()], "empty"),
+        (vec!["--profile-hz", "100000"], "100000"),
+        (vec!["--push-url", "ftp://x"], "http://"),
+    ] {
+        let mut a = vec!["agent"];
+        a.extend(&args);
+        let o = run_timeout(&a, Duration::from_secs(20));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(word), "{args:?}: {err}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn a_taken_port_is_refused_before_anything_loads() {
+    require_root();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let o = run_timeout(
+        &["agent", "--listen", &format!("127.0.0.1:{port}")],
+        Duration::from_secs(20),
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("Address already in use") || err.contains("in use"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_systemd_unit_verifies() {
+    let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/bpfscope-agent.service");
+    let text = std::fs::read_to_string(&unit).unwrap();
+    assert!(
+        text.contains("ExecReload=/bin/kill -HUP $MAINPID"),
+        "{text}"
+    );
+    assert!(text.contains("AmbientCapabilities="), "{text}");
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        skip("systemd-analyze is not installed");
+        return;
+    }
+    // verify needs the ExecStart binary: point a copy of the unit at ours.
+    let dir = scratch_dir("agent-unit");
+    let copy = dir.join("bpfscope-agent.service");
+    std::fs::write(&copy, text.replace("/usr/local/bin/bpfscope", bin())).unwrap();
+    let o = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&copy)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    assert!(err.trim().is_empty(), "warnings: {err}");
+}
