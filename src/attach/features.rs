@@ -25,6 +25,12 @@ pub struct Features {
     kprobe: OnceCell<Result<(), String>>,
     /// kprobe_multi links work (Linux 5.18+ with CONFIG_FPROBE), tried on first use.
     kprobe_multi: OnceCell<bool>,
+    /// Syscall tracepoints take their classic tracepoints instead of the
+    /// shared raw_tp on sys_enter/sys_exit: the raw_tp runs on every
+    /// syscall of the machine (~100 ns each), a classic tracepoint only on
+    /// its own syscall (~180 ns). The agent, which runs many plans at once,
+    /// asks for this for plans of a few syscalls.
+    pub classic_syscalls: std::cell::Cell<bool>,
 }
 
 /// A kernel function fentry attached to in the feature probe: the
@@ -50,6 +56,7 @@ impl Features {
             fentry: OnceCell::new(),
             kprobe: OnceCell::new(),
             kprobe_multi: OnceCell::new(),
+            classic_syscalls: std::cell::Cell::new(false),
         }
     }
 
@@ -81,6 +88,7 @@ impl Features {
             fentry: OnceCell::from(fentry),
             kprobe: OnceCell::from(kprobe),
             kprobe_multi: OnceCell::from(kprobe_multi),
+            classic_syscalls: std::cell::Cell::new(false),
         }
     }
 

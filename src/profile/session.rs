@@ -412,18 +412,20 @@ impl<'obj> ProfileSession<'obj> {
     /// Frees the kernel's copies of the stacks `cache` holds (a sample that
     /// hits one again stores it again), so stacks of processes long gone
     /// do not fill the map in a run of days; and forgets cached stacks not
-    /// seen for `keep` periods.
-    pub fn reclaim_stacks(&self, cache: &mut StackCache, keep: u64) -> Result<()> {
+    /// used for `keep` periods. A stack whose kernel copy existed until now
+    /// may be referred to by a key not read yet: it counts as used now, so
+    /// it stays cached until that key has been read.
+    pub fn reclaim_stacks(&self, cache: &mut StackCache, keep: u64) {
         let m = &self.skel.maps.stack_map;
-        for h in cache.stacks.keys() {
-            // Already gone is fine: another period's sample may not have stored it yet.
-            let _ = m.delete(&h.to_ne_bytes());
-        }
         let now = cache.period;
+        for (h, (_, used)) in cache.stacks.iter_mut() {
+            if m.delete(&h.to_ne_bytes()).is_ok() {
+                *used = now;
+            }
+        }
         cache
             .stacks
             .retain(|_, (_, used)| now.saturating_sub(*used) <= keep);
-        Ok(())
     }
 
     /// Samples the perf events have taken so far (ns counted / period).

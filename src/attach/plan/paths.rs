@@ -105,6 +105,9 @@ fn tracepoint_path(
         event: event.to_string(),
     };
     if let Some(sc) = syscall {
+        if features.classic_syscalls.get() {
+            return classic;
+        }
         // Every syscall field maps to an argument slot when it is a plain argument.
         let all_args = fields
             .iter()

@@ -21,6 +21,10 @@ use crate::collect::Lost;
 use crate::render::hist::bounds;
 use crate::render::Decoder;
 
+/// Up to this many syscalls, a metric attaches their classic tracepoints
+/// (see `Features::classic_syscalls`).
+const CLASSIC_SYSCALLS: usize = 8;
+
 /// One metric's loaded programs and its running totals.
 pub struct MetricRun {
     pub def: MetricDef,
@@ -41,7 +45,25 @@ impl MetricRun {
     pub fn start(def: MetricDef, features: &Features) -> Result<MetricRun> {
         let s = &def.settings;
         let (roles, _skipped) = crate::cmd::trace::resolve_roles(s)?;
-        let plan = plan::build(&s.plan, roles, features)?;
+        // A metric of a few syscalls runs only when they happen, not on
+        // every syscall of the machine (as the shared raw_tp would, once
+        // per metric).
+        let syscalls = roles
+            .iter()
+            .filter(|(p, _)| {
+                matches!(
+                    p.kind,
+                    crate::probe::ProbeKind::Tracepoint {
+                        syscall: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count();
+        features.classic_syscalls.set(syscalls <= CLASSIC_SYSCALLS);
+        let built = plan::build(&s.plan, roles, features);
+        features.classic_syscalls.set(false);
+        let plan = built?;
         // The object must outlive the session, which lives as long as the
         // metric (until a reload or exit): a few hundred bytes per start.
         let storage: &'static mut MaybeUninit<OpenObject> =

@@ -156,7 +156,7 @@ impl Agent {
             a.metrics.push(MetricRun::start(def, features)?);
         }
         if a.cfg.profile.hz > 0 {
-            a.profiler = Some(Profiler::start(&a.cfg.profile, a.keep())?);
+            a.profiler = Some(Profiler::start(&a.cfg.profile)?);
             a.shared.profiling.store(true, Ordering::SeqCst);
         }
         a.window_start_ns = now_ns();
@@ -183,15 +183,6 @@ impl Agent {
             }
         );
         Ok(a)
-    }
-
-    /// How long ticks are kept: a window, or the longest profile request.
-    fn keep(&self) -> Duration {
-        self.cfg
-            .profile
-            .window
-            .max(Duration::from_secs(self.cfg.http.max_seconds))
-            + Duration::from_secs(5)
     }
 
     fn apply_limits(&self) {
@@ -249,6 +240,18 @@ impl Agent {
                     p.tick()?;
                 }
                 self.answer_ready(false);
+                // Ticks are kept from the window's start or the oldest
+                // request's, whichever is earlier.
+                let oldest = self
+                    .pending
+                    .iter()
+                    .map(|r| r.from_ns)
+                    .min()
+                    .unwrap_or(u64::MAX)
+                    .min(self.window_start_ns);
+                if let Some(p) = &mut self.profiler {
+                    p.forget_before(oldest);
+                }
             }
             if now >= self.next_metrics {
                 self.next_metrics = now + self.cfg.metrics_interval;
@@ -417,6 +420,18 @@ impl Agent {
                     "Runs of the sampling program (idle CPUs and bpfscope itself included)",
                     l.sampler_runs,
                 ));
+                // Taken = in profiles + idle + the agent's own + lost: every
+                // sample has a place.
+                fams.push(c(
+                    "bpfscope_agent_samples_idle_total",
+                    "Samples of idle CPUs (not in profiles)",
+                    l.idle,
+                ));
+                fams.push(c(
+                    "bpfscope_agent_samples_own_total",
+                    "Samples of the agent itself (not in profiles)",
+                    l.other,
+                ));
                 fams.push(Family::new(
                     "bpfscope_agent_samples_lost_total",
                     "Samples or parts of them lost in the kernel, by reason",
@@ -543,12 +558,7 @@ impl Agent {
             }
             self.shared.profiling.store(false, Ordering::SeqCst);
             if new.profile.hz > 0 {
-                let keep = new
-                    .profile
-                    .window
-                    .max(Duration::from_secs(new.http.max_seconds))
-                    + Duration::from_secs(5);
-                match Profiler::start(&new.profile, keep) {
+                match Profiler::start(&new.profile) {
                     Ok(p) => {
                         self.profiler = Some(p);
                         self.shared.profiling.store(true, Ordering::SeqCst);

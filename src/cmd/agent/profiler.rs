@@ -27,7 +27,10 @@ use bpfscope_sys::pod;
 /// How long runs in flight get to finish with the old epoch.
 const GRACE: Duration = Duration::from_millis(10);
 /// Stacks cached in user space are dropped after this many ticks unused.
-const STACK_KEEP_TICKS: u64 = 600;
+const STACK_KEEP_TICKS: u64 = 2;
+/// How often the kernel's copies of stacks are freed (in ticks): a stack
+/// that keeps recurring is stored again once per period.
+const RECLAIM_TICKS: u64 = 10;
 
 /// What makes two ticks' stacks the same: process, names, cgroup, frames.
 type StackKey = (
@@ -73,8 +76,6 @@ pub struct Profiler {
     cache: StackCache,
     epoch: u32,
     ticks: VecDeque<Tick>,
-    /// Ticks older than this are dropped.
-    keep: Duration,
     tick_start_ns: u64,
     resolver: Resolver,
     /// Processes re-read shortly after they were announced.
@@ -92,7 +93,7 @@ pub fn now_ns() -> u64 {
 
 impl Profiler {
     /// Loads and attaches the sampler on every CPU.
-    pub fn start(cfg: &ProfileConfig, keep: Duration) -> Result<Profiler> {
+    pub fn start(cfg: &ProfileConfig) -> Result<Profiler> {
         let sampling = SamplingConfig {
             mode: Mode::Cpu,
             frequency: cfg.hz,
@@ -161,7 +162,6 @@ impl Profiler {
             cache: StackCache::default(),
             epoch: 0,
             ticks: VecDeque::new(),
-            keep,
             tick_start_ns: now_ns(),
             resolver: Resolver::new(&SymbolConfig::from_env(), true),
             again: VecDeque::new(),
@@ -236,11 +236,19 @@ impl Profiler {
             stacks,
         });
         self.tick_start_ns = end_ns;
-        let horizon = end_ns.saturating_sub(self.keep.as_nanos() as u64);
-        while self.ticks.front().is_some_and(|t| t.end_ns < horizon) {
-            self.ticks.pop_front();
+        if self.cache.period % RECLAIM_TICKS == 0 {
+            self.session
+                .reclaim_stacks(&mut self.cache, STACK_KEEP_TICKS);
         }
         Ok(())
+    }
+
+    /// Drops the ticks that ended at or before `ns` (no window or request
+    /// needs them any more): memory holds one window, not the run.
+    pub fn forget_before(&mut self, ns: u64) {
+        while self.ticks.front().is_some_and(|t| t.end_ns <= ns) {
+            self.ticks.pop_front();
+        }
     }
 
     /// End of the latest tick read out.
@@ -248,13 +256,10 @@ impl Profiler {
         self.tick_start_ns
     }
 
-    /// Housekeeping once per window: stacks the kernel still holds are
-    /// freed (cached here), and processes that are gone and in no kept
-    /// tick are forgotten, so memory does not grow with processes that
-    /// came and went.
+    /// Housekeeping once per window: processes that are gone and in no
+    /// kept tick are forgotten, so memory does not grow with processes
+    /// that came and went.
     pub fn reclaim(&mut self) -> Result<()> {
-        self.session
-            .reclaim_stacks(&mut self.cache, STACK_KEEP_TICKS)?;
         let referenced: std::collections::HashSet<u32> = self
             .ticks
             .iter()
