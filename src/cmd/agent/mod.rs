@@ -432,6 +432,11 @@ impl Agent {
                     "Samples of the agent itself (not in profiles)",
                     l.other,
                 ));
+                fams.push(c(
+                    "bpfscope_agent_samples_not_run_total",
+                    "Samples the perf events took whose program did not run (another BPF program was running on that CPU: the kernel's recursion guard)",
+                    l.taken.saturating_sub(l.sampler_runs),
+                ));
                 fams.push(Family::new(
                     "bpfscope_agent_samples_lost_total",
                     "Samples or parts of them lost in the kernel, by reason",
