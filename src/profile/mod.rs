@@ -128,24 +128,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     // ids (the counter is set once, here, while no program is attached).
     let mut snapshots = Snapshots::default();
     if s.user {
-        if let Err(e) = unwind::load_vdso(
-            &session.skel.maps.files,
-            &session.skel.maps.unwind_entries,
-            &mut session.tables,
-            &mut snapshots,
-        ) {
-            eprintln!("bpfscope: frames in the vDSO are unwound by frame pointers: {e:#}");
-        }
-        let mut next_id = unwind::VDSO_ID + 1;
-        if let Err(e) = unwind::preload_own(
-            &session.skel.maps.files,
-            &session.skel.maps.unwind_entries,
-            &mut session.tables,
-            &mut snapshots,
-            &mut next_id,
-        ) {
-            eprintln!("bpfscope: shared libraries' unwind tables load on first use: {e:#}");
-        }
+        let mut next_id = preload_shared(&mut session, &mut snapshots);
         if let Target::Command { program, .. } = &s.target {
             if let Err(e) = unwind::preload_program(
                 program,
@@ -227,6 +210,31 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     sampled.start_unix_ns = start_unix_ns;
     sampled.duration = duration;
     Ok(sampled)
+}
+
+/// Loads the unwind tables every process needs (the vDSO, the C library
+/// and dynamic loader bpfscope itself maps) before any hook can hand out
+/// file ids; the first id left for the kernel side to give out.
+pub fn preload_shared(session: &mut ProfileSession<'_>, snapshots: &mut Snapshots) -> u32 {
+    if let Err(e) = unwind::load_vdso(
+        &session.skel.maps.files,
+        &session.skel.maps.unwind_entries,
+        &mut session.tables,
+        snapshots,
+    ) {
+        eprintln!("bpfscope: frames in the vDSO are unwound by frame pointers: {e:#}");
+    }
+    let mut next_id = unwind::VDSO_ID + 1;
+    if let Err(e) = unwind::preload_own(
+        &session.skel.maps.files,
+        &session.skel.maps.unwind_entries,
+        &mut session.tables,
+        snapshots,
+        &mut next_id,
+    ) {
+        eprintln!("bpfscope: shared libraries' unwind tables load on first use: {e:#}");
+    }
+    next_id
 }
 
 /// The first line of a run: what is sampled, where.

@@ -464,6 +464,31 @@ fn go_pprof_fetches_a_labelled_profile() {
     no_program_of(pid);
 }
 
+/// A gzipped pprof, decoded.
+fn decode_pprof(gz: &[u8]) -> bpfscope::render::pprof::proto::Profile {
+    use prost::Message;
+    assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzipped");
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_end(&mut raw)
+        .unwrap();
+    bpfscope::render::pprof::proto::Profile::decode(&raw[..]).unwrap()
+}
+
+/// Samples of a profile whose comm label is `comm`.
+fn samples_of(p: &bpfscope::render::pprof::proto::Profile, comm: &str) -> i64 {
+    let key = p.string_table.iter().position(|s| s == "comm").unwrap() as i64;
+    p.sample
+        .iter()
+        .filter(|s| {
+            s.label
+                .iter()
+                .any(|l| l.key == key && p.string_table[l.str as usize] == comm)
+        })
+        .map(|s| s.value[0])
+        .sum()
+}
+
 /// A request the ingest server got: target, head, body.
 type Pushed = (String, String, Vec<u8>);
 
@@ -559,7 +584,6 @@ fn percent_decode(s: &str) -> String {
 #[test]
 #[ignore = "needs root and BPF"]
 fn windows_are_pushed_with_labels_and_a_dead_store_costs_nothing() {
-    use prost::Message;
     require_root();
     let _turn = bpf_stats_turn();
     let ingest = Ingest::start();
@@ -598,31 +622,21 @@ fn windows_are_pushed_with_labels_and_a_dead_store_costs_nothing() {
         assert!(from < until && until - from <= 4, "{from}..{until}");
         froms.push(from);
         assert!(head.starts_with("POST "), "{head}");
-        assert_eq!(&body[..2], &[0x1f, 0x8b], "gzipped");
-        let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(&body[..])
-            .read_to_end(&mut raw)
-            .unwrap();
-        let p = bpfscope::render::pprof::proto::Profile::decode(&raw[..]).unwrap();
+        let p = decode_pprof(body);
         let st = |i: i64| p.string_table[i as usize].clone();
         assert_eq!(st(p.period_type.as_ref().unwrap().r#type), "cpu");
-        let comm = p.string_table.iter().position(|s| s == "comm").unwrap() as i64;
         let thread = p
             .string_table
             .iter()
             .position(|s| s == "thread_name")
             .unwrap() as i64;
-        let ours: i64 = p
-            .sample
-            .iter()
-            .filter(|s| {
-                s.label
-                    .iter()
-                    .any(|l| l.key == comm && st(l.str) == "agpush")
-            })
-            .inspect(|s| assert!(s.label.iter().any(|l| l.key == thread)))
-            .map(|s| s.value[0])
-            .sum();
+        let ours = samples_of(&p, "agpush");
+        assert!(
+            p.sample
+                .iter()
+                .all(|s| s.label.iter().any(|l| l.key == thread)),
+            "every sample names its thread"
+        );
         // ~2 s of one busy CPU at 99 Hz.
         assert!(ours > 50, "{ours} samples of the workload in a window");
     }
@@ -871,25 +885,7 @@ fn a_scrape_storm_is_bounded_and_the_profile_unaffected() {
     // other tests take its CPU).
     let (st, _, body) = agent.get("/debug/pprof/recent");
     assert_eq!(st, 200);
-    let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(&body[..])
-        .read_to_end(&mut raw)
-        .unwrap();
-    let p = {
-        use prost::Message;
-        bpfscope::render::pprof::proto::Profile::decode(&raw[..]).unwrap()
-    };
-    let comm = p.string_table.iter().position(|s| s == "comm").unwrap() as i64;
-    let ours: i64 = p
-        .sample
-        .iter()
-        .filter(|s| {
-            s.label
-                .iter()
-                .any(|l| l.key == comm && p.string_table[l.str as usize] == "agstorm")
-        })
-        .map(|s| s.value[0])
-        .sum();
+    let ours = samples_of(&decode_pprof(&body), "agstorm");
     assert!(
         (250..=650).contains(&ours),
         "{ours} samples of the workload in 6 s"

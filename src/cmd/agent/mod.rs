@@ -282,6 +282,7 @@ impl Agent {
                 .build(r.from_ns, end.min(done), &r.sel, &mut self.cgroups)
                 .map(|b| Arc::new(b.pprof))
                 .map_err(|e| format!("{e:#}"));
+            profiler::give_back_memory();
             // The worker may have given up: nothing to do then.
             let _ = r.reply.try_send(reply);
         }
@@ -317,6 +318,7 @@ impl Agent {
             &Selection::default(),
             &mut self.cgroups,
         );
+        profiler::give_back_memory();
         let start = self.window_start_ns;
         self.window_start_ns = end;
         if let Err(e) = p.reclaim() {
@@ -789,6 +791,9 @@ impl Routes {
         }
         if !self.shared.profiling.load(Ordering::SeqCst) {
             return pprof_error(404, "profiling is off: set profile hz above 0");
+        }
+        if self.shared.stopping.load(Ordering::SeqCst) {
+            return pprof_error(503, "the agent is stopping").with_header("Retry-After", "1");
         }
         let max = self.shared.max_seconds.load(Ordering::SeqCst);
         let seconds = match req.param("seconds") {

@@ -77,7 +77,6 @@ pub struct Profiler {
     epoch: u32,
     ticks: VecDeque<Tick>,
     tick_start_ns: u64,
-    resolver: Resolver,
     /// Processes re-read shortly after they were announced.
     again: VecDeque<(Instant, u32)>,
     /// Samples read out so far.
@@ -115,24 +114,7 @@ impl Profiler {
         let mut session =
             ProfileSession::load(storage, &sampling).map_err(crate::error::refused)?;
         let mut snapshots = Snapshots::default();
-        if let Err(e) = unwind::load_vdso(
-            &session.skel.maps.files,
-            &session.skel.maps.unwind_entries,
-            &mut session.tables,
-            &mut snapshots,
-        ) {
-            eprintln!("bpfscope: frames in the vDSO are unwound by frame pointers: {e:#}");
-        }
-        let mut next_id = unwind::VDSO_ID + 1;
-        if let Err(e) = unwind::preload_own(
-            &session.skel.maps.files,
-            &session.skel.maps.unwind_entries,
-            &mut session.tables,
-            &mut snapshots,
-            &mut next_id,
-        ) {
-            eprintln!("bpfscope: shared libraries' unwind tables load on first use: {e:#}");
-        }
+        let next_id = crate::profile::preload_shared(&mut session, &mut snapshots);
         session.reserve_file_ids(next_id);
         let notes: Rc<RefCell<Vec<bp_note>>> = Rc::default();
         let sink = notes.clone();
@@ -163,7 +145,6 @@ impl Profiler {
             epoch: 0,
             ticks: VecDeque::new(),
             tick_start_ns: now_ns(),
-            resolver: Resolver::new(&SymbolConfig::from_env(), true),
             again: VecDeque::new(),
             samples: 0,
             cpus: n as u32,
@@ -347,7 +328,7 @@ impl Profiler {
             kernel_symbols: kernel::snapshot_symbols(&kernel_addrs),
             bpf_programs: Vec::new(),
             sideband_lost: 0,
-            start_unix_ns: start_ns.min(from_ns.max(start_ns)),
+            start_unix_ns: start_ns,
             duration: Duration::from_nanos(to_ns.saturating_sub(start_ns)),
             cpus: self.cpus,
             blocked_bpf_ns: Vec::new(),
@@ -359,7 +340,13 @@ impl Profiler {
         let mut rec = crate::profile::to_recording(&self.sampling, &sampled, true);
         self.snapshots = sampled.snapshots;
         rec.meta.lost = None;
-        let (mut profile, _) = crate::report::recording(&rec, &mut self.resolver);
+        // A resolver per profile: one kept for the run would keep every
+        // binary ever sampled mapped and its debug info parsed (tens of MiB
+        // once a compiler or an interpreter has been on the CPU); opening
+        // them again once a window costs less than holding them.
+        let mut resolver = Resolver::new(&SymbolConfig::from_env(), true);
+        let (mut profile, _) = crate::report::recording(&rec, &mut resolver);
+        drop(resolver);
         for s in &mut profile.samples {
             if let Some(l) = cgroups.labels(s.cgroup_id) {
                 s.labels = l.pairs();
@@ -367,6 +354,7 @@ impl Profiler {
         }
         let mut pprof = Vec::new();
         crate::render::pprof::write(&profile, &mut pprof).context("encoding the profile")?;
+
         Ok(Built {
             pprof,
             samples,
@@ -377,6 +365,17 @@ impl Profiler {
 
     pub fn stop(&mut self) {
         self.session.detach();
+    }
+}
+
+/// Returns the heap freed by symbolizing to the system: glibc keeps freed
+/// memory in its arenas otherwise, and the agent's resident set would stay
+/// at the peak of its largest window.
+pub fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
