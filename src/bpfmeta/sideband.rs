@@ -246,6 +246,29 @@ impl SideBand {
         })
     }
 
+    /// Every program seen so far (loaded, or unloaded since), for a
+    /// long-running profiler that names JIT frames window by window.
+    pub fn programs(&self) -> Vec<BpfProg> {
+        self.state
+            .lock()
+            .map(|s| s.progs.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Records the kernel dropped so far.
+    pub fn lost(&self) -> u64 {
+        self.state.lock().map(|s| s.lost).unwrap_or(0)
+    }
+
+    /// Forgets programs unloaded before `ns` (CLOCK_MONOTONIC, as the
+    /// records' times), so a run of days does not keep every program ever
+    /// loaded.
+    pub fn forget_unloaded_before(&self, ns: u64) {
+        if let Ok(mut s) = self.state.lock() {
+            s.progs.retain(|_, p| p.unloaded_ns.is_none_or(|t| t >= ns));
+        }
+    }
+
     /// Stops following and returns every program seen, and records lost.
     pub fn finish(mut self) -> (Vec<BpfProg>, u64) {
         self.reader.stop();

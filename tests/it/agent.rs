@@ -797,7 +797,7 @@ fn a_scrape_storm_is_bounded_and_the_profile_unaffected() {
     let w = workload_with("nofp", &["-O2", "-fomit-frame-pointer"]);
     let agent = start_agent(&["--config", cfg.to_str().unwrap()]);
     let mut wl = Command::new(&w)
-        .args(["chain", "agstorm", "12"])
+        .args(["chain", "agstorm", "30"])
         .spawn()
         .unwrap();
     let threads = |pid: i32| {
@@ -976,4 +976,162 @@ fn the_systemd_unit_verifies() {
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "{err}");
     assert!(err.trim().is_empty(), "warnings: {err}");
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn runs_unprivileged_with_the_units_capabilities() {
+    require_root();
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        skip("setpriv (util-linux) is not installed");
+        return;
+    }
+    let _turn = bpf_stats_turn();
+    // The capabilities the systemd unit grants, read from the unit itself.
+    let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/bpfscope-agent.service");
+    let text = std::fs::read_to_string(unit).unwrap();
+    let caps: Vec<String> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("AmbientCapabilities="))
+        .unwrap()
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    let set = format!("-all,{}", caps.join(","));
+    // nobody must be able to execute the binary: a copy outside /root.
+    let dir = scratch_dir("agent-caps");
+    let copy = Path::new("/tmp").join(format!("bpfscope-caps-{}", std::process::id()));
+    std::fs::copy(bin(), &copy).unwrap();
+    let _ = Command::new("chmod").arg("755").arg(&copy).status();
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(format!("--inh-caps={set}"))
+        .arg(format!("--ambient-caps={set}"))
+        .arg(format!("--bounding-set={set}"))
+        .arg(&copy)
+        .args([
+            "agent",
+            "--listen",
+            "127.0.0.1:0",
+            "--profile-hz",
+            "99",
+            "--window",
+            "2",
+        ])
+        .args([
+            "--metric",
+            "count t:syscalls:sys_enter_write --filter 'comm == \"agcaps\"'",
+        ]);
+    let run = start_cmd(cmd, "Listening on http://");
+    let addr: SocketAddr = run
+        .stderr_seen
+        .iter()
+        .find_map(|l| l.strip_prefix("Listening on http://"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let agent = Agent { run, addr };
+    let w = workload_with("nofp", &["-O2", "-fomit-frame-pointer"]);
+    let mut wl = Command::new(&w)
+        .args(["chain", "agcapsp", "30"])
+        .spawn()
+        .unwrap();
+    write_writes("agcaps", "100", &["8"]);
+    let n = wait_for(20, "100 writes", || {
+        let v = agent.metric("bpfscope_syscalls_sys_enter_write_events_total", None)?;
+        (v >= 100.0).then_some(v)
+    });
+    assert_eq!(n, 100.0);
+    // A window with the workload's whole stack: files, symbols and the
+    // unwinder all work without root.
+    let windows = agent
+        .metric("bpfscope_agent_windows_total", None)
+        .unwrap_or(0.0);
+    wait_for(20, "a window with the workload", || {
+        agent
+            .metric("bpfscope_agent_windows_total", None)
+            .filter(|v| *v >= windows + 1.0)
+    });
+    let (st, _, body) = agent.get("/debug/pprof/recent");
+    assert_eq!(st, 200);
+    let p = decode_pprof(&body);
+    let n = samples_of(&p, "agcapsp");
+    assert!(
+        n > 50,
+        "{n} samples of the workload in a 2 s window at 99 Hz"
+    );
+    for f in ["hot_leaf", "via_b", "via_a", "main"] {
+        assert!(
+            p.function
+                .iter()
+                .any(|x| p.string_table[x.name as usize] == f),
+            "{f} not named without root"
+        );
+    }
+    let _ = wl.kill();
+    let _ = wl.wait();
+    let pid = agent.run.pid();
+    agent.terminate();
+    no_program_of(pid);
+    let _ = std::fs::remove_file(&copy);
+    let _ = dir;
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn a_bpf_program_gone_before_its_profile_is_built_is_named_in_it() {
+    require_root();
+    let _turn = bpf_stats_turn();
+    let agent = start_agent(&["--listen", "127.0.0.1:0", "--profile-hz", "499"]);
+    // A profile of the next 6 s, asked for first...
+    let addr = agent.addr;
+    let fetch =
+        std::thread::spawn(move || http(addr, "GET", "/debug/pprof/profile?seconds=6", &[]));
+    std::thread::sleep(Duration::from_millis(300));
+    // ...meanwhile a raw_tp program (not held off by the kernel's recursion
+    // guard) is loaded, made hot by a million writes, and unloaded.
+    let counter = start(&[
+        "count",
+        "tracepoint:syscalls:sys_enter_write",
+        "--by",
+        "comm",
+    ]);
+    let w = workload("writer");
+    let st = Command::new(&w)
+        .args(["wr_agbpf", "1000000", "1"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let progs = prog_ids_of(counter.pid());
+    let _ = counter.interrupt();
+    wait_for(10, "the program to unload", || {
+        let loaded = loaded_progs();
+        progs
+            .iter()
+            .all(|id| !loaded.iter().any(|p| p.0 == *id))
+            .then_some(())
+    });
+    let (st, _, body) = fetch.join().unwrap();
+    assert_eq!(st, 200);
+    let p = decode_pprof(&body);
+    // Named the kernel's way, as perf names it, after the program is gone.
+    let in_prog: i64 = p
+        .sample
+        .iter()
+        .filter(|s| {
+            s.location_id.iter().any(|&l| {
+                p.location[l as usize - 1].line.iter().any(|ln| {
+                    let f = &p.function[ln.function_id as usize - 1];
+                    let n = &p.string_table[f.name as usize];
+                    n.starts_with("bpf_prog_") && n.ends_with("_bpfscope_sysin")
+                })
+            })
+        })
+        .map(|s| s.value[0])
+        .sum();
+    assert!(in_prog >= 5, "samples in bpfscope_sysin: {in_prog}");
+    let pid = agent.run.pid();
+    agent.terminate();
+    no_program_of(pid);
 }

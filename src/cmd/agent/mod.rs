@@ -261,6 +261,8 @@ impl Agent {
             if now >= self.next_window {
                 self.next_window = now + self.cfg.profile.window;
                 self.close_window();
+                // The window's counts are news too (not only every metrics interval).
+                self.publish();
             }
         }
     }
@@ -436,7 +438,7 @@ impl Agent {
                 ));
                 fams.push(c(
                     "bpfscope_agent_samples_not_run_total",
-                    "Samples the perf events took whose program did not run (another BPF program was running on that CPU: the kernel's recursion guard)",
+                    "Samples the perf events counted whose program did not run: an idle CPU without its tick, another BPF program running on that CPU (the kernel's recursion guard), or a late timer",
                     l.taken.saturating_sub(l.sampler_runs),
                 ));
                 fams.push(Family::new(
@@ -480,6 +482,11 @@ impl Agent {
                 "bpfscope_agent_windows_total",
                 "Profile windows closed",
                 self.windows,
+            ));
+            fams.push(c(
+                "bpfscope_agent_bpf_events_lost_total",
+                "BPF program loads or unloads the kernel dropped (their programs' frames may go unnamed)",
+                p.sideband_lost(),
             ));
             fams.push(g(
                 "bpfscope_agent_window_build_seconds",

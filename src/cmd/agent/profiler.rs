@@ -16,11 +16,13 @@ use libbpf_rs::{OpenObject, RingBuffer, RingBufferBuilder};
 
 use super::labels::CgroupNames;
 use crate::attach::target::Target;
+use crate::bpfmeta::sideband::SideBand;
 use crate::cli::agent::ProfileConfig;
 use crate::profile::maps::Snapshots;
 use crate::profile::session::{KernelLost, ProfileSession, RawStack, StackCache};
 use crate::profile::{unwind, Mode, Sampled, SamplingConfig};
 use bpfscope_bpf::profile::types::{bp_note, bp_note_kind};
+use bpfscope_recording::bpfprog::BpfProg;
 use bpfscope_symbolize::{kernel, Resolver, SymbolConfig};
 use bpfscope_sys::pod;
 
@@ -81,6 +83,9 @@ pub struct Profiler {
     again: VecDeque<(Instant, u32)>,
     /// Samples read out so far.
     pub samples: u64,
+    /// BPF program loads and unloads, so JIT frames keep their program's
+    /// name and source line after it is gone (None: could not start).
+    sideband: Option<SideBand>,
     cpus: u32,
 }
 
@@ -116,6 +121,13 @@ impl Profiler {
         let mut snapshots = Snapshots::default();
         let next_id = crate::profile::preload_shared(&mut session, &mut snapshots);
         session.reserve_file_ids(next_id);
+        let sideband = match SideBand::start() {
+            Ok(sb) => Some(sb),
+            Err(e) => {
+                eprintln!("bpfscope: BPF programs will show without names: {e:#}");
+                None
+            }
+        };
         let notes: Rc<RefCell<Vec<bp_note>>> = Rc::default();
         let sink = notes.clone();
         let mut builder = RingBufferBuilder::new();
@@ -147,6 +159,7 @@ impl Profiler {
             tick_start_ns: now_ns(),
             again: VecDeque::new(),
             samples: 0,
+            sideband,
             cpus: n as u32,
         })
     }
@@ -241,6 +254,11 @@ impl Profiler {
     /// kept tick are forgotten, so memory does not grow with processes
     /// that came and went.
     pub fn reclaim(&mut self) -> Result<()> {
+        // Programs unloaded before the oldest tick kept can no longer be hit.
+        if let (Some(sb), Some(t)) = (&self.sideband, self.ticks.front()) {
+            let age = now_ns().saturating_sub(t.start_ns);
+            sb.forget_unloaded_before(bpfscope_sys::monotonic_ns().saturating_sub(age));
+        }
         let referenced: std::collections::HashSet<u32> = self
             .ticks
             .iter()
@@ -326,7 +344,7 @@ impl Profiler {
             snapshots: std::mem::take(&mut self.snapshots),
             lost: KernelLost::default(),
             kernel_symbols: kernel::snapshot_symbols(&kernel_addrs),
-            bpf_programs: Vec::new(),
+            bpf_programs: self.programs_hit(&kernel_addrs),
             sideband_lost: 0,
             start_unix_ns: start_ns,
             duration: Duration::from_nanos(to_ns.saturating_sub(start_ns)),
@@ -363,8 +381,33 @@ impl Profiler {
         })
     }
 
+    /// The BPF programs whose JIT code these kernel addresses fall into
+    /// (return addresses are one past the call: a program's last call can
+    /// sit at its end).
+    fn programs_hit(&self, addrs: &[u64]) -> Vec<BpfProg> {
+        let Some(sb) = &self.sideband else {
+            return Vec::new();
+        };
+        sb.programs()
+            .into_iter()
+            .filter(|p| {
+                addrs
+                    .iter()
+                    .any(|&a| p.contains(a) || p.contains(a.saturating_sub(1)))
+            })
+            .collect()
+    }
+
+    /// Side-band records the kernel dropped (program loads or unloads missed).
+    pub fn sideband_lost(&self) -> u64 {
+        self.sideband.as_ref().map_or(0, SideBand::lost)
+    }
+
     pub fn stop(&mut self) {
         self.session.detach();
+        if let Some(sb) = self.sideband.take() {
+            sb.finish();
+        }
     }
 }
 
