@@ -263,7 +263,15 @@ pub fn load(args: &AgentArgs) -> Result<Config, Error> {
                     .as_deref()
                     .map(|p| read_token(p, "push.token_file"))
                     .transpose()?,
-                tenant: file.push.tenant,
+                tenant: match file.push.tenant {
+                    Some(t) if t.is_empty() || t.chars().any(char::is_control) => {
+                        return Err(usage!(
+                            "push.tenant '{}': give a tenant id without control characters",
+                            t.escape_default()
+                        ))
+                    }
+                    t => t,
+                },
                 queue: file.push.queue.unwrap_or(16).clamp(1, 1024),
                 timeout: Duration::from_secs(file.push.timeout_seconds.unwrap_or(10).clamp(1, 300)),
             })
@@ -282,20 +290,13 @@ pub fn load(args: &AgentArgs) -> Result<Config, Error> {
         metrics.push(metric(
             &m.spec,
             m.name.as_deref(),
-            m.max_series.unwrap_or(max_series),
+            m.max_series.unwrap_or(max_series).max(1),
         )?);
     }
     for spec in &args.metrics {
         metrics.push(metric(spec, None, max_series)?);
     }
-    for (i, m) in metrics.iter().enumerate() {
-        if metrics[..i].iter().any(|o| o.name == m.name) {
-            return Err(usage!(
-                "two metrics are named {}: add `--name NAME` to one of their specs",
-                m.name
-            ));
-        }
-    }
+    check_families(&metrics)?;
     let http = HttpConfig {
         max_seconds: file
             .http
@@ -321,6 +322,53 @@ pub fn load(args: &AgentArgs) -> Result<Config, Error> {
         metrics,
         http,
     })
+}
+
+/// Families the agent exports itself.
+const RESERVED: [&str; 4] = [
+    "bpfscope_agent_",
+    "bpfscope_bpf_prog_",
+    "bpfscope_dropped_series",
+    "bpfscope_metric_lost_events",
+];
+
+/// The family names a metric exports (suffixes as the exposition writes them).
+fn families_of(m: &MetricDef) -> Vec<String> {
+    let n = &m.name;
+    match m.settings.plan.action {
+        Action::Stats { .. } => vec![format!("{n}_events"), format!("{n}_sum")],
+        Action::Hist { .. } | Action::Latency { .. } => vec![
+            n.clone(),
+            format!("{n}_bucket"),
+            format!("{n}_sum"),
+            format!("{n}_count"),
+        ],
+        _ => vec![n.clone()],
+    }
+}
+
+/// Every family a metric exports must be its own: two with one name make
+/// Prometheus refuse the whole scrape.
+fn check_families(metrics: &[MetricDef]) -> Result<(), Error> {
+    let mut taken: Vec<(String, &str)> = Vec::new();
+    for m in metrics {
+        for fam in families_of(m) {
+            if RESERVED.iter().any(|r| fam.starts_with(r)) {
+                return Err(usage!(
+                    "metric name {} is taken by the agent's own {fam}: choose another --name",
+                    m.name
+                ));
+            }
+            if let Some((_, other)) = taken.iter().find(|(f, _)| *f == fam) {
+                return Err(usage!(
+                    "metrics {} and {other} both export {fam}: add `--name NAME` to one of their specs",
+                    m.name
+                ));
+            }
+            taken.push((fam, m.name.as_str()));
+        }
+    }
+    Ok(())
 }
 
 /// A token file: its first line, which must not be empty.
@@ -504,6 +552,32 @@ mod tests {
             assert!(e.contains(word), "{spec}: {e}");
             assert!(!e.contains('\n'), "{spec}: {e}");
         }
+    }
+
+    #[test]
+    fn metric_families_must_not_clash() {
+        let load_specs = |specs: &[&str]| {
+            load(&AgentArgs {
+                metrics: specs.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            })
+        };
+        let e = load_specs(&["count t:syscalls:sys_enter_write --name agent_windows_total"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("agent's own"), "{e}");
+        let e = load_specs(&[
+            "stats t:syscalls:sys_enter_write --value count --name w",
+            "count t:syscalls:sys_enter_read --name w_events",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("both export bpfscope_w_events"), "{e}");
+        assert!(load_specs(&[
+            "count t:syscalls:sys_enter_write --name w",
+            "count t:syscalls:sys_enter_read --name r",
+        ])
+        .is_ok());
     }
 
     #[test]

@@ -362,15 +362,18 @@ impl<'obj> ProfileSession<'obj> {
         }
     }
 
-    /// Reads and deletes the stacks counted in `epoch` (the caller moved
-    /// the programs on to the next one and let runs in flight finish), so
-    /// the kernel map only ever holds about one period of keys. Stacks come
-    /// from `cache` or, read once, from the kernel's stack map.
-    pub fn drain(&self, epoch: u32, cache: &mut StackCache) -> Result<Vec<RawStack>> {
+    /// Reads and deletes the stacks counted in any epoch but `current` (the
+    /// caller moved the programs on to `current` and let runs in flight
+    /// finish; a run that still wrote an older epoch after that is read at
+    /// the next drain, not lost), so the kernel map only ever holds about
+    /// one period of keys. Stacks come from `cache` or, read once, from the
+    /// kernel's stack map. On-CPU keys only: an off-CPU start may refer to
+    /// a stack freed since (`reclaim_stacks`).
+    pub fn drain(&self, current: u32, cache: &mut StackCache) -> Result<Vec<RawStack>> {
         let counts = &self.skel.maps.counts;
         let keys: Vec<Vec<u8>> = counts
             .keys()
-            .filter(|k| pod::read::<bp_key>(k).is_some_and(|key| key.epoch == epoch))
+            .filter(|k| pod::read::<bp_key>(k).is_some_and(|key| key.epoch != current))
             .collect();
         let mut out = Vec::with_capacity(keys.len());
         for kb in keys {
@@ -418,6 +421,19 @@ impl<'obj> ProfileSession<'obj> {
     pub fn reclaim_stacks(&self, cache: &mut StackCache, keep: u64) {
         let m = &self.skel.maps.stack_map;
         let now = cache.period;
+        // Stacks no key read so far referred to (their key was lost, or is
+        // still to be read) are cached first, so none stays in the kernel
+        // for good and none that a key still needs is lost.
+        let uncached: Vec<u64> = m
+            .keys()
+            .filter_map(|k| pod::read::<u64>(&k))
+            .filter(|h| !cache.stacks.contains_key(h))
+            .collect();
+        for h in uncached {
+            if let Ok(Some(v)) = m.lookup(&h.to_ne_bytes(), MapFlags::ANY) {
+                cache.stacks.insert(h, (stack::stored_frames(&v), now));
+            }
+        }
         for (h, (_, used)) in cache.stacks.iter_mut() {
             if m.delete(&h.to_ne_bytes()).is_ok() {
                 *used = now;

@@ -64,8 +64,9 @@ struct Shared {
 
 pub fn run(args: AgentArgs) -> Result<()> {
     libbpf_log::init(false);
-    bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
+    // Bad input is said as such, with or without privileges.
     let cfg = config::load(&args)?;
+    bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
     let features = Features::detect();
     let shared = Arc::new(Shared::default());
     let (req_tx, req_rx) = sync_channel(PENDING_REQUESTS);
@@ -77,7 +78,7 @@ pub fn run(args: AgentArgs) -> Result<()> {
     let listener = bind(&cfg)?;
     let mut agent = Agent::start(cfg, &features, shared.clone(), listener)?;
     let result = agent.serve(&args, &features, &req_rx);
-    agent.finish();
+    agent.finish(&req_rx);
     result
 }
 
@@ -206,7 +207,7 @@ impl Agent {
                 return Ok(());
             }
             if bpfscope_sys::signals::take_reload() {
-                self.reload(args, features);
+                self.reload(args, features, requests);
             }
             let now = Instant::now();
             let due = self
@@ -217,19 +218,13 @@ impl Agent {
             match &mut self.profiler {
                 Some(p) => {
                     wait_readable(p.wait_fd(), due);
-                    p.pump()?;
+                    if let Err(e) = p.pump() {
+                        eprintln!("bpfscope: process notifications: {e:#}");
+                    }
                 }
                 None => std::thread::sleep(due),
             }
-            while let Ok(r) = requests.try_recv() {
-                if self.profiler.is_none() {
-                    let _ = r
-                        .reply
-                        .try_send(Err("profiling is off (profile hz is 0)".into()));
-                } else {
-                    self.pending.push_back(r);
-                }
-            }
+            self.take_requests(requests);
             let now = Instant::now();
             if now >= self.next_tick {
                 self.next_tick += TICK;
@@ -237,7 +232,9 @@ impl Agent {
                     self.next_tick = now + TICK;
                 }
                 if let Some(p) = &mut self.profiler {
-                    p.tick()?;
+                    if let Err(e) = p.tick() {
+                        eprintln!("bpfscope: profile readout: {e:#}");
+                    }
                 }
                 self.answer_ready(false);
                 // Ticks are kept from the window's start or the oldest
@@ -263,6 +260,19 @@ impl Agent {
                 self.close_window();
                 // The window's counts are news too (not only every metrics interval).
                 self.publish();
+            }
+        }
+    }
+
+    /// Moves the requests the workers handed over into `pending`.
+    fn take_requests(&mut self, requests: &Receiver<ProfileRequest>) {
+        while let Ok(r) = requests.try_recv() {
+            if self.profiler.is_none() {
+                let _ = r
+                    .reply
+                    .try_send(Err("profiling is off (profile hz is 0)".into()));
+            } else {
+                self.pending.push_back(r);
             }
         }
     }
@@ -518,7 +528,12 @@ impl Agent {
     /// SIGHUP: reads the configuration again and changes only what
     /// changed. Metrics whose spec is unchanged keep their programs and
     /// totals (no gap, no double count). A bad file changes nothing.
-    fn reload(&mut self, args: &AgentArgs, features: &Features) {
+    fn reload(
+        &mut self,
+        args: &AgentArgs,
+        features: &Features,
+        requests: &Receiver<ProfileRequest>,
+    ) {
         let new = match config::load(args) {
             Ok(c) => c,
             Err(e) => {
@@ -565,8 +580,15 @@ impl Agent {
             || new.profile.unwind_mib != self.cfg.profile.unwind_mib
             || new.profile.max_stacks != self.cfg.profile.max_stacks;
         if sampler_changed {
-            self.close_window();
+            // The second in progress is read out before the programs go.
+            if let Some(p) = &mut self.profiler {
+                if let Err(e) = p.tick() {
+                    eprintln!("bpfscope: profile readout: {e:#}");
+                }
+            }
+            self.take_requests(requests);
             self.answer_ready(true);
+            self.close_window();
             if let Some(mut p) = self.profiler.take() {
                 p.stop();
             }
@@ -587,7 +609,9 @@ impl Agent {
             self.next_window = Instant::now() + new.profile.window;
             changes.push(format!("window {} s", new.profile.window.as_secs()));
         }
-        if new.push != self.cfg.push {
+        // The pushed sample rate is the profiler's.
+        let rate_changed = new.profile.hz != self.cfg.profile.hz && new.push.is_some();
+        if new.push != self.cfg.push || rate_changed {
             if let Some(p) = self.pusher.take() {
                 p.stop(Duration::from_secs(1));
             }
@@ -613,6 +637,10 @@ impl Agent {
         self.next_metrics = self.next_metrics.min(Instant::now() + metrics_interval);
         self.apply_limits();
         if server_changed {
+            // Stopping the server waits for its workers: those waiting on a
+            // profile get what there is now, instead of waiting on this thread.
+            self.take_requests(requests);
+            self.answer_ready(true);
             if let Some(s) = self.server.take() {
                 s.stop();
             }
@@ -642,13 +670,20 @@ impl Agent {
 
     /// SIGTERM or SIGINT: the current window is written and pushed, the
     /// waiting requests are answered, everything is detached.
-    fn finish(&mut self) {
+    fn finish(&mut self, requests: &Receiver<ProfileRequest>) {
         self.shared.stopping.store(true, Ordering::SeqCst);
+        // No request can be handed over from now on (workers send under
+        // this lock): every one already handed over is answered below, so
+        // no worker waits on a reply that will not come.
+        if let Ok(mut r) = self.shared.requests.lock() {
+            *r = None;
+        }
         if let Some(p) = &mut self.profiler {
             if let Err(e) = p.tick() {
                 eprintln!("bpfscope: last readout: {e:#}");
             }
         }
+        self.take_requests(requests);
         self.answer_ready(true);
         self.close_window();
         if let Some(s) = self.server.take() {

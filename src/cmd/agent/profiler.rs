@@ -205,7 +205,6 @@ impl Profiler {
     /// Reads out the last second: the sampler moves on to the next epoch,
     /// runs in flight finish, the old epoch is read and deleted.
     pub fn tick(&mut self) -> Result<()> {
-        let old = self.epoch;
         self.epoch = self.epoch.wrapping_add(1);
         if let Some(bss) = self.session.skel.maps.bss_data.as_deref_mut() {
             // SAFETY: bss is the mmap'd .bss of the loaded object, valid for
@@ -215,7 +214,7 @@ impl Profiler {
         std::thread::sleep(GRACE);
         let end_ns = now_ns();
         self.cache.period += 1;
-        let stacks = self.session.drain(old, &mut self.cache)?;
+        let stacks = self.session.drain(self.epoch, &mut self.cache)?;
         self.samples += stacks.iter().map(|s| s.count).sum::<u64>();
         // Processes seen for the first time in this tick whose
         // announcement raced the read: their mappings now.

@@ -111,6 +111,11 @@ fn send_loop(
         .into();
     let name = series_name(&cfg, &host);
     loop {
+        if stop.load(Ordering::SeqCst) {
+            // Stopping: what is still queued is given up, not sent one by one.
+            drain(&rx, &stats);
+            return;
+        }
         let w = match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(w) => w,
             Err(RecvTimeoutError::Timeout) => {
