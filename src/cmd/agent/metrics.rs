@@ -175,7 +175,15 @@ impl MetricRun {
                     let t = a.total(self.signed);
                     let l = label_set(k, cgroups);
                     counts.push((l.clone(), Value::Counter(t.count as f64)));
-                    sums.push((l, Value::Counter(t.sum as f64)));
+                    // A sum of signed values can go down: not a counter then.
+                    sums.push((
+                        l,
+                        if self.signed {
+                            Value::Gauge(t.sum as f64)
+                        } else {
+                            Value::Counter(t.sum as f64)
+                        },
+                    ));
                 }
                 out.push(Family::new(
                     &format!("{}_events", self.def.name),
@@ -186,7 +194,11 @@ impl MetricRun {
                 out.push(Family::new(
                     &format!("{}_sum", self.def.name),
                     &help,
-                    MetricType::Counter,
+                    if self.signed {
+                        MetricType::Gauge
+                    } else {
+                        MetricType::Counter
+                    },
                     sums,
                 ));
             }

@@ -552,6 +552,10 @@ impl Agent {
                 .iter()
                 .any(|d| d.name == m.def.name && d.spec == m.def.spec)
             {
+                // Same programs and totals; the cap may have changed.
+                if let Some(d) = new.metrics.iter().find(|d| d.name == m.def.name) {
+                    m.def.max_series = d.max_series;
+                }
                 kept.push(m);
             } else {
                 changes.push(format!("-{}", m.def.name));

@@ -301,12 +301,16 @@ impl Profiler {
     ) -> Result<Built> {
         let mut merged: HashMap<StackKey, RawStack> = HashMap::new();
         let mut start_ns = to_ns;
+        // The time the samples cover: from the first included tick's start
+        // to the last one's end (not the request's own bounds).
+        let mut last_end = 0;
         for t in self
             .ticks
             .iter()
             .filter(|t| t.end_ns > from_ns && t.end_ns <= to_ns)
         {
             start_ns = start_ns.min(t.start_ns);
+            last_end = last_end.max(t.end_ns);
             for s in &t.stacks {
                 if !selected(s, sel, cgroups) {
                     continue;
@@ -346,7 +350,7 @@ impl Profiler {
             bpf_programs: self.programs_hit(&kernel_addrs),
             sideband_lost: 0,
             start_unix_ns: start_ns,
-            duration: Duration::from_nanos(to_ns.saturating_sub(start_ns)),
+            duration: Duration::from_nanos(last_end.saturating_sub(start_ns)),
             cpus: self.cpus,
             blocked_bpf_ns: Vec::new(),
             bpf_sampled: 0,
@@ -376,7 +380,7 @@ impl Profiler {
             pprof,
             samples,
             start_ns,
-            end_ns: to_ns,
+            end_ns: last_end.max(start_ns),
         })
     }
 

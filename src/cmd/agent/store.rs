@@ -37,6 +37,11 @@ pub fn trim(dir: &Path, max_bytes: u64, max_age: Duration, now: SystemTime) -> R
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_str()?.to_string();
+            // A write that failed half-way leaves its temporary file.
+            if name.starts_with(&format!(".{PREFIX}")) && name.ends_with(".tmp") {
+                let _ = std::fs::remove_file(e.path());
+                return None;
+            }
             if !(name.starts_with(PREFIX) && name.ends_with(SUFFIX)) {
                 return None;
             }
