@@ -331,7 +331,6 @@ impl Agent {
             &mut self.cgroups,
         );
         profiler::give_back_memory();
-        let start = self.window_start_ns;
         self.window_start_ns = end;
         if let Err(e) = p.reclaim() {
             eprintln!("bpfscope: freeing kernel stacks: {e:#}");
@@ -346,7 +345,7 @@ impl Agent {
         };
         let pprof = Arc::new(b.pprof);
         if let Some(s) = &self.cfg.storage {
-            if let Err(e) = store::keep(s, start, end, &pprof) {
+            if let Err(e) = store::keep(s, b.start_unix_ns, b.end_unix_ns, &pprof) {
                 eprintln!("bpfscope: {e:#}");
             }
         }
@@ -354,8 +353,8 @@ impl Agent {
             pu.offer(
                 Window {
                     pprof: pprof.clone(),
-                    start_ns: start,
-                    end_ns: end,
+                    start_ns: b.start_unix_ns,
+                    end_ns: b.end_unix_ns,
                 },
                 &self.shared.push,
             );

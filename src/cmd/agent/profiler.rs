@@ -64,8 +64,8 @@ pub struct Selection {
 pub struct Built {
     pub pprof: Vec<u8>,
     pub samples: u64,
-    pub start_ns: u64,
-    pub end_ns: u64,
+    pub start_unix_ns: u64,
+    pub end_unix_ns: u64,
 }
 
 pub struct Profiler {
@@ -89,10 +89,19 @@ pub struct Profiler {
     cpus: u32,
 }
 
+/// The agent's clock for ticks, windows and requests: CLOCK_MONOTONIC, so
+/// a step of the wall clock (NTP, a resumed VM) cannot empty a window.
 pub fn now_ns() -> u64 {
-    SystemTime::now()
+    bpfscope_sys::monotonic_ns()
+}
+
+/// Wall-clock time (Unix ns) of a `now_ns` instant, for what leaves the
+/// agent: profile times, pushed from/until, file names.
+fn to_wall(mono: u64) -> u64 {
+    let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
+        .map_or(0, |d| d.as_nanos() as u64);
+    wall.saturating_sub(now_ns().saturating_sub(mono))
 }
 
 impl Profiler {
@@ -255,8 +264,7 @@ impl Profiler {
     pub fn reclaim(&mut self) -> Result<()> {
         // Programs unloaded before the oldest tick kept can no longer be hit.
         if let (Some(sb), Some(t)) = (&self.sideband, self.ticks.front()) {
-            let age = now_ns().saturating_sub(t.start_ns);
-            sb.forget_unloaded_before(bpfscope_sys::monotonic_ns().saturating_sub(age));
+            sb.forget_unloaded_before(t.start_ns);
         }
         let referenced: std::collections::HashSet<u32> = self
             .ticks
@@ -335,6 +343,13 @@ impl Profiler {
             }
         }
         let stacks: Vec<RawStack> = merged.into_values().collect();
+        // What the profile covers: its ticks, or the asked-for span when
+        // it has none.
+        let span = if last_end == 0 {
+            (from_ns, to_ns)
+        } else {
+            (start_ns, last_end)
+        };
         let samples = stacks.iter().map(|s| s.count).sum();
         let kernel_addrs: Vec<u64> = stacks
             .iter()
@@ -349,8 +364,8 @@ impl Profiler {
             kernel_symbols: kernel::snapshot_symbols(&kernel_addrs),
             bpf_programs: self.programs_hit(&kernel_addrs),
             sideband_lost: 0,
-            start_unix_ns: start_ns,
-            duration: Duration::from_nanos(last_end.saturating_sub(start_ns)),
+            start_unix_ns: to_wall(span.0),
+            duration: Duration::from_nanos(span.1.saturating_sub(span.0)),
             cpus: self.cpus,
             blocked_bpf_ns: Vec::new(),
             bpf_sampled: 0,
@@ -379,8 +394,8 @@ impl Profiler {
         Ok(Built {
             pprof,
             samples,
-            start_ns,
-            end_ns: last_end.max(start_ns),
+            start_unix_ns: to_wall(span.0),
+            end_unix_ns: to_wall(span.1),
         })
     }
 
