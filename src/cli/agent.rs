@@ -83,6 +83,7 @@ struct PushFile {
 struct MetricsFile {
     interval_seconds: Option<f64>,
     max_series: Option<usize>,
+    series_expire_seconds: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -162,9 +163,14 @@ pub struct MetricDef {
     pub spec: String,
     pub settings: TraceSettings,
     pub max_series: usize,
+    /// A label set whose count has not changed for this long is dropped
+    /// (processes that are gone); zero: kept for the run.
+    pub expire: Duration,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
+/// Series of a metric unchanged this long are dropped by default.
+const DEFAULT_EXPIRE: Duration = Duration::from_secs(3600);
 const MAX_HZ: u64 = 1000;
 /// Requests for longer profiles are refused (a worker is held meanwhile).
 const DEFAULT_MAX_SECONDS: u64 = 300;
@@ -297,6 +303,13 @@ pub fn load(args: &AgentArgs) -> Result<Config, Error> {
         metrics.push(metric(spec, None, max_series)?);
     }
     check_families(&metrics)?;
+    let expire = file
+        .metrics
+        .series_expire_seconds
+        .map_or(DEFAULT_EXPIRE, Duration::from_secs);
+    for m in &mut metrics {
+        m.expire = expire;
+    }
     let http = HttpConfig {
         max_seconds: file
             .http
@@ -325,11 +338,12 @@ pub fn load(args: &AgentArgs) -> Result<Config, Error> {
 }
 
 /// Families the agent exports itself.
-const RESERVED: [&str; 4] = [
+const RESERVED: [&str; 5] = [
     "bpfscope_agent_",
     "bpfscope_bpf_prog_",
     "bpfscope_dropped_series",
     "bpfscope_metric_lost_events",
+    "bpfscope_metric_series_expired",
 ];
 
 /// The family names a metric exports (suffixes as the exposition writes them).
@@ -475,6 +489,7 @@ pub fn metric(spec: &str, name: Option<&str>, max_series: usize) -> Result<Metri
         spec: spec.to_string(),
         settings: *settings,
         max_series,
+        expire: DEFAULT_EXPIRE,
     })
 }
 

@@ -1160,3 +1160,47 @@ fn a_bpf_program_gone_before_its_profile_is_built_is_named_in_it() {
     agent.terminate();
     no_program_of(pid);
 }
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn series_that_stop_changing_expire() {
+    require_root();
+    let _turn = bpf_stats_turn();
+    let dir = scratch_dir("agent-expire");
+    let cfg = dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        "listen = \"127.0.0.1:0\"\n[profile]\nhz = 0\n[metrics]\ninterval_seconds = 0.3\nseries_expire_seconds = 2\n\
+         [[metric]]\nname = \"ex_writes\"\nspec = \"count t:syscalls:sys_enter_write --by comm --filter 'comm == \\\"agexp1\\\" || comm == \\\"agexp2\\\"'\"\n",
+    )
+    .unwrap();
+    let agent = start_agent(&["--config", cfg.to_str().unwrap()]);
+    let one = "bpfscope_ex_writes_total{comm=\"agexp1\"}";
+    let two = "bpfscope_ex_writes_total{comm=\"agexp2\"}";
+    write_writes("agexp1", "10", &["1"]);
+    wait_for(20, "the first series", || {
+        agent.metric(one, None).filter(|v| *v == 10.0)
+    });
+    // The second keeps changing for 4 s, the first does not change again.
+    for _ in 0..8 {
+        write_writes("agexp2", "5", &["1"]);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let text = agent.metric_text(None).unwrap();
+    assert_eq!(value_in(&text, one), None, "expired:\n{text}");
+    assert_eq!(
+        value_in(&text, two),
+        Some(40.0),
+        "kept, never reset:\n{text}"
+    );
+    assert_eq!(
+        value_in(
+            &text,
+            "bpfscope_metric_series_expired_total{metric=\"bpfscope_ex_writes\"}"
+        ),
+        Some(1.0)
+    );
+    let pid = agent.run.pid();
+    agent.terminate();
+    no_program_of(pid);
+}

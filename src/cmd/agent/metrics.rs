@@ -36,6 +36,10 @@ pub struct MetricRun {
     totals: BTreeMap<Vec<u8>, KeyAgg>,
     /// Events of label sets over the cap, and those label sets' count.
     pub dropped_events: u64,
+    /// When each label set's count last changed, and label sets dropped
+    /// for not changing within `def.expire`.
+    changed: std::collections::HashMap<Vec<u8>, std::time::Instant>,
+    pub expired_series: u64,
     pub lost: Lost,
     pub probes: usize,
 }
@@ -87,6 +91,8 @@ impl MetricRun {
             epoch: 0,
             totals: BTreeMap::new(),
             dropped_events: 0,
+            changed: std::collections::HashMap::new(),
+            expired_series: 0,
             lost: Lost::default(),
             probes: att.probes,
         })
@@ -103,14 +109,31 @@ impl MetricRun {
     pub fn collect(&mut self) -> Result<()> {
         let old = self.epoch.wrapping_sub(1);
         let data = aggregate::read(&self.session.skel.maps.aggs, Some(old), self.signed, true)?;
+        let now = std::time::Instant::now();
         for (k, agg) in data {
             if !self.totals.contains_key(&k) && self.totals.len() >= self.def.max_series {
                 self.dropped_events += agg.total(self.signed).count;
                 continue;
             }
+            self.changed.insert(k.clone(), now);
             let mut one = BTreeMap::new();
             one.insert(k, agg);
             aggregate::merge_into(&mut self.totals, &one, self.signed);
+        }
+        if !self.def.expire.is_zero() {
+            let expire = self.def.expire;
+            let before = self.totals.len();
+            let changed = &mut self.changed;
+            self.totals.retain(|k, _| {
+                let keep = changed
+                    .get(k)
+                    .is_some_and(|t| now.duration_since(*t) <= expire);
+                if !keep {
+                    changed.remove(k);
+                }
+                keep
+            });
+            self.expired_series += (before - self.totals.len()) as u64;
         }
         let mut lost = Lost::read(&self.session.skel.maps.lost)?;
         lost.nested = self.session.recursion_misses();

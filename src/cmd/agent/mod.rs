@@ -382,6 +382,15 @@ impl Agent {
                 .map(|m| (label(m), Value::Counter(m.dropped_events as f64)))
                 .collect(),
         ));
+        fams.push(Family::new(
+            "bpfscope_metric_series_expired_total",
+            "Label sets dropped because their count had not changed for metrics.series_expire_seconds",
+            MetricType::Counter,
+            self.metrics
+                .iter()
+                .map(|m| (label(m), Value::Counter(m.expired_series as f64)))
+                .collect(),
+        ));
         let mut lost = Vec::new();
         for m in &self.metrics {
             let l = m.lost;
@@ -554,6 +563,7 @@ impl Agent {
                 // Same programs and totals; the cap may have changed.
                 if let Some(d) = new.metrics.iter().find(|d| d.name == m.def.name) {
                     m.def.max_series = d.max_series;
+                    m.def.expire = d.expire;
                 }
                 kept.push(m);
             } else {
