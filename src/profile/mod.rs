@@ -35,7 +35,7 @@ use session::{KernelLost, ProfileSession, RawStack};
 /// When announced processes' mappings are read again (once: reads cost
 /// CPU, and libraries opened later in long-lived processes are caught by
 /// the last look at the end).
-const RELOOK: [Duration; 1] = [Duration::from_millis(50)];
+pub const RELOOK: [Duration; 1] = [Duration::from_millis(50)];
 /// How often a profile looks for BPF programs that block sampling, while
 /// there are none (their loads are seen by the side-band thread).
 const LOOK_FOR_BPF: Duration = Duration::from_millis(100);
@@ -297,13 +297,8 @@ fn follow_processes(
             let now = Instant::now();
             let notes: Vec<bp_note> = fresh.borrow_mut().drain(..).collect();
             for n in notes {
-                if n.kind == bp_note_kind::BP_NOTE_FILE.0 {
-                    load_noted_file(session, snapshots, &n)?;
-                } else {
-                    session.build(n.tgid);
-                    if n.kind == bp_note_kind::BP_NOTE_PROC.0 && snapshots.snapshot(n.tgid) {
-                        again.push_back((now + RELOOK[0], n.tgid, 1));
-                    }
+                if handle_note(session, snapshots, &n)? {
+                    again.push_back((now + RELOOK[0], n.tgid, 1));
                 }
             }
             while again.front().is_some_and(|(t, _, _)| *t <= now) {
@@ -334,6 +329,23 @@ fn follow_processes(
         }
     }
     Ok(())
+}
+
+/// Acts on one announcement: a file's unwind table is loaded; a process's
+/// mappings are built for the unwinder and snapshotted. True when a new
+/// process was snapshotted, so it should be looked at again shortly (the
+/// dynamic loader may still be mapping its libraries).
+pub fn handle_note(
+    session: &mut ProfileSession<'_>,
+    snapshots: &mut Snapshots,
+    n: &bp_note,
+) -> Result<bool> {
+    if n.kind == bp_note_kind::BP_NOTE_FILE.0 {
+        load_noted_file(session, snapshots, n)?;
+        return Ok(false);
+    }
+    session.build(n.tgid);
+    Ok(n.kind == bp_note_kind::BP_NOTE_PROC.0 && snapshots.snapshot(n.tgid))
 }
 
 /// Loads the unwind table of a file the kernel side announced.
@@ -606,7 +618,7 @@ fn strip_own_frames(stacks: &mut [RawStack], syms: &[KernelSymbol]) {
 
 /// Waits until one of `fds` is readable or `timeout` passes (EINTR counts
 /// as a wakeup: the caller checks why it woke).
-fn wait_readable(fds: &[i32], timeout: Option<Duration>) {
+pub fn wait_readable(fds: &[i32], timeout: Option<Duration>) {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {

@@ -358,7 +358,9 @@ impl<'obj> ProfileSession<'obj> {
     /// The readout period new samples are counted in.
     pub fn set_epoch(&mut self, epoch: u32) {
         if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
-            bss.epoch = epoch;
+            // SAFETY: bss is the mmap'd .bss of the loaded object, valid for
+            // the skeleton's lifetime; a volatile store stays visible to the kernel.
+            unsafe { std::ptr::write_volatile(&mut bss.epoch, epoch) };
         }
     }
 

@@ -217,7 +217,7 @@ impl Agent {
                 .min(Duration::from_millis(100));
             match &mut self.profiler {
                 Some(p) => {
-                    wait_readable(p.wait_fd(), due);
+                    crate::profile::wait_readable(&[p.wait_fd()], Some(due));
                     if let Err(e) = p.pump() {
                         eprintln!("bpfscope: process notifications: {e:#}");
                     }
@@ -1015,15 +1015,4 @@ fn cpu_seconds() -> Option<f64> {
     // SAFETY: sysconf has no memory effects.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     Some(ticks / hz.max(1) as f64)
-}
-
-fn wait_readable(fd: i32, timeout: Duration) {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: p is one valid pollfd that lives for the call.
-    unsafe { libc::poll(&mut p, 1, ms) };
 }

@@ -20,12 +20,14 @@ use crate::bpfmeta::sideband::SideBand;
 use crate::cli::agent::ProfileConfig;
 use crate::profile::maps::Snapshots;
 use crate::profile::session::{KernelLost, ProfileSession, RawStack, StackCache};
-use crate::profile::{unwind, Mode, Sampled, SamplingConfig};
-use bpfscope_bpf::profile::types::{bp_note, bp_note_kind};
+use crate::profile::{Mode, Sampled, SamplingConfig};
+use bpfscope_bpf::profile::types::bp_note;
 use bpfscope_recording::bpfprog::BpfProg;
 use bpfscope_symbolize::{kernel, Resolver, SymbolConfig};
 use bpfscope_sys::pod;
 
+/// When an announced process's mappings are read again (as `profile` does).
+const RELOOK: Duration = crate::profile::RELOOK[0];
 /// How long runs in flight get to finish with the old epoch.
 const GRACE: Duration = Duration::from_millis(10);
 /// Stacks cached in user space are dropped after this many ticks unused.
@@ -187,20 +189,8 @@ impl Profiler {
         let notes: Vec<bp_note> = self.notes.borrow_mut().drain(..).collect();
         let now = Instant::now();
         for n in notes {
-            if n.kind == bp_note_kind::BP_NOTE_FILE.0 {
-                unwind::load_file(
-                    &n,
-                    &self.session.skel.maps.files,
-                    &self.session.skel.maps.unwind_entries,
-                    &mut self.session.tables,
-                    &mut self.snapshots,
-                )?;
-            } else {
-                self.session.build(n.tgid);
-                if n.kind == bp_note_kind::BP_NOTE_PROC.0 && self.snapshots.snapshot(n.tgid) {
-                    self.again
-                        .push_back((now + Duration::from_millis(50), n.tgid));
-                }
+            if crate::profile::handle_note(&mut self.session, &mut self.snapshots, &n)? {
+                self.again.push_back((now + RELOOK, n.tgid));
             }
         }
         while self.again.front().is_some_and(|(t, _)| *t <= now) {
@@ -215,11 +205,7 @@ impl Profiler {
     /// runs in flight finish, the old epoch is read and deleted.
     pub fn tick(&mut self) -> Result<()> {
         self.epoch = self.epoch.wrapping_add(1);
-        if let Some(bss) = self.session.skel.maps.bss_data.as_deref_mut() {
-            // SAFETY: bss is the mmap'd .bss of the loaded object, valid for
-            // the skeleton's lifetime; a volatile store stays visible to the kernel.
-            unsafe { std::ptr::write_volatile(&mut bss.epoch, self.epoch) };
-        }
+        self.session.set_epoch(self.epoch);
         std::thread::sleep(GRACE);
         let end_ns = now_ns();
         self.cache.period += 1;
