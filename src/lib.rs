@@ -21,6 +21,7 @@ pub mod probe;
 pub mod profile;
 pub mod render;
 pub mod report;
+pub mod script;
 
 #[cfg(test)]
 mod proptests;

@@ -155,6 +155,18 @@ impl<'obj> Session<'obj> {
                 .update(&(i as u32).to_ne_bytes(), &buf, MapFlags::ANY)
                 .context("writing filter strings")?;
         }
+        if let Some(vm) = &plan.vm {
+            for (i, insn) in vm.code.iter().enumerate() {
+                maps.vm_code
+                    .update(&(i as u32).to_ne_bytes(), pod::bytes(insn), MapFlags::ANY)
+                    .context("writing script code")?;
+            }
+            for (i, src) in vm.srcs.iter().enumerate() {
+                maps.vm_srcs
+                    .update(&(i as u32).to_ne_bytes(), pod::bytes(src), MapFlags::ANY)
+                    .context("writing script sources")?;
+            }
+        }
         Ok(())
     }
 
@@ -184,6 +196,7 @@ impl<'obj> Session<'obj> {
         let mut links = self.attach_syscalls(plan)?;
         self.attach_uprobe_groups(plan, pid, &mut out);
         links.extend(self.attach_events(plan, pid, skip_refused, &mut out)?);
+        links.extend(self.attach_clocks(plan)?);
         if follow_forks {
             links.push(self.attach_fork_follower()?);
         }
@@ -289,7 +302,10 @@ impl<'obj> Session<'obj> {
         let cookie = i as u64 + 1;
         let name = &p.probe.name;
         Some(match &p.path {
-            Path::Syscall(_) | Path::Uprobe { .. } | Path::Kfunc(_) => return None,
+            Path::Syscall(_) | Path::Uprobe { .. } | Path::Kfunc(_) | Path::Clock { .. } => {
+                return None
+            }
+            Path::Trigger { binary, offset } => self.attach_trigger(binary, *offset, cookie),
             Path::Usdt {
                 binary,
                 provider,
@@ -357,6 +373,55 @@ impl<'obj> Session<'obj> {
                 opts,
             )
             .with_context(|| format!("attaching {name}"))
+    }
+
+    /// A script's BEGIN, END or interval block: a uprobe on a function of
+    /// bpfscope itself, in this process only.
+    fn attach_trigger(&self, binary: &std::path::Path, offset: u64, cookie: u64) -> Result<Link> {
+        let opts = UprobeOpts {
+            cookie,
+            ..Default::default()
+        };
+        let pid = std::process::id() as i32;
+        self.skel
+            .progs
+            .bpfscope_uprobe
+            .attach_uprobe_with_opts(pid, binary, offset as usize, opts)
+            .context(
+                "attaching a script's BEGIN/END/interval trigger (a uprobe on bpfscope itself)",
+            )
+    }
+
+    /// `profile:hz:N` probes: a software cpu-clock per CPU (or on the one
+    /// CPU given), each link with the probe's cookie.
+    fn attach_clocks(&self, plan: &Plan) -> Result<Vec<Link>> {
+        let mut links = Vec::new();
+        for (i, p) in plan.probes.iter().enumerate() {
+            let Path::Clock { hz, cpu } = &p.path else {
+                continue;
+            };
+            let cpus = match cpu {
+                Some(c) => vec![*c],
+                None => bpfscope_sys::online_cpus().context("reading the online CPUs")?,
+            };
+            for c in cpus {
+                let fd = crate::profile::session::open_cpu_clock(c, *hz)?;
+                let opts = libbpf_rs::PerfEventOpts {
+                    cookie: i as u64 + 1,
+                    ..Default::default()
+                };
+                let link = self
+                    .skel
+                    .progs
+                    .bpfscope_clock
+                    .attach_perf_event_with_opts(fd.as_raw_fd(), opts)
+                    .with_context(|| format!("attaching {} on CPU {c}", p.probe.name))?;
+                // The link owns the descriptor from here: libbpf closes it with the link.
+                let _ = std::os::fd::IntoRawFd::into_raw_fd(fd);
+                links.push(link);
+            }
+        }
+        Ok(links)
     }
 
     /// The fork follower: children of traced processes are traced too.
@@ -779,6 +844,7 @@ fn specialize(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Resu
     ro.max_emit = plan.max_emit as u32;
     ro.start_size = start_size(plan);
     ro.use_stacks = u32::from(kst || ust);
+    ro.use_vm = u32::from(plan.vm.is_some());
     ro.wakeup_bytes = u64::from(ringbuf_bytes(s) / 4);
     Ok(())
 }
@@ -813,6 +879,14 @@ fn size_maps(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Resul
         maps.ustacks.set_max_entries(s.max_stacks.unwrap_or(1))?;
     }
     maps.aggs.set_max_entries(s.max_keys.unwrap_or(1))?;
+    if let Some(vm) = &plan.vm {
+        maps.vm_code
+            .set_max_entries((vm.code.len() as u32).max(1))?;
+        maps.vm_srcs
+            .set_max_entries((vm.srcs.len() as u32).max(1))?;
+        maps.vals.set_key_size(start_size(plan))?;
+        maps.vals.set_max_entries(vm.vals.max(1))?;
+    }
     maps.events.set_max_entries(ringbuf_bytes(s))?;
     Ok(())
 }
@@ -828,6 +902,8 @@ struct Programs {
     umulti: bool,
     uprobe: bool,
     usdt: bool,
+    /// Software clocks of a script's profile probes.
+    clock: bool,
     fork: bool,
     /// Kernel functions: what the plan tries first, and its fallbacks.
     kprobe: bool,
@@ -848,13 +924,15 @@ impl Programs {
         };
         let uprobes = has(&|p| matches!(p, Path::Uprobe { .. }));
         let umulti = uprobes && features.uprobe_multi();
+        let triggers = has(&|p| matches!(p, Path::Trigger { .. }));
         Programs {
             sysin: has(&|p| matches!(p, Path::Syscall(sc) if !sc.exit)),
             sysout: has(&|p| matches!(p, Path::Syscall(sc) if sc.exit)),
             rawtp: has(&|p| matches!(p, Path::RawTp { .. })),
             tp: has(&|p| matches!(p, Path::Tracepoint { .. })),
             umulti,
-            uprobe: uprobes && !umulti,
+            uprobe: (uprobes && !umulti) || triggers,
+            clock: has(&|p| matches!(p, Path::Clock { .. })),
             usdt: has(&|p| matches!(p, Path::Usdt { .. })),
             fork: matches!(target, Target::Command { .. }),
             kprobe: uses(Mech::Kprobe, None),
@@ -887,6 +965,7 @@ impl Programs {
         progs.bpfscope_umulti.set_autoload(self.umulti);
         progs.bpfscope_uprobe.set_autoload(self.uprobe);
         progs.bpfscope_usdt.set_autoload(self.usdt);
+        progs.bpfscope_clock.set_autoload(self.clock);
         progs.bpfscope_fork.set_autoload(self.fork);
         progs.bpfscope_kprobe.set_autoload(self.kprobe);
         progs.bpfscope_kmulti.set_autoload(self.kmulti);

@@ -42,6 +42,8 @@ pub enum Command {
     Symbolize(SymbolizeArgs),
     /// Run continuously: whole-host CPU profiles in windows and kernel metrics, served over HTTP (Prometheus, pprof) and pushed to a profile store
     Agent(AgentArgs),
+    /// Run a bpftrace-language script or one-liner on the precompiled programs (no compiler)
+    Run(RunArgs),
     /// BPF programs: list them, watch their CPU time
     Bpf {
         #[command(subcommand)]
@@ -52,6 +54,54 @@ pub enum Command {
         /// Shell to generate completions for
         shell: clap_complete::Shell,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The script file (`-` for standard input); its positional parameters ($1, $2, ...) follow it
+    #[arg(value_name = "FILE", required_unless_present = "expr")]
+    pub file: Option<String>,
+
+    /// Positional parameters of the script ($1, $2, ...)
+    #[arg(value_name = "PARAM", allow_hyphen_values = false)]
+    pub params: Vec<String>,
+
+    /// The program text instead of a file
+    #[arg(short = 'e', value_name = "PROGRAM", conflicts_with = "file")]
+    pub expr: Option<String>,
+
+    /// Run this command (a shell-split line, as bpftrace -c) and stop when it exits
+    #[arg(short = 'c', value_name = "CMD")]
+    pub command: Option<String>,
+
+    /// User probes (uprobe, USDT) only in this process; stop when it exits
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        allow_negative_numbers = true
+    )]
+    pub pid: Option<i64>,
+
+    /// Stop after this many seconds
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub duration: Option<f64>,
+
+    /// bpftrace's JSON output (as bpftrace -f json)
+    #[arg(long)]
+    pub json: bool,
+
+    /// Parse, resolve and lower the script, print the plan, attach nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Say which kernel paths were chosen, and the verifier's statistics
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Run this command and stop when it exits (like -c, without shell splitting)
+    #[arg(last = true, value_name = "CMD")]
+    pub cmd: Vec<String>,
 }
 
 #[derive(Debug, Args)]

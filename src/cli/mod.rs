@@ -42,6 +42,22 @@ pub struct ListSettings {
     pub json: bool,
 }
 
+/// `run`: a script and how to run it.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    /// The script's text, and what to call it in errors.
+    pub source: String,
+    pub origin: String,
+    pub params: Vec<String>,
+    /// A command to run (not a filter: as bpftrace -c, every event counts).
+    pub command: Option<Target>,
+    pub pid: Option<u32>,
+    pub duration: Option<Duration>,
+    pub json: bool,
+    pub dry_run: bool,
+    pub verbose: bool,
+}
+
 /// `bpf` subcommands.
 #[derive(Debug, Clone)]
 pub enum BpfSettings {
@@ -73,6 +89,7 @@ pub enum Settings {
     Report(Box<profile::ReportSettings>),
     Symbolize(Box<profile::SymbolizeSettings>),
     Agent(Box<agent::AgentArgs>),
+    Run(Box<RunSettings>),
 }
 
 const MAX_LINEAR_BUCKETS: u64 = 1000;
@@ -133,6 +150,7 @@ impl Settings {
                 json: a.json,
             }),
             Command::Bpf { command } => Settings::Bpf(bpf_settings(command)?),
+            Command::Run(a) => Settings::Run(Box::new(run_settings(a)?)),
             Command::Completions { shell } => Settings::Completions(shell),
             Command::Profile(a) => Settings::Profile(Box::new(profile::ProfileSettings {
                 output: a
@@ -427,6 +445,73 @@ fn parse_linear(s: &str) -> Result<Buckets, Error> {
         min,
         step,
         nbuckets: n as u32,
+    })
+}
+
+fn run_settings(a: args::RunArgs) -> Result<RunSettings, Error> {
+    let (source, origin, params) = match (a.expr, a.file) {
+        (Some(e), file) => {
+            // With -e, what clap took for the file is the first parameter.
+            let mut params: Vec<String> = file.into_iter().collect();
+            params.extend(a.params);
+            (e, "-e".to_string(), params)
+        }
+        (None, Some(f)) if f == "-" => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| usage!("reading the script from standard input: {e}"))?;
+            (text, "<stdin>".to_string(), a.params)
+        }
+        (None, Some(f)) => {
+            let text =
+                std::fs::read_to_string(&f).map_err(|e| usage!("cannot read script '{f}': {e}"))?;
+            (text, f, a.params)
+        }
+        (None, None) => return Err(usage!("give a script file or -e 'PROGRAM'")),
+    };
+    let line = match (a.command, a.cmd.as_slice()) {
+        (Some(_), [_, ..]) => return Err(usage!("-c and -- CMD exclude each other; use one")),
+        (Some(c), []) => {
+            Some(shlex::split(&c).ok_or_else(|| usage!("-c '{c}': unbalanced quotes"))?)
+        }
+        (None, []) => None,
+        (None, cmd) => Some(cmd.to_vec()),
+    };
+    let command = match line {
+        Some(words) => match words.split_first() {
+            Some((prog, args)) => Some(Target::Command {
+                program: find_program(prog)?,
+                args: args.to_vec(),
+            }),
+            None => return Err(usage!("-c: the command is empty")),
+        },
+        None => None,
+    };
+    let pid = match a.pid {
+        Some(p) => match parse_target(&TargetArgs {
+            pid: Some(p),
+            duration: None,
+            interval: None,
+            cmd: Vec::new(),
+        })? {
+            Target::Pid(p) => Some(p),
+            _ => None,
+        },
+        None => None,
+    };
+    if pid.is_some() && command.is_some() {
+        return Err(usage!("-p and -c exclude each other; use one"));
+    }
+    Ok(RunSettings {
+        source,
+        origin,
+        params,
+        command,
+        pid,
+        duration: seconds(a.duration, "--duration")?,
+        json: a.json,
+        dry_run: a.dry_run,
+        verbose: a.verbose,
     })
 }
 

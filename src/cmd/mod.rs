@@ -5,6 +5,7 @@ pub mod agent;
 pub mod bpf;
 pub mod list;
 pub mod profile;
+pub mod run;
 pub mod trace;
 
 use anyhow::Result;
@@ -30,6 +31,7 @@ pub fn run(settings: Settings) -> Result<()> {
         Settings::Symbolize(s) => profile::symbolize(*s),
         Settings::Bpf(s) => bpf::run(s),
         Settings::Agent(s) => agent::run(*s),
+        Settings::Run(s) => run::run(*s),
         Settings::Completions(shell) => {
             clap_complete::generate(
                 shell,

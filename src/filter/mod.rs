@@ -27,7 +27,7 @@ pub struct StrTable {
 }
 
 impl StrTable {
-    fn intern(&mut self, s: &str) -> u32 {
+    pub(crate) fn intern(&mut self, s: &str) -> u32 {
         if let Some(i) = self.strs.iter().position(|x| x == s) {
             return i as u32;
         }

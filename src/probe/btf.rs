@@ -410,10 +410,46 @@ impl KernelBtf {
         }
     }
 
+    /// The id of `struct NAME` (or union), for a script's pointer casts.
+    pub fn struct_id(&self, name: &str) -> Option<u32> {
+        (1..self.btf.len() as u32).find(|&id| {
+            self.ty(id).is_some_and(|t| {
+                matches!(t.kind(), BtfKind::Struct | BtfKind::Union)
+                    && t.name().and_then(|n| n.to_str()) == Some(name)
+            })
+        })
+    }
+
+    /// The struct a pointer type points to, if it points to one.
+    pub fn pointee_struct(&self, ptr: u32) -> Option<u32> {
+        let t = self.resolve(self.ty(ptr)?);
+        if t.kind() != BtfKind::Ptr {
+            return None;
+        }
+        let p = self.resolve(t.next_type()?);
+        Composite::try_from(p).ok().map(|c| u32::from(c.type_id()))
+    }
+
+    /// Resolves member steps from a struct in memory (a script's typed
+    /// pointer: its address is known, so `.` steps start from it).
+    pub fn walk_in_memory(&self, what: &str, base: u32, steps: &[Step]) -> Result<Walk, String> {
+        self.walk_from(what, base, steps, Some(0))
+    }
+
     /// Resolves the steps after a value of type `base` (named `what` in errors).
     pub fn walk(&self, what: &str, base: u32, steps: &[Step]) -> Result<Walk, String> {
+        self.walk_from(what, base, steps, None)
+    }
+
+    fn walk_from(
+        &self,
+        what: &str,
+        base: u32,
+        steps: &[Step],
+        start: Option<u32>,
+    ) -> Result<Walk, String> {
         let mut ty = base;
-        let mut at: Option<u32> = None;
+        let mut at: Option<u32> = start;
         let mut path: Vec<u32> = Vec::new();
         let mut so_far = what.to_string();
         for step in steps {

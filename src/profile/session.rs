@@ -533,7 +533,7 @@ fn read_count(fd: RawFd) -> Option<u64> {
 }
 
 /// One software cpu-clock event on `cpu`, sampling at `hz`, for all tasks.
-fn open_cpu_clock(cpu: u32, hz: u64) -> Result<OwnedFd> {
+pub(crate) fn open_cpu_clock(cpu: u32, hz: u64) -> Result<OwnedFd> {
     let mut attr = libbpf_sys::perf_event_attr {
         type_: libbpf_sys::PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<libbpf_sys::perf_event_attr>() as u32,

@@ -3,6 +3,7 @@
 //! prints as JSON lines or as text (`printer`); profiles as folded stacks,
 //! flame graphs, pprof, JSON or a top table.
 
+pub mod bpftrace;
 pub mod flame;
 #[cfg(test)]
 mod golden;

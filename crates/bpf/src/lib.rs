@@ -47,6 +47,10 @@ unsafe impl Pod for trace::types::bs_probe_cfg {}
 // SAFETY: as above.
 unsafe impl Pod for trace::types::bs_event_hdr {}
 // SAFETY: as above.
+unsafe impl Pod for trace::types::bs_insn {}
+// SAFETY: as above.
+unsafe impl Pod for trace::types::bs_src {}
+// SAFETY: as above.
 unsafe impl Pod for trace::types::bs_agg_val {}
 // SAFETY: as above.
 unsafe impl Pod for profile::types::bp_key {}

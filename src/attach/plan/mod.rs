@@ -128,6 +128,11 @@ pub enum Path {
     },
     /// A kernel function's entry or return.
     Kfunc(KfuncPath),
+    /// A function of bpfscope itself, called to run a script's BEGIN, END
+    /// and interval blocks in the kernel (a uprobe limited to this process).
+    Trigger { binary: PathBuf, offset: u64 },
+    /// A software clock sampling every CPU (`profile:hz:N`), or one CPU.
+    Clock { hz: u64, cpu: Option<u32> },
 }
 
 /// How a kernel function probe is attached.
@@ -183,14 +188,20 @@ impl Path {
                 Some(_) => "skipped",
                 None => k.mech.describe(k.ret),
             },
+            Path::Trigger { .. } => "uprobe on bpfscope itself",
+            Path::Clock { .. } => "perf_event cpu-clock with cookie",
         }
     }
 
     /// Whether fields are read from argument slots rather than a record.
-    fn uses_args(&self) -> bool {
+    pub fn uses_args(&self) -> bool {
         matches!(
             self,
-            Path::Syscall(_) | Path::Uprobe { .. } | Path::Usdt { .. } | Path::Kfunc(_)
+            Path::Syscall(_)
+                | Path::Uprobe { .. }
+                | Path::Usdt { .. }
+                | Path::Kfunc(_)
+                | Path::Trigger { .. }
         )
     }
 }
@@ -261,6 +272,17 @@ pub struct Plan {
     pub max_filter: usize,
     pub max_keys: usize,
     pub max_emit: usize,
+    /// A script's machine code, its sources, and entries of its plain maps.
+    pub vm: Option<VmImage>,
+}
+
+/// What `bpfscope run` loads besides the probes' configurations.
+#[derive(Debug, Clone, Default)]
+pub struct VmImage {
+    pub code: Vec<bpfscope_bpf::abi::bs_insn>,
+    pub srcs: Vec<bs_src>,
+    /// Entries of the plain-value map (`@start[tid] = nsecs`).
+    pub vals: u32,
 }
 
 impl Plan {
@@ -273,6 +295,21 @@ impl Plan {
         };
         (has(false), has(true))
     }
+}
+
+/// The cheapest path of one probe that reads `fields` (a script's probe).
+pub fn path_for(probe: &Probe, fields: &[&str], features: &Features) -> Result<Path, Error> {
+    paths::path_for(probe, fields, features)
+}
+
+/// Where a name (a builtin or a field, `args.` optional) is read on a path,
+/// how it is shown, and its bytes in a key or event.
+pub fn source_for(
+    probe: &Probe,
+    path: &Path,
+    name: &str,
+) -> Result<(bs_src, ValueKind, usize), Error> {
+    source::name_src(probe, path, name)
 }
 
 /// Builds the plan for probes in their roles.
@@ -326,6 +363,7 @@ pub fn build(
         max_filter: most.filter,
         max_keys: most.keys,
         max_emit: most.emit,
+        vm: None,
     })
 }
 

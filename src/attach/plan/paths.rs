@@ -26,6 +26,12 @@ pub(super) fn paths(
         .collect()
 }
 
+/// One probe's path on its own (a script's probe, which reads `fields`).
+pub(super) fn path_for(probe: &Probe, fields: &[&str], features: &Features) -> Result<Path, Error> {
+    let n = KfuncCount::of(&[(probe.clone(), Role::Plain)]);
+    choose_path(probe, fields, features, n)
+}
+
 /// The fields (not builtins) a probe reads in its role: for keys, filter,
 /// pairing and value, and the fields it prints.
 fn fields_read(probe: &Probe, role: Role, sides: &Sides) -> Vec<String> {

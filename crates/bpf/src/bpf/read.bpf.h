@@ -80,6 +80,18 @@ static __noinline u64 bs_read_num(void *ctx, const struct bs_src *src,
 		return (u32)bpf_get_current_uid_gid();
 	case BS_SRC_CGROUP:
 		return bpf_get_current_cgroup_id();
+	case BS_SRC_NSECS:
+		return bpf_ktime_get_ns();
+	case BS_SRC_ELAPSED:
+		return bpf_ktime_get_ns() - vm_t0;
+	case BS_SRC_GID:
+		return bpf_get_current_uid_gid() >> 32;
+	case BS_SRC_CURTASK:
+		return (u64)bpf_get_current_task();
+	case BS_SRC_RAND:
+		return bpf_get_prandom_u32();
+	case BS_SRC_JIFFIES:
+		return bpf_jiffies64();
 	case BS_SRC_KSTACK:
 	case BS_SRC_USTACK: {
 		long id = -1;

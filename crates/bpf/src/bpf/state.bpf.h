@@ -34,8 +34,13 @@ const volatile u32 use_stacks = 0;
 /* Bytes of a latency start record: timestamp + key data. */
 const volatile u32 start_size = 8;
 
+/* Scripts are loaded (vm.bpf.h): only then is the script machine in the programs. */
+const volatile u32 use_vm = 0;
+
 /* Advanced by user space at each --interval; part of every aggregation key. */
 u32 epoch = 0;
+/* The session's start (monotonic ns), for a script's `elapsed`. */
+u64 vm_t0 = 0;
 
 /*
  * Keeps the ABI types in BTF so the skeleton generates them for user space
@@ -55,6 +60,10 @@ struct bs_abi {
 	struct bs_event_hdr event_hdr;
 	struct bs_str str;
 	struct bs_match_key match_key;
+	enum bs_vm_op vm_op;
+	enum bs_vm_alu vm_alu;
+	enum bs_vm_flags vm_flags;
+	struct bs_insn insn;
 };
 const volatile struct bs_abi bs_abi_types = {};
 
@@ -137,6 +146,34 @@ struct {
 	__uint(value_size, 8);
 } starts SEC(".maps");
 
+/* Script machine code of every probe (vm.bpf.h), sized at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct bs_insn);
+} vm_code SEC(".maps");
+
+/* Sources the script machine reads (BS_VM_SRC, BS_VM_SRCSTR), sized at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct bs_src);
+} vm_srcs SEC(".maps");
+
+/*
+ * A script's plain maps (`@start[tid] = nsecs`): the same key as `aggs`
+ * (header with bucket and epoch 0, then map id and key parts) to a number
+ * or a string. Key size and entries set at load.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(struct bs_key_hdr));
+	__uint(value_size, BS_VAL_MAX);
+} vals SEC(".maps");
+
 /* Glob matching state, stepped by bpf_loop so the verifier checks one step. */
 struct bs_glob {
 	char s[BS_STR_MAX];
@@ -156,6 +193,11 @@ struct bs_scratch {
 	struct bs_glob glob;
 	/* The filter's boolean stack, bit 0 on top (see bs_filter_step). */
 	u64 fstack;
+	/* The script machine (vm.bpf.h): registers, string slots, next instruction. */
+	u64 r[BS_VM_REGS];
+	char sv[BS_VM_STRS][BS_STR_MAX];
+	u32 pc;
+	u32 steps;
 };
 
 struct {

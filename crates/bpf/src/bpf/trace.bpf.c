@@ -24,6 +24,7 @@ char LICENSE[] SEC("license") = "GPL";
 #include "filter.bpf.h"
 #include "agg.bpf.h"
 #include "emit.bpf.h"
+#include "vm.bpf.h"
 
 /*
  * Whether this event belongs to the traced processes. Latency ends are
@@ -38,6 +39,9 @@ static __always_inline int bs_target_ok(const struct bs_probe_cfg *cfg)
 	if ((cfg->flags & BS_CFG_LAT_END) && !(cfg->flags & BS_CFG_SAME_TASK))
 		return 1;
 	tgid = bpf_get_current_task_btf()->tgid;
+	/* A script's BEGIN, END and interval run in bpfscope itself, and only there. */
+	if (cfg->flags & BS_CFG_SELF)
+		return tgid == self_tgid;
 	if (tgid == self_tgid)
 		return 0;
 	if (target_mode == BS_TARGET_TRACKED && !bs_tracked(tgid))
@@ -51,6 +55,8 @@ static __always_inline int bs_handle(void *ctx, const struct bs_probe_cfg *cfg,
 {
 	u64 v = 0;
 
+	if (cfg->flags & BS_CFG_VM)
+		return bs_vm_run(ctx, cfg, s, idx);
 	if (cfg->nfilter && !bs_filter(ctx, cfg, s, idx))
 		return 0;
 	if (cfg->agg == BS_AGG_EVENT) {
@@ -311,6 +317,13 @@ SEC("fexit")
 int bpfscope_fexit(void *ctx)
 {
 	return bs_tramp(ctx, 1);
+}
+
+/* A software clock (a script's profile:hz:N), configured by cookie. */
+SEC("perf_event")
+int bpfscope_clock(void *ctx)
+{
+	return bs_by_cookie(ctx);
 }
 
 /* One uprobe or uretprobe per function (kernels without uprobe_multi). */

@@ -33,6 +33,15 @@ enum bs_limits {
 	BS_MAX_MATCH = 4,
 	/* Pointers followed by one BTF-typed access such as skb->dev->name. */
 	BS_MAX_DEREF = 4,
+	/* Script machine (vm.bpf.h): registers, string slots, steps per run, instructions in all. */
+	BS_VM_REGS = 32,
+	BS_VM_STRS = 8,
+	BS_VM_STEPS = 8192,
+	BS_VM_CODE_MAX = 65536,
+	/* Strings join() reads from an argv-style array. */
+	BS_VM_JOIN_MAX = 16,
+	/* Bytes of a plain (non-aggregating) map value: a number or a string. */
+	BS_VAL_MAX = 64,
 };
 
 /* Where a value comes from. */
@@ -49,6 +58,12 @@ enum bs_src_kind {
 	BS_SRC_ARG = 9,    /* argument slot `off` (see BS_ARG_*) */
 	BS_SRC_KSTACK = 10, /* kernel stack id */
 	BS_SRC_USTACK = 11, /* user stack id */
+	BS_SRC_NSECS = 12,  /* monotonic ns */
+	BS_SRC_ELAPSED = 13, /* ns since the session's start (vm_t0) */
+	BS_SRC_GID = 14,
+	BS_SRC_CURTASK = 15, /* current task_struct address */
+	BS_SRC_RAND = 16,
+	BS_SRC_JIFFIES = 17,
 };
 
 /* How the bytes at the source are to be read. */
@@ -126,6 +141,89 @@ enum bs_cfg_flags {
 	BS_CFG_LAT_START = 2,  /* latency start: remember time and key by match key */
 	BS_CFG_LAT_END = 4,    /* latency end: value is the time since the matching start */
 	BS_CFG_SAME_TASK = 8,  /* latency end in its start's task (a function return): targeted too */
+	BS_CFG_VM = 16,        /* run the script machine's code at code_start */
+	BS_CFG_SELF = 32,      /* a trigger in bpfscope itself (BEGIN, END, interval) */
+};
+
+/*
+ * The script machine's operations (see vm.bpf.h). Registers r[], string
+ * slots sv[], the key being built (s->key) and the record being built
+ * (s->ev) live in the per-CPU scratch map.
+ */
+enum bs_vm_op {
+	BS_VM_HALT = 0,
+	BS_VM_LDI = 1,     /* r[dst] = imm */
+	BS_VM_SRC = 2,     /* r[dst] = number from source arg (vm_srcs) */
+	BS_VM_SRCSTR = 3,  /* sv[dst] = string from source arg */
+	BS_VM_CSTR = 4,    /* sv[dst] = constant string arg (strs) */
+	BS_VM_STRPTR = 5,  /* sv[dst] = string at address r[a] (user, then kernel); imm: max length (0: all) */
+	BS_VM_MOV = 6,     /* r[dst] = r[a] */
+	BS_VM_SMOV = 7,    /* sv[dst] = sv[a] */
+	BS_VM_ALU = 8,     /* r[dst] = r[a] <arg: enum bs_vm_alu> (r[b] or imm with BS_VMF_IMM) */
+	BS_VM_STREQ = 9,   /* r[dst] = sv[a] == sv[b]; imm: compare at most this many bytes (0: all) */
+	BS_VM_JMP = 10,    /* pc = arg (relative to the probe's code_start) */
+	BS_VM_JZ = 11,     /* if !r[a]: pc = arg */
+	BS_VM_JNZ = 12,    /* if r[a]: pc = arg */
+	BS_VM_KEYCLR = 13, /* zero the key; its first 8 data bytes: map id arg */
+	BS_VM_KEYNUM = 14, /* key data at arg: r[a] (8 bytes) */
+	BS_VM_KEYSTR = 15, /* key data at arg: sv[a], arg2 bytes */
+	BS_VM_BUCKET = 16, /* r[dst] = histogram bucket of r[a]: log2, or linear with min imm, step arg, arg2 buckets */
+	BS_VM_AGG = 17,    /* aggs[key, bucket r[b]] += r[a]; BS_VMF_MINMAX: min/max too */
+	BS_VM_MSET = 18,   /* vals[key] = r[a] */
+	BS_VM_MSETSTR = 19, /* vals[key] = sv[a] */
+	BS_VM_MGET = 20,   /* r[dst] = vals[key] (0 when missing) */
+	BS_VM_MGETSTR = 21, /* sv[dst] = vals[key] ("" when missing) */
+	BS_VM_MDEL = 22,   /* delete vals[key] (BS_VMF_AGG: aggs[key] of bucket 0) */
+	BS_VM_EVNUM = 23,  /* record data at arg: r[a] */
+	BS_VM_EVSTR = 24,  /* record data at arg: sv[a], 64 bytes */
+	BS_VM_JOIN = 25,   /* record data at arg: up to BS_VM_JOIN_MAX strings from the pointer array at r[a] */
+	BS_VM_EMIT = 26,   /* send the record: action arg, arg2 data bytes */
+	BS_VM_MHAS = 27,   /* r[dst] = key present in vals (BS_VMF_AGG: in aggs, bucket 0) */
+	BS_VM_READ = 28,   /* r[dst] = arg (1, 2, 4, 8) bytes at address r[a], kernel then user; BS_VMF_SIGNED extends */
+	BS_VM_STRCAT = 29, /* reserved */
+};
+
+enum bs_vm_alu {
+	BS_ALU_ADD = 0,
+	BS_ALU_SUB = 1,
+	BS_ALU_MUL = 2,
+	BS_ALU_DIV = 3,
+	BS_ALU_MOD = 4,
+	BS_ALU_AND = 5,
+	BS_ALU_OR = 6,
+	BS_ALU_XOR = 7,
+	BS_ALU_SHL = 8,
+	BS_ALU_SHR = 9,
+	BS_ALU_EQ = 10,
+	BS_ALU_NE = 11,
+	BS_ALU_LT = 12,
+	BS_ALU_LE = 13,
+	BS_ALU_GT = 14,
+	BS_ALU_GE = 15,
+	BS_ALU_NEG = 16,  /* -r[a] */
+	BS_ALU_NOT = 17,  /* !r[a] */
+	BS_ALU_BNOT = 18, /* ~r[a] */
+	BS_ALU_BOOL = 19, /* r[a] != 0 */
+};
+
+enum bs_vm_flags {
+	BS_VMF_IMM = 1,    /* the second operand is imm */
+	BS_VMF_SIGNED = 2, /* signed comparison, division, shift, extension */
+	BS_VMF_MINMAX = 4,
+	BS_VMF_AGG = 8,
+	BS_VMF_LOG2 = 16,  /* BUCKET: log2 */
+};
+
+struct bs_insn {
+	__u8 op;     /* enum bs_vm_op */
+	__u8 dst;
+	__u8 a;
+	__u8 b;
+	__u8 flags;  /* enum bs_vm_flags */
+	__u8 pad[3];
+	__u32 arg;
+	__u32 arg2;
+	__s64 imm;
 };
 
 struct bs_probe_cfg {
@@ -140,6 +238,9 @@ struct bs_probe_cfg {
 	__u32 pair;      /* latency: start and end of a pair share this id */
 	__u8 nmatch;     /* latency: match fields */
 	__u8 pad2[3];
+	/* Script machine code (BS_CFG_VM): the first instruction and the count. */
+	__u32 code_start;
+	__u32 code_len;
 	struct bs_src match[BS_MAX_MATCH];
 	struct bs_src value;
 	__s64 lin_min;
@@ -190,7 +291,8 @@ enum bs_lost {
 	BS_LOST_KEYS = 1,     /* aggregation map full */
 	BS_LOST_STACKS = 2,   /* stack could not be captured */
 	BS_LOST_UNMATCHED = 3, /* end without a start (latency) */
-	BS_LOST_NR = 4,
+	BS_LOST_VM_STEPS = 4, /* a script run out of steps before its end */
+	BS_LOST_NR = 5,
 };
 
 enum bs_target_mode {

@@ -1,0 +1,415 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The script machine: what `bpfscope run` lowers a bpftrace-language probe
+ * block into, run here with no code generated at run time. It grows the
+ * filter machine (filter.bpf.h) from a boolean stack into registers, string
+ * slots and jumps: each probe's configuration names a range of struct
+ * bs_insn in vm_code, and bpf_loop runs one instruction per callback, so the
+ * verifier checks one step whatever the script. Values are read through the
+ * same readers as filters and keys (read.bpf.h); aggregations go to `aggs`
+ * like the verbs' (a map id in the key's first data bytes); plain map
+ * values to `vals`; printf, time, join, print, clear and exit become records
+ * in the `events` ring buffer, formatted in user space.
+ */
+#ifndef BPFSCOPE_VM_BPF_H
+#define BPFSCOPE_VM_BPF_H
+
+#include "filter.bpf.h"
+#include "agg.bpf.h"
+
+struct bs_vm_ctx {
+	void *ctx;
+	struct bs_scratch *s;
+	u32 idx;
+	u32 start;
+	u32 len;
+};
+
+#define BS_R(i) (s->r[(i) & (BS_VM_REGS - 1)])
+#define BS_SV(i) (s->sv[(i) & (BS_VM_STRS - 1)])
+#define BS_KEYDATA (s->key + sizeof(struct bs_key_hdr))
+#define BS_EVDATA (s->ev + sizeof(struct bs_event_hdr))
+
+static __always_inline u64 bs_vm_alu(const struct bs_insn *in, u64 x, u64 y)
+{
+	int sg = in->flags & BS_VMF_SIGNED;
+	s64 sx = x, sy = y;
+
+	switch (in->arg) {
+	case BS_ALU_ADD: return x + y;
+	case BS_ALU_SUB: return x - y;
+	case BS_ALU_MUL: return x * y;
+	/* Division by zero gives 0, as the BPF instruction does. */
+	case BS_ALU_DIV:
+		if (!y)
+			return 0;
+		if (sg && (sx < 0 || sy < 0)) {
+			u64 q = (sx < 0 ? -sx : sx) / (sy < 0 ? -sy : sy);
+
+			return (sx < 0) != (sy < 0) ? -q : q;
+		}
+		return x / y;
+	case BS_ALU_MOD:
+		if (!y)
+			return 0;
+		if (sg && (sx < 0 || sy < 0)) {
+			u64 m = (sx < 0 ? -sx : sx) % (sy < 0 ? -sy : sy);
+
+			return sx < 0 ? -m : m;
+		}
+		return x % y;
+	case BS_ALU_AND: return x & y;
+	case BS_ALU_OR: return x | y;
+	case BS_ALU_XOR: return x ^ y;
+	case BS_ALU_SHL: return x << (y & 63);
+	case BS_ALU_SHR: return sg ? (u64)(sx >> (y & 63)) : x >> (y & 63);
+	case BS_ALU_EQ: return x == y;
+	case BS_ALU_NE: return x != y;
+	case BS_ALU_LT: return sg ? sx < sy : x < y;
+	case BS_ALU_LE: return sg ? sx <= sy : x <= y;
+	case BS_ALU_GT: return sg ? sx > sy : x > y;
+	case BS_ALU_GE: return sg ? sx >= sy : x >= y;
+	case BS_ALU_NEG: return -x;
+	case BS_ALU_NOT: return !x;
+	case BS_ALU_BNOT: return ~x;
+	case BS_ALU_BOOL: return x != 0;
+	default: return 0;
+	}
+}
+
+/* A string at an address: user memory first (syscall arguments), then kernel. */
+static __noinline void bs_vm_strptr(char *dst, u64 ptr, u64 max)
+{
+	u32 n = max && max < BS_STR_MAX ? max + 1 : BS_STR_MAX;
+
+	/* Hidden from the compiler, so the check the verifier needs stays. */
+	asm volatile("" : "+r"(n));
+	if (n > BS_STR_MAX)
+		n = BS_STR_MAX;
+	__builtin_memset(dst, 0, BS_STR_MAX);
+	if (!ptr)
+		return;
+	if (bpf_probe_read_user_str(dst, n, (void *)ptr) < 0)
+		bpf_probe_read_kernel_str(dst, n, (void *)ptr);
+}
+
+/* join(): the strings of a NULL-terminated pointer array into BS_VM_JOIN_MAX slots. */
+static __noinline void bs_vm_join(u8 *dst, u64 arr)
+{
+	for (int i = 0; i < BS_VM_JOIN_MAX; i++) {
+		u64 p = 0;
+		char *d = (char *)dst + i * BS_STR_MAX;
+
+		d[0] = 0;
+		if (bpf_probe_read_user(&p, sizeof(p), (void *)(arr + i * 8)) < 0 || !p)
+			break;
+		if (bpf_probe_read_user_str(d, BS_STR_MAX, (void *)p) < 0)
+			d[0] = 0;
+	}
+}
+
+/* The aggregation update of BS_VM_AGG, on the key in s->key. */
+static __noinline void bs_vm_agg(struct bs_scratch *s, u32 bucket, u64 v, u32 flags)
+{
+	struct bs_key_hdr *hdr = (struct bs_key_hdr *)s->key;
+	struct bs_agg_val *a;
+	u64 old;
+
+	hdr->bucket = bucket;
+	hdr->epoch = 0;
+	a = bpf_map_lookup_elem(&aggs, s->key);
+	if (!a) {
+		struct bs_agg_val zero = {};
+
+		bpf_map_update_elem(&aggs, s->key, &zero, BPF_NOEXIST);
+		a = bpf_map_lookup_elem(&aggs, s->key);
+		if (!a) {
+			bs_count(&lost, BS_LOST_KEYS);
+			return;
+		}
+	}
+	old = __sync_fetch_and_add(&a->count, 1);
+	__sync_fetch_and_add(&a->sum, v);
+	if (!(flags & BS_VMF_MINMAX))
+		return;
+	if (flags & BS_VMF_SIGNED) {
+		if (!old || (s64)v < a->min)
+			a->min = v;
+		if (!old || (s64)v > a->max)
+			a->max = v;
+	} else {
+		if (!old || v < (u64)a->min)
+			a->min = v;
+		if (!old || v > (u64)a->max)
+			a->max = v;
+	}
+}
+
+static __noinline void bs_vm_emit(struct bs_scratch *s, u32 action, u32 size)
+{
+	struct bs_event_hdr *hdr = (struct bs_event_hdr *)s->ev;
+	struct task_struct *t = bpf_get_current_task_btf();
+	u64 flags;
+
+	hdr->ts_ns = bpf_ktime_get_ns();
+	hdr->probe = action;
+	hdr->pid = t->tgid;
+	hdr->tid = t->pid;
+	hdr->cpu = bpf_get_smp_processor_id();
+	hdr->faults = 0;
+	hdr->pad = 0;
+	bs_comm(hdr->comm);
+	size = sizeof(*hdr) + (size & (BS_EVENT_DATA_MAX - 1));
+	flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
+			BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&events, s->ev, size, flags))
+		bs_count(&lost, BS_LOST_EVENTS);
+}
+
+/* A plain map's value for key s->key: number or string. */
+static __always_inline void *bs_vm_val(struct bs_scratch *s)
+{
+	((struct bs_key_hdr *)s->key)->bucket = 0;
+	((struct bs_key_hdr *)s->key)->epoch = 0;
+	return bpf_map_lookup_elem(&vals, s->key);
+}
+
+/*
+ * One instruction. The program counter lives in the scratch map: the
+ * callback's index only bounds the run.
+ */
+static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
+{
+	struct bs_scratch *s = vc->s;
+	u32 pc = s->pc, at;
+	struct bs_insn *in;
+
+	if (pc >= vc->len)
+		return 1;
+	at = vc->start + pc;
+	in = bpf_map_lookup_elem(&vm_code, &at);
+	if (!in)
+		return 1;
+	s->pc = pc + 1;
+	s->steps++;
+	switch (in->op) {
+	case BS_VM_HALT:
+		s->pc = vc->len;
+		return 1;
+	case BS_VM_LDI:
+		BS_R(in->dst) = in->imm;
+		break;
+	case BS_VM_SRC: {
+		u32 k = in->arg;
+		struct bs_src *src = bpf_map_lookup_elem(&vm_srcs, &k);
+
+		BS_R(in->dst) = src ? bs_read_num(vc->ctx, src, s, vc->idx) : 0;
+		break;
+	}
+	case BS_VM_SRCSTR: {
+		u32 k = in->arg;
+		struct bs_src *src = bpf_map_lookup_elem(&vm_srcs, &k);
+
+		if (src)
+			bs_read_str(vc->ctx, src, s, BS_SV(in->dst));
+		break;
+	}
+	case BS_VM_CSTR: {
+		u32 k = in->arg;
+		struct bs_str *c = bpf_map_lookup_elem(&strs, &k);
+
+		if (c)
+			bpf_probe_read_kernel(BS_SV(in->dst), BS_STR_MAX, c->s);
+		break;
+	}
+	case BS_VM_STRPTR:
+		bs_vm_strptr(BS_SV(in->dst), BS_R(in->a), in->imm);
+		break;
+	case BS_VM_MOV:
+		BS_R(in->dst) = BS_R(in->a);
+		break;
+	case BS_VM_SMOV:
+		bpf_probe_read_kernel(BS_SV(in->dst), BS_STR_MAX, BS_SV(in->a));
+		break;
+	case BS_VM_ALU: {
+		u64 y = in->flags & BS_VMF_IMM ? (u64)in->imm : BS_R(in->b);
+
+		BS_R(in->dst) = bs_vm_alu(in, BS_R(in->a), y);
+		break;
+	}
+	case BS_VM_STREQ: {
+		const char *x = BS_SV(in->a), *y = BS_SV(in->b);
+		u64 n = in->imm ? in->imm : BS_STR_MAX;
+		u64 eq = 1;
+
+		for (int k = 0; k < BS_STR_MAX; k++) {
+			if (k >= n)
+				break;
+			if (x[k] != y[k]) {
+				eq = 0;
+				break;
+			}
+			if (!x[k])
+				break;
+		}
+		BS_R(in->dst) = eq;
+		break;
+	}
+	case BS_VM_JMP:
+		s->pc = in->arg;
+		break;
+	case BS_VM_JZ:
+		if (!BS_R(in->a))
+			s->pc = in->arg;
+		break;
+	case BS_VM_JNZ:
+		if (BS_R(in->a))
+			s->pc = in->arg;
+		break;
+	case BS_VM_KEYCLR:
+		__builtin_memset(s->key, 0, sizeof(struct bs_key_hdr) + BS_KEY_MAX);
+		*(u64 *)BS_KEYDATA = in->arg;
+		break;
+	case BS_VM_KEYNUM:
+		*(u64 *)(BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1))) = BS_R(in->a);
+		break;
+	case BS_VM_KEYSTR: {
+		u32 n = in->arg2;
+
+		if (n > BS_STR_MAX)
+			n = BS_STR_MAX;
+		bpf_probe_read_kernel(BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1)), n, BS_SV(in->a));
+		break;
+	}
+	case BS_VM_BUCKET: {
+		u64 v = BS_R(in->a);
+
+		if (in->flags & BS_VMF_LOG2) {
+			if (((in->flags & BS_VMF_SIGNED) && (s64)v < 0))
+				BS_R(in->dst) = 0;
+			else
+				BS_R(in->dst) = v ? 2 + bs_log2(v) : 1;
+		} else {
+			s64 sv = v, lo = in->imm;
+			u64 step = in->arg ? in->arg : 1;
+			u64 n;
+
+			if (sv < lo) {
+				BS_R(in->dst) = 0;
+			} else {
+				n = ((u64)(sv - lo)) / step;
+				BS_R(in->dst) = n >= in->arg2 ? in->arg2 + 1 : n + 1;
+			}
+		}
+		break;
+	}
+	case BS_VM_AGG:
+		bs_vm_agg(s, BS_R(in->b), BS_R(in->a), in->flags);
+		break;
+	case BS_VM_MSET:
+	case BS_VM_MSETSTR: {
+		u64 *val = bs_vm_val(s);
+
+		if (val) {
+			/* In place: no copy of the 64-byte value through the stack. */
+			if (in->op == BS_VM_MSET)
+				*val = BS_R(in->a);
+			else
+				bpf_probe_read_kernel(val, BS_VAL_MAX, BS_SV(in->a));
+			break;
+		}
+		/* A new key: the value is staged in the string slot it reads from, or in s->str. */
+		if (in->op == BS_VM_MSET) {
+			__builtin_memset(s->str.s, 0, BS_STR_MAX);
+			*(u64 *)s->str.s = BS_R(in->a);
+			if (bpf_map_update_elem(&vals, s->key, s->str.s, BPF_ANY))
+				bs_count(&lost, BS_LOST_KEYS);
+		} else if (bpf_map_update_elem(&vals, s->key, BS_SV(in->a), BPF_ANY)) {
+			bs_count(&lost, BS_LOST_KEYS);
+		}
+		break;
+	}
+	case BS_VM_MGET: {
+		u64 *val = bs_vm_val(s);
+
+		BS_R(in->dst) = val ? *val : 0;
+		break;
+	}
+	case BS_VM_MGETSTR: {
+		u64 *val = bs_vm_val(s);
+
+		if (val)
+			bpf_probe_read_kernel(BS_SV(in->dst), BS_STR_MAX, val);
+		else
+			BS_SV(in->dst)[0] = 0;
+		break;
+	}
+	case BS_VM_MHAS:
+		if (in->flags & BS_VMF_AGG) {
+			((struct bs_key_hdr *)s->key)->bucket = 0;
+			((struct bs_key_hdr *)s->key)->epoch = 0;
+			BS_R(in->dst) = bpf_map_lookup_elem(&aggs, s->key) != 0;
+		} else {
+			BS_R(in->dst) = bs_vm_val(s) != 0;
+		}
+		break;
+	case BS_VM_MDEL:
+		((struct bs_key_hdr *)s->key)->bucket = 0;
+		((struct bs_key_hdr *)s->key)->epoch = 0;
+		if (in->flags & BS_VMF_AGG)
+			bpf_map_delete_elem(&aggs, s->key);
+		else
+			bpf_map_delete_elem(&vals, s->key);
+		break;
+	case BS_VM_EVNUM:
+		*(u64 *)(BS_EVDATA + (in->arg & (BS_EVENT_DATA_MAX - 1))) = BS_R(in->a);
+		break;
+	case BS_VM_EVSTR:
+		bpf_probe_read_kernel(BS_EVDATA + (in->arg & (BS_EVENT_DATA_MAX - 1)),
+				      BS_STR_MAX, BS_SV(in->a));
+		break;
+	case BS_VM_JOIN:
+		/* The record holds at most BS_VM_JOIN_MAX strings after the header. */
+		bs_vm_join(BS_EVDATA, BS_R(in->a));
+		break;
+	case BS_VM_EMIT:
+		bs_vm_emit(s, in->arg, in->arg2);
+		break;
+	case BS_VM_READ: {
+		u64 v = 0, a = BS_R(in->a);
+		u32 n = in->arg;
+
+		if (n > 8)
+			n = 8;
+		if (bpf_probe_read_kernel(&v, n, (void *)a) < 0)
+			bpf_probe_read_user(&v, n, (void *)a);
+		if (n < 8)
+			v = bs_extend(v, n, in->flags & BS_VMF_SIGNED);
+		BS_R(in->dst) = v;
+		break;
+	}
+	default:
+		break;
+	}
+	return 0;
+}
+
+static __always_inline int bs_vm_run(void *ctx, const struct bs_probe_cfg *cfg,
+				     struct bs_scratch *s, u32 idx)
+{
+	struct bs_vm_ctx vc = {
+		.ctx = ctx, .s = s, .idx = idx,
+		.start = cfg->code_start, .len = cfg->code_len,
+	};
+
+	if (!use_vm)
+		return 0;
+	s->pc = 0;
+	s->steps = 0;
+	bpf_loop(BS_VM_STEPS, bs_vm_step, &vc, 0);
+	if (s->pc < vc.len)
+		bs_count(&lost, BS_LOST_VM_STEPS);
+	return 0;
+}
+
+#endif /* BPFSCOPE_VM_BPF_H */

@@ -1,0 +1,601 @@
+//! `bpfscope run`: a bpftrace-language script on the generic programs.
+//! The script is lowered (script/), loaded and attached like the verbs'
+//! probes; BEGIN runs, then records (printf, time, join, print, clear,
+//! exit) are formatted as they arrive, intervals fire on time; at the end
+//! END runs and the maps left are printed as bpftrace prints them.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io::Write;
+use std::mem::MaybeUninit;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+
+use crate::attach::features::Features;
+use crate::attach::libbpf_log;
+use crate::attach::session::{LoadConfig, Session};
+use crate::attach::target::{GatedChild, Target};
+use crate::cli::RunSettings;
+use crate::collect::{stacks, Lost, StopReason, Stopper};
+use crate::render::bpftrace::{self as fmt, Agg, MapData, Value};
+use crate::script::lower::{Action, AggFn, Arg, Lowered, MapKind, Trigger, Ty, JOIN_MAX, STR_MAX};
+use crate::script::{self, trigger};
+use bpfscope_bpf::abi::{bs_agg_val, bs_event_hdr, bs_key_hdr};
+use bpfscope_sys::pod;
+
+/// Aggregation keys the script's maps hold in all (bpftrace's default map size).
+const MAX_KEYS: u32 = 10240;
+const MAX_STACKS: u32 = 4096;
+const RINGBUF: u32 = 4 << 20;
+const HDR: usize = std::mem::size_of::<bs_event_hdr>();
+const KHDR: usize = std::mem::size_of::<bs_key_hdr>();
+
+pub fn run(s: RunSettings) -> Result<()> {
+    libbpf_log::init(s.verbose);
+    let features = Features::detect();
+    let pid = s.pid;
+    let compiled =
+        script::compile(&s.source, s.params.clone(), pid, &features).map_err(|e| match e {
+            crate::error::Error::Usage(m) => {
+                crate::error::Error::Usage(format!("{}:{m}", s.origin))
+            }
+            e => e,
+        })?;
+    let plan = &compiled.plan;
+    let low = &compiled.lowered;
+    if s.dry_run || s.verbose {
+        for p in &plan.probes {
+            eprintln!(
+                "{}: {} ({} instructions)",
+                p.probe.name,
+                p.path.describe(),
+                p.cfg.code_len
+            );
+        }
+    }
+    if s.dry_run {
+        return Ok(());
+    }
+    bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
+    let stopper = Stopper::new(s.duration)?;
+    let (gated, _) = match &s.command {
+        Some(t) => GatedChild::for_target(t)?,
+        None => (None, None),
+    };
+    if let Some(p) = pid {
+        stopper.watch_pid(p)?;
+    }
+    let load = LoadConfig {
+        target: Target::All,
+        max_keys: Some(MAX_KEYS),
+        max_stacks: (low.stacks.0 || low.stacks.1).then_some(MAX_STACKS),
+        ringbuf_bytes: Some(RINGBUF),
+        verbose: s.verbose,
+    };
+    let mut storage = MaybeUninit::uninit();
+    let mut session =
+        Session::load(&mut storage, plan, &load, &features).map_err(crate::error::refused)?;
+    if let Some(bss) = session.skel.maps.bss_data.as_deref_mut() {
+        bss.vm_t0 = bpfscope_sys::monotonic_ns();
+    }
+    let upid = pid.map_or(-1, |p| p as i32);
+    let mut att = match session.attach(plan, false, upid, true) {
+        Err(e) if crate::error::is_interrupted(&e) => return Ok(()),
+        r => r.map_err(crate::error::refused)?,
+    };
+    let mut out = Out::new(s.json);
+    // As bpftrace counts: BEGIN and END are probes too.
+    let n = plan.probes.len().saturating_sub(att.skipped.len());
+    att.skipped.extend(compiled.skipped.iter().cloned());
+    crate::cmd::trace::report_skipped(&att, s.verbose);
+    out.attached(n)?;
+    stopper.start();
+    let mut ctx = RunCtx {
+        session: &mut session,
+        low,
+        out,
+        exit: false,
+    };
+    let result = ctx.main_loop(&stopper, gated);
+    match result {
+        Err(e) if is_broken_pipe(&e) => Ok(()),
+        r => r,
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Where output goes: text as bpftrace prints it, or its JSON lines.
+struct Out {
+    json: bool,
+    w: std::io::BufWriter<std::io::Stdout>,
+}
+
+impl Out {
+    fn new(json: bool) -> Out {
+        Out {
+            json,
+            w: std::io::BufWriter::new(std::io::stdout()),
+        }
+    }
+
+    fn attached(&mut self, n: usize) -> Result<()> {
+        if self.json {
+            writeln!(self.w, "{}", fmt::json_attached(n))?;
+        } else {
+            writeln!(
+                self.w,
+                "Attaching {n} probe{}...",
+                if n == 1 { "" } else { "s" }
+            )?;
+        }
+        self.w.flush()?;
+        Ok(())
+    }
+
+    fn text(&mut self, t: &str, json: impl FnOnce(&str) -> String) -> Result<()> {
+        if self.json {
+            writeln!(self.w, "{}", json(t))?;
+        } else {
+            self.w.write_all(t.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+struct RunCtx<'a, 'obj> {
+    session: &'a mut Session<'obj>,
+    low: &'a Lowered,
+    out: Out,
+    exit: bool,
+}
+
+impl RunCtx<'_, '_> {
+    fn triggers(&self, which: impl Fn(Trigger) -> bool) -> Vec<u64> {
+        self.low
+            .probes
+            .iter()
+            .filter_map(|p| p.trigger)
+            .filter(|(t, _)| which(*t))
+            .map(|(_, id)| id)
+            .collect()
+    }
+
+    fn main_loop(&mut self, stopper: &Stopper, gated: Option<GatedChild>) -> Result<()> {
+        let queue: RefCell<VecDeque<Vec<u8>>> = RefCell::new(VecDeque::new());
+        let mut builder = RingBufferBuilder::new();
+        builder.add(&self.session.skel.maps.events, |data: &[u8]| {
+            queue.borrow_mut().push_back(data.to_vec());
+            0
+        })?;
+        let rb = builder.build().context("setting up the ring buffer")?;
+        for id in self.triggers(|t| t == Trigger::Begin) {
+            trigger::fire(id);
+        }
+        if let Some(g) = gated {
+            if bpfscope_sys::signals::interrupted() {
+                drop(g);
+                return Ok(());
+            }
+            stopper.watch_child(g.release()?);
+        }
+        let start = Instant::now();
+        let mut intervals: Vec<(u64, Duration, Instant)> = self
+            .low
+            .probes
+            .iter()
+            .filter_map(|p| match p.trigger {
+                Some((Trigger::Interval { ms }, id)) => {
+                    let every = Duration::from_millis(ms);
+                    Some((id, every, start + every))
+                }
+                _ => None,
+            })
+            .collect();
+        loop {
+            rb.consume().context("reading records")?;
+            self.drain(&queue)?;
+            if self.exit {
+                break;
+            }
+            if let Some(reason) = stopper.poll() {
+                if reason == StopReason::OutputClosed {
+                    return Ok(());
+                }
+                break;
+            }
+            let now = Instant::now();
+            for (id, every, next) in intervals.iter_mut() {
+                if now >= *next {
+                    trigger::fire(*id);
+                    *next += *every;
+                    if *next < now {
+                        *next = now + *every;
+                    }
+                }
+            }
+            let wait = intervals
+                .iter()
+                .map(|(_, _, n)| n.saturating_duration_since(Instant::now()))
+                .min()
+                .unwrap_or(Duration::from_millis(50))
+                .min(Duration::from_millis(50));
+            match rb.poll(wait) {
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
+                r => r.context("reading records")?,
+            }
+        }
+        // END runs with the probes still attached, as in bpftrace; what it
+        // prints comes before the maps.
+        for id in self.triggers(|t| t == Trigger::End) {
+            trigger::fire(id);
+        }
+        rb.consume().context("reading records")?;
+        self.exit = false;
+        self.drain(&queue)?;
+        self.session.detach();
+        rb.consume().context("reading records")?;
+        self.drain(&queue)?;
+        self.print_all()?;
+        let lost = Lost::read(&self.session.skel.maps.lost)?;
+        let steps = lost_steps(&self.session.skel.maps.lost);
+        self.out.w.flush()?;
+        report_lost(lost, steps);
+        Ok(())
+    }
+
+    fn drain(&mut self, queue: &RefCell<VecDeque<Vec<u8>>>) -> Result<()> {
+        loop {
+            let Some(rec) = queue.borrow_mut().pop_front() else {
+                break;
+            };
+            self.record(&rec)?;
+        }
+        self.out.w.flush()?;
+        Ok(())
+    }
+
+    /// One record from the kernel: what its action says.
+    fn record(&mut self, rec: &[u8]) -> Result<()> {
+        let Some(hdr) = pod::read::<bs_event_hdr>(rec) else {
+            return Ok(());
+        };
+        let data = rec.get(HDR..).unwrap_or(&[]);
+        let Some(action) = self.low.actions.get(hdr.probe as usize).cloned() else {
+            return Ok(());
+        };
+        match action {
+            Action::Printf { fmt: f, args } => {
+                let vals: Vec<Value> = args.iter().map(|a| self.arg_value(data, *a)).collect();
+                let text = fmt::printf(&f, &vals).map_err(|e| anyhow::anyhow!("printf: {e}"))?;
+                self.out.text(&text, fmt::json_printf)?;
+            }
+            Action::Time { fmt: f } => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i128);
+                let text = fmt::time(f.as_deref(), now);
+                self.out.text(&text, fmt::json_time)?;
+            }
+            Action::Join { sep } => {
+                let parts: Vec<String> = (0..JOIN_MAX)
+                    .map(|i| cstr(data.get(i * STR_MAX..(i + 1) * STR_MAX).unwrap_or(&[])))
+                    .take_while(|s| !s.is_empty())
+                    .collect();
+                let text = format!("{}\n", parts.join(&sep));
+                self.out.text(&text, fmt::json_printf)?;
+            }
+            Action::Print { map, top, div } => {
+                let m = self.read_map(map)?;
+                if self.out.json {
+                    let line = fmt::json_map(&m, top as usize, div);
+                    writeln!(self.out.w, "{line}")?;
+                } else {
+                    let mut s = String::new();
+                    fmt::print_map(&mut s, &m, top as usize, div);
+                    self.out.w.write_all(s.as_bytes())?;
+                }
+            }
+            Action::PrintValue { arg } => {
+                let v = self.arg_value(data, arg);
+                if self.out.json {
+                    writeln!(self.out.w, "{}", fmt::json_value(&v))?;
+                } else {
+                    let mut s = String::new();
+                    fmt::print_value(&mut s, &v);
+                    self.out.w.write_all(s.as_bytes())?;
+                }
+            }
+            Action::Clear { map } | Action::Zero { map } => self.clear_map(map)?,
+            Action::Exit => self.exit = true,
+        }
+        Ok(())
+    }
+
+    fn arg_value(&self, data: &[u8], a: Arg) -> Value {
+        let word = || {
+            data.get(a.off..a.off + 8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_ne_bytes)
+        };
+        match a.ty {
+            Ty::Int { signed: true } => Value::Int(word() as i64),
+            Ty::Int { signed: false } | Ty::Ptr { .. } => Value::UInt(word()),
+            Ty::Str => Value::Str(cstr(data.get(a.off..a.off + STR_MAX).unwrap_or(&[]))),
+            Ty::Stack { user } => Value::Stack(self.stack(word(), user)),
+        }
+    }
+
+    /// A stack's frames by id, named now.
+    fn stack(&self, id: u64, user: bool) -> Vec<String> {
+        let id = id as i64;
+        if id < 0 {
+            return Vec::new();
+        }
+        let id = id as u32;
+        let ids: BTreeSet<u32> = [id].into();
+        let none = BTreeSet::new();
+        let (k, u) = if user { (&none, &ids) } else { (&ids, &none) };
+        let maps = &self.session.skel.maps;
+        let table = stacks::resolve(
+            &maps.kstacks,
+            &maps.ustacks,
+            k,
+            u,
+            &[],
+            &bpfscope_symbolize::SymbolConfig::default(),
+        );
+        let frames = if user {
+            table.user.get(&id)
+        } else {
+            table.kernel.get(&id)
+        };
+        frames.cloned().unwrap_or_default()
+    }
+
+    /// A map's entries, decoded, as the formatter takes them.
+    fn read_map(&mut self, id: u32) -> Result<MapData> {
+        let def = self.low.maps[id as usize].clone();
+        let mut entries = Vec::new();
+        match def.kind {
+            MapKind::Plain(ty) => {
+                let map = &self.session.skel.maps.vals;
+                let keys: Vec<Vec<u8>> = map.keys().collect();
+                for k in keys {
+                    if map_id_of(&k) != Some(id) {
+                        continue;
+                    }
+                    let Some(v) = map.lookup(&k, MapFlags::ANY).context("reading a map")? else {
+                        continue;
+                    };
+                    let val = match ty {
+                        Ty::Str => Value::Str(cstr(&v)),
+                        Ty::Int { signed } => {
+                            let w = v
+                                .get(..8)
+                                .and_then(|b| b.try_into().ok())
+                                .map_or(0, u64::from_ne_bytes);
+                            if signed {
+                                Value::Int(w as i64)
+                            } else {
+                                Value::UInt(w)
+                            }
+                        }
+                        Ty::Stack { .. } | Ty::Ptr { .. } => continue,
+                    };
+                    let key = self.decode_key(&def, &k);
+                    entries.push((key, Agg::Scalar(val)));
+                }
+            }
+            MapKind::Agg(f, signed) => {
+                let map = &self.session.skel.maps.aggs;
+                let keys: Vec<Vec<u8>> = map.keys().collect();
+                // Key data (without the bucket) -> per-bucket totals.
+                let mut acc: BTreeMap<Vec<u8>, KeyTotals> =
+                    BTreeMap::new();
+                for k in keys {
+                    if map_id_of(&k) != Some(id) {
+                        continue;
+                    }
+                    let Some(per_cpu) = map
+                        .lookup_percpu(&k, MapFlags::ANY)
+                        .context("reading a map")?
+                    else {
+                        continue;
+                    };
+                    let bucket = u32::from_ne_bytes(k[..4].try_into().unwrap_or([0; 4]));
+                    let data = k[KHDR..].to_vec();
+                    let key = self.decode_key(&def, &k);
+                    let e = acc
+                        .entry(data)
+                        .or_insert_with(|| (key, BTreeMap::new(), Totals::default()));
+                    for c in per_cpu {
+                        let Some(v) = pod::read::<bs_agg_val>(&c) else {
+                            continue;
+                        };
+                        *e.1.entry(bucket).or_insert(0) += v.count;
+                        e.2.add(&v, signed);
+                    }
+                }
+                for (_, (key, buckets, t)) in acc {
+                    let agg = match f {
+                        AggFn::Count => Agg::Count(t.count),
+                        AggFn::Sum => Agg::Sum(t.sum),
+                        AggFn::Avg => Agg::Avg {
+                            count: t.count,
+                            sum: t.sum,
+                        },
+                        AggFn::Stats => Agg::Stats {
+                            count: t.count,
+                            sum: t.sum,
+                        },
+                        AggFn::Min => Agg::Min(t.min.unwrap_or(0)),
+                        AggFn::Max => Agg::Max(t.max.unwrap_or(0)),
+                        AggFn::Hist => Agg::Hist(buckets),
+                        AggFn::Lhist { min, max, step } => Agg::Lhist {
+                            min,
+                            max,
+                            step,
+                            buckets,
+                        },
+                    };
+                    entries.push((key, agg));
+                }
+            }
+        }
+        Ok(MapData {
+            name: def.name.clone(),
+            entries,
+        })
+    }
+
+    fn decode_key(&self, def: &crate::script::lower::MapDef, k: &[u8]) -> Vec<Value> {
+        let data = k.get(KHDR..).unwrap_or(&[]);
+        def.keys
+            .iter()
+            .map(|p| {
+                let b = data.get(p.off..p.off + p.len).unwrap_or(&[]);
+                let w = || {
+                    b.get(..8)
+                        .and_then(|x| x.try_into().ok())
+                        .map_or(0, u64::from_ne_bytes)
+                };
+                match p.ty {
+                    Ty::Int { signed: true } => Value::Int(w() as i64),
+                    Ty::Int { signed: false } | Ty::Ptr { .. } => Value::UInt(w()),
+                    Ty::Str => Value::Str(cstr(b)),
+                    Ty::Stack { user } => Value::Stack(self.stack(w(), user)),
+                }
+            })
+            .collect()
+    }
+
+    fn clear_map(&mut self, id: u32) -> Result<()> {
+        let def = &self.low.maps[id as usize];
+        let map: &dyn MapCore = match def.kind {
+            MapKind::Plain(_) => &self.session.skel.maps.vals,
+            MapKind::Agg(..) => &self.session.skel.maps.aggs,
+        };
+        let keys: Vec<Vec<u8>> = map.keys().filter(|k| map_id_of(k) == Some(id)).collect();
+        for k in keys {
+            // A key another CPU deleted meanwhile is not an error.
+            let _ = map.delete(&k);
+        }
+        Ok(())
+    }
+
+    /// The maps left at the end, in bpftrace's order.
+    fn print_all(&mut self) -> Result<()> {
+        let mut names: Vec<String> = self.low.maps.iter().map(|m| m.name.clone()).collect();
+        fmt::exit_maps_order(&mut names);
+        for name in names {
+            let Some(id) = self.low.maps.iter().position(|m| m.name == name) else {
+                continue;
+            };
+            let m = self.read_map(id as u32)?;
+            if m.entries.is_empty() {
+                continue;
+            }
+            if self.out.json {
+                writeln!(self.out.w, "{}", fmt::json_map(&m, 0, 1))?;
+            } else {
+                let mut s = String::new();
+                fmt::print_map(&mut s, &m, 0, 1);
+                self.out.w.write_all(s.as_bytes())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One key's decoded parts, counts per bucket, and totals.
+type KeyTotals = (Vec<Value>, BTreeMap<u32, u64>, Totals);
+
+/// An aggregate's totals over CPUs.
+#[derive(Default)]
+struct Totals {
+    count: u64,
+    sum: i64,
+    min: Option<i64>,
+    max: Option<i64>,
+}
+
+impl Totals {
+    fn add(&mut self, v: &bs_agg_val, signed: bool) {
+        self.count += v.count;
+        self.sum = self.sum.wrapping_add(v.sum);
+        if v.count == 0 {
+            return;
+        }
+        let less = |a: i64, b: i64| {
+            if signed {
+                a < b
+            } else {
+                (a as u64) < (b as u64)
+            }
+        };
+        self.min = Some(match self.min {
+            Some(m) if !less(v.min, m) => m,
+            _ => v.min,
+        });
+        self.max = Some(match self.max {
+            Some(m) if !less(m, v.max) => m,
+            _ => v.max,
+        });
+    }
+}
+
+fn map_id_of(k: &[u8]) -> Option<u32> {
+    let b = k.get(KHDR..KHDR + 8)?;
+    Some(u64::from_ne_bytes(b.try_into().ok()?) as u32)
+}
+
+fn cstr(b: &[u8]) -> String {
+    let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..n]).into_owned()
+}
+
+fn lost_steps(map: &dyn MapCore) -> u64 {
+    let i = bpfscope_bpf::abi::bs_lost::BS_LOST_VM_STEPS.0;
+    map.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+        .ok()
+        .flatten()
+        .map_or(0, |v| {
+            v.iter()
+                .filter_map(|b| {
+                    b.get(..8)
+                        .and_then(|x| x.try_into().ok())
+                        .map(u64::from_ne_bytes)
+                })
+                .sum()
+        })
+}
+
+/// Drops are never silent: what was lost goes to stderr.
+fn report_lost(lost: Lost, steps: u64) {
+    let mut parts = Vec::new();
+    if lost.events > 0 {
+        parts.push(format!("{} records (ring buffer full)", lost.events));
+    }
+    if lost.keys > 0 {
+        parts.push(format!("{} map updates (map full)", lost.keys));
+    }
+    if lost.stacks > 0 {
+        parts.push(format!("{} stacks", lost.stacks));
+    }
+    if steps > 0 {
+        parts.push(format!(
+            "{steps} probe runs cut short (more than the machine's step limit)"
+        ));
+    }
+    if !parts.is_empty() {
+        eprintln!("bpfscope: lost {}", parts.join(", "));
+    }
+}

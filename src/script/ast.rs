@@ -1,0 +1,159 @@
+//! The syntax tree of a bpftrace-language script, as the parser builds it
+//! and the lowering pass reads it. Every node that can be wrong carries
+//! its span, so a refusal names the line and column.
+
+/// Byte range in the script text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
+    /// `#include` lines, kept only to be tolerated (types come from BTF).
+    pub includes: Vec<String>,
+    pub probes: Vec<ProbeBlock>,
+}
+
+/// `spec, spec /predicate/ { stmts }`
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeBlock {
+    /// Each attach point as written, e.g. `tracepoint:syscalls:sys_enter_open`.
+    pub specs: Vec<(String, Span)>,
+    pub predicate: Option<Expr>,
+    pub body: Vec<Stmt>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stmt {
+    Expr(Expr),
+    /// `$x = e`, `@m[k] = e`, and the compound forms (`+=` is `op: Some(Add)`).
+    Assign {
+        target: Expr,
+        op: Option<BinOp>,
+        value: Expr,
+        span: Span,
+    },
+    /// `x++`, `x--`, `++x`, `--x` as statements (on variables or maps).
+    Incr {
+        target: Expr,
+        delta: i64,
+        span: Span,
+    },
+    If {
+        cond: Expr,
+        then: Vec<Stmt>,
+        els: Vec<Stmt>,
+        span: Span,
+    },
+    Unroll {
+        count: u64,
+        body: Vec<Stmt>,
+        span: Span,
+    },
+    While {
+        cond: Expr,
+        body: Vec<Stmt>,
+        span: Span,
+    },
+    Return(Span),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+    BitAnd,
+    BitOr,
+    BitXor,
+    Shl,
+    Shr,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    /// `&&` and `||` short-circuit.
+    LAnd,
+    LOr,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnOp {
+    /// `-x`
+    Neg,
+    /// `!x`
+    Not,
+    /// `~x`
+    BitNot,
+    /// `*x`: a dereference.
+    Deref,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExprKind {
+    /// Integer literal (also `1e6`-style, `1_000`, hex, octal, char constants).
+    Int(u64),
+    Str(String),
+    /// `pid`, `comm`, `nsecs`, `args`, `retval`, `arg0`, `func`, `probe`,
+    /// `kstack`, `ustack`, `curtask`, ..., and identifiers such as enum
+    /// constants or macros (`TASK_RUNNING`), resolved later.
+    Ident(String),
+    /// `$name`
+    Var(String),
+    /// `$1`, `$2`: positional parameters; `$#` is `PositionalCount`.
+    Positional(u32),
+    PositionalCount,
+    /// `@name[keys]`; `@` alone has an empty name; no brackets: no keys.
+    Map {
+        name: String,
+        keys: Vec<Expr>,
+    },
+    /// `base->field` or `base.field` (`args->filename`, `args.filename`).
+    Field {
+        base: Box<Expr>,
+        field: String,
+        arrow: bool,
+    },
+    /// `base[index]` on a non-map value (arrays, pointers).
+    Index {
+        base: Box<Expr>,
+        index: Box<Expr>,
+    },
+    Unary {
+        op: UnOp,
+        expr: Box<Expr>,
+    },
+    Binary {
+        op: BinOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
+    Ternary {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        els: Box<Expr>,
+    },
+    /// `name(args)`: builtin functions and aggregations (`count()`, `hist(x)`).
+    Call {
+        name: String,
+        args: Vec<Expr>,
+    },
+    /// `(type)expr`, e.g. `(uint64)x`, `(struct task_struct *)curtask`.
+    Cast {
+        ty: String,
+        expr: Box<Expr>,
+    },
+}

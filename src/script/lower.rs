@@ -1,0 +1,1891 @@
+//! Lowering: a parsed script, per probe, into instructions of the script
+//! machine (vm.bpf.h). Types are checked here, as each expression is
+//! lowered: what the machine cannot do is refused with the line and column
+//! of the expression, before anything is loaded.
+//!
+//! Every probe a block's attach points resolve to gets the code of every
+//! block that names it, in script order (bpftrace runs them in that order),
+//! so builtins that are constant per probe (`probe`, `func`) are constants.
+
+use std::collections::HashMap;
+
+use bpfscope_bpf::abi::{
+    bs_insn, bs_limits, bs_src, bs_src_kind, bs_val_type, bs_vm_alu, bs_vm_flags, bs_vm_op,
+};
+
+use super::ast::*;
+use super::parse::line_col;
+use crate::attach::plan::{Path, ValueKind};
+use crate::filter::StrTable;
+use crate::probe::{Probe, ProbeKind};
+
+const REGS: u8 = bs_limits::BS_VM_REGS.0 as u8;
+const STRS: u8 = bs_limits::BS_VM_STRS.0 as u8;
+pub const STR_MAX: usize = bs_limits::BS_STR_MAX.0 as usize;
+const KEY_MAX: usize = bs_limits::BS_KEY_MAX.0 as usize;
+const EVENT_MAX: usize = bs_limits::BS_EVENT_DATA_MAX.0 as usize;
+pub const JOIN_MAX: usize = bs_limits::BS_VM_JOIN_MAX.0 as usize;
+/// Key data starts with the map's id.
+pub const KEY_ID_LEN: usize = 8;
+/// Instructions in all probes' code.
+const CODE_MAX: usize = bs_limits::BS_VM_CODE_MAX.0 as usize;
+/// `unroll` counts bpftrace accepts.
+const UNROLL_MAX: u64 = 100;
+
+/// A value's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ty {
+    Int {
+        signed: bool,
+    },
+    Str,
+    /// A stack id in the kernel or user stack map.
+    Stack {
+        user: bool,
+    },
+    /// An address of a struct whose BTF type id is `btf` (a cast, or a
+    /// typed pointer member): its members can be read.
+    Ptr {
+        btf: u32,
+    },
+}
+
+impl Ty {
+    /// Integers and addresses: what arithmetic, conditions and %d take.
+    pub fn is_num(self) -> bool {
+        matches!(self, Ty::Int { .. } | Ty::Ptr { .. })
+    }
+
+    /// As a plain integer (a typed pointer is an unsigned address).
+    fn plain(self) -> Ty {
+        match self {
+            Ty::Ptr { .. } => Ty::Int { signed: false },
+            t => t,
+        }
+    }
+}
+
+/// What made a map's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggFn {
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+    Stats,
+    Hist,
+    Lhist { min: i64, max: i64, step: i64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapKind {
+    /// Plain assignments of this type.
+    Plain(Ty),
+    Agg(AggFn, /* signed value */ bool),
+}
+
+/// One key part: its type and offset in the key data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyPart {
+    pub ty: Ty,
+    pub off: usize,
+    pub len: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MapDef {
+    /// With its '@'.
+    pub name: String,
+    pub kind: MapKind,
+    pub keys: Vec<KeyPart>,
+}
+
+impl MapDef {
+    pub fn key_len(&self) -> usize {
+        self.keys.last().map_or(KEY_ID_LEN, |k| k.off + k.len)
+    }
+}
+
+/// An argument of a record: its type and offset after the record header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arg {
+    pub ty: Ty,
+    pub off: usize,
+}
+
+/// What user space does with a record (its header's `probe` field).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Printf {
+        fmt: String,
+        args: Vec<Arg>,
+    },
+    Time {
+        fmt: Option<String>,
+    },
+    /// join(): strings after the header, separated by `sep`.
+    Join {
+        sep: String,
+    },
+    Print {
+        map: u32,
+        top: u64,
+        div: u64,
+    },
+    PrintValue {
+        arg: Arg,
+    },
+    Clear {
+        map: u32,
+    },
+    Zero {
+        map: u32,
+    },
+    Exit,
+}
+
+/// A special probe run by bpfscope itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    Begin,
+    End,
+    Interval { ms: u64 },
+}
+
+/// One attach point with its lowered code.
+#[derive(Debug, Clone)]
+pub struct LoweredProbe {
+    pub probe: Probe,
+    pub path: Path,
+    pub trigger: Option<(Trigger, u64)>,
+    pub code: Vec<bs_insn>,
+}
+
+/// The lowering's result: code per probe, and what user space needs to
+/// make sense of the maps and records.
+#[derive(Debug, Clone, Default)]
+pub struct Lowered {
+    pub probes: Vec<LoweredProbe>,
+    pub srcs: Vec<bs_src>,
+    pub strs: StrTable,
+    pub maps: Vec<MapDef>,
+    pub actions: Vec<Action>,
+    pub stacks: (bool, bool),
+    /// Largest key: the map id and parts.
+    pub key_size: usize,
+}
+
+/// A lowering error at a span of the script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LowerError {
+    pub span: Span,
+    pub msg: String,
+}
+
+impl LowerError {
+    pub fn render(&self, src: &str) -> String {
+        let (l, c) = line_col(src, self.span.start);
+        format!("{l}:{c}: {}", self.msg)
+    }
+}
+
+type Res<T> = Result<T, LowerError>;
+
+fn err<T>(span: Span, msg: impl Into<String>) -> Res<T> {
+    Err(LowerError {
+        span,
+        msg: msg.into(),
+    })
+}
+
+/// A lowered expression: its type and where it is (a register, or a string slot).
+#[derive(Debug, Clone, Copy)]
+struct Val {
+    ty: Ty,
+    loc: u8,
+    /// An integer literal: takes the other operand's signedness.
+    lit: bool,
+}
+
+/// Where a probe block's reads come from.
+pub struct ProbeCtx<'a> {
+    pub probe: &'a Probe,
+    pub path: &'a Path,
+    pub trigger: Option<(Trigger, u64)>,
+}
+
+/// State shared by every probe's lowering: maps, actions, sources, strings.
+#[derive(Default)]
+pub struct Shared {
+    pub maps: Vec<MapDef>,
+    pub actions: Vec<Action>,
+    pub srcs: Vec<bs_src>,
+    src_index: HashMap<Vec<u8>, u32>,
+    pub strs: StrTable,
+    pub stacks: (bool, bool),
+    /// Positional parameters ($1...).
+    pub params: Vec<String>,
+    /// Constants known by name (macros of the headers scripts include).
+    pub consts: HashMap<String, i64>,
+}
+
+impl Shared {
+    pub fn new(params: Vec<String>) -> Shared {
+        let consts = KNOWN_CONSTS
+            .iter()
+            .map(|(n, v)| (n.to_string(), *v))
+            .collect();
+        Shared {
+            params,
+            consts,
+            ..Default::default()
+        }
+    }
+
+    fn map_id(&self, name: &str) -> Option<u32> {
+        self.maps
+            .iter()
+            .position(|m| m.name == name)
+            .map(|i| i as u32)
+    }
+
+    fn src(&mut self, s: bs_src) -> u32 {
+        let key = bpfscope_sys::pod::bytes(&s).to_vec();
+        if let Some(i) = self.src_index.get(&key) {
+            return *i;
+        }
+        self.srcs.push(s);
+        let i = (self.srcs.len() - 1) as u32;
+        self.src_index.insert(key, i);
+        i
+    }
+
+    fn action(&mut self, a: Action) -> u32 {
+        if let Some(i) = self.actions.iter().position(|x| *x == a) {
+            return i as u32;
+        }
+        self.actions.push(a);
+        (self.actions.len() - 1) as u32
+    }
+
+    /// Declares a map's kind and key on first use; later uses must agree.
+    fn declare(&mut self, name: &str, kind: MapKind, keys: &[Ty], span: Span) -> Res<u32> {
+        if let Some(id) = self.map_id(name) {
+            let m = &mut self.maps[id as usize];
+            let same_keys = m.keys.len() == keys.len()
+                && m.keys.iter().zip(keys).all(|(a, b)| same_ty(a.ty, *b));
+            if !same_keys {
+                return err(
+                    span,
+                    format!(
+                        "{name} is used with keys of different types ({} here, {} before)",
+                        describe_keys(keys),
+                        describe_keys(&m.keys.iter().map(|k| k.ty).collect::<Vec<_>>())
+                    ),
+                );
+            }
+            match (m.kind, kind) {
+                (MapKind::Plain(a), MapKind::Plain(b)) if same_ty(a, b) => {
+                    if let (Ty::Int { signed: x }, Ty::Int { signed: y }) = (a, b) {
+                        m.kind = MapKind::Plain(Ty::Int { signed: x || y });
+                    }
+                }
+                (MapKind::Agg(a, s1), MapKind::Agg(b, s2)) if a == b => {
+                    m.kind = MapKind::Agg(a, s1 || s2);
+                }
+                (a, b) => {
+                    return err(
+                        span,
+                        format!(
+                            "{name} holds {} and cannot also hold {}",
+                            describe_kind(a),
+                            describe_kind(b)
+                        ),
+                    )
+                }
+            }
+            return Ok(id);
+        }
+        let mut off = KEY_ID_LEN;
+        let mut parts = Vec::new();
+        for &ty in keys {
+            let len = if ty == Ty::Str { STR_MAX } else { 8 };
+            parts.push(KeyPart { ty, off, len });
+            off += len;
+        }
+        if off > KEY_MAX {
+            return err(
+                span,
+                format!("{name}'s key takes {off} bytes; at most {KEY_MAX} fit (strings take {STR_MAX})"),
+            );
+        }
+        self.maps.push(MapDef {
+            name: name.to_string(),
+            kind,
+            keys: parts,
+        });
+        Ok((self.maps.len() - 1) as u32)
+    }
+}
+
+fn same_ty(a: Ty, b: Ty) -> bool {
+    (a.is_num() && b.is_num()) || a == b
+}
+
+fn describe_ty(t: Ty) -> &'static str {
+    match t {
+        Ty::Int { .. } => "an integer",
+        Ty::Str => "a string",
+        Ty::Stack { user: false } => "a kernel stack",
+        Ty::Stack { user: true } => "a user stack",
+        Ty::Ptr { .. } => "a pointer",
+    }
+}
+
+fn describe_keys(k: &[Ty]) -> String {
+    if k.is_empty() {
+        return "none".into();
+    }
+    k.iter()
+        .map(|t| describe_ty(*t))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn describe_kind(k: MapKind) -> String {
+    match k {
+        MapKind::Plain(t) => describe_ty(t).to_string(),
+        MapKind::Agg(f, _) => format!("{f:?}() results").to_lowercase(),
+    }
+}
+
+/// Macros of the kernel headers scripts include (`#include <linux/sched.h>`):
+/// BTF has enums, not macros, so the ones the shipped tools use are here.
+const KNOWN_CONSTS: &[(&str, i64)] = &[
+    ("TASK_RUNNING", 0),
+    ("TASK_INTERRUPTIBLE", 1),
+    ("TASK_UNINTERRUPTIBLE", 2),
+    ("AF_INET", 2),
+    ("AF_INET6", 10),
+    ("AF_UNIX", 1),
+];
+
+/// The lowering of one probe's code.
+pub struct Lower<'a> {
+    sh: &'a mut Shared,
+    pc: &'a ProbeCtx<'a>,
+    code: Vec<bs_insn>,
+    vars: HashMap<String, Val>,
+    /// Variables count up from 0, temporaries down from the top.
+    next_var_reg: u8,
+    next_var_str: u8,
+    tmp_reg: u8,
+    tmp_str: u8,
+    /// Jumps to the end of the block (`return`), patched when it closes.
+    exits: Vec<usize>,
+}
+
+impl<'a> Lower<'a> {
+    pub fn new(sh: &'a mut Shared, pc: &'a ProbeCtx<'a>) -> Lower<'a> {
+        Lower {
+            sh,
+            pc,
+            code: Vec::new(),
+            vars: HashMap::new(),
+            next_var_reg: 0,
+            next_var_str: 0,
+            tmp_reg: REGS,
+            tmp_str: STRS,
+            exits: Vec::new(),
+        }
+    }
+
+    /// Code that runs only in the trigger it belongs to (all triggers share
+    /// one uprobe; its first argument says which was called).
+    pub fn trigger_guard(&mut self) {
+        if let Some((_, id)) = self.pc.trigger {
+            let r = 0;
+            let src = self.sh.src(arg_src(0, false, 8));
+            self.emit(insn(bs_vm_op::BS_VM_SRC, r, 0, 0).arg(src));
+            self.emit(
+                insn(bs_vm_op::BS_VM_ALU, r, r, 0)
+                    .arg(bs_vm_alu::BS_ALU_NE.0)
+                    .imm(id as i64)
+                    .flags(bs_vm_flags::BS_VMF_IMM.0 as u8),
+            );
+            let j = self.emit(insn(bs_vm_op::BS_VM_JNZ, 0, r, 0));
+            self.exits.push(j);
+        }
+    }
+
+    /// One probe block: its predicate, then its statements. Variables are
+    /// the block's own.
+    pub fn block(&mut self, b: &ProbeBlock) -> Res<()> {
+        self.vars.clear();
+        self.next_var_reg = 0;
+        self.next_var_str = 0;
+        let mut skip = None;
+        if let Some(p) = &b.predicate {
+            let v = self.expr(p)?;
+            let r = self.truth(v, p.span)?;
+            skip = Some(self.emit(insn(bs_vm_op::BS_VM_JZ, 0, r, 0)));
+            self.reset_tmps();
+        }
+        self.stmts(&b.body)?;
+        if let Some(j) = skip {
+            self.patch(j);
+        }
+        Ok(())
+    }
+
+    /// The probe's code, ending in a halt that `return` and the trigger guard jump to.
+    pub fn finish(mut self) -> Vec<bs_insn> {
+        for j in std::mem::take(&mut self.exits) {
+            self.patch(j);
+        }
+        self.emit(insn(bs_vm_op::BS_VM_HALT, 0, 0, 0));
+        self.code
+    }
+
+    fn emit(&mut self, i: bs_insn) -> usize {
+        self.code.push(i);
+        self.code.len() - 1
+    }
+
+    /// Points the jump at `at` to the next instruction.
+    fn patch(&mut self, at: usize) {
+        let to = self.code.len() as u32;
+        self.code[at].arg = to;
+    }
+
+    fn reset_tmps(&mut self) {
+        self.tmp_reg = REGS;
+        self.tmp_str = STRS;
+    }
+
+    fn reg(&mut self, span: Span) -> Res<u8> {
+        if self.tmp_reg <= self.next_var_reg + 1 {
+            return err(
+                span,
+                format!("expression too complex: the machine has {REGS} registers"),
+            );
+        }
+        self.tmp_reg -= 1;
+        Ok(self.tmp_reg)
+    }
+
+    fn slot(&mut self, span: Span) -> Res<u8> {
+        if self.tmp_str <= self.next_var_str {
+            return err(
+                span,
+                format!("too many strings at once: the machine has {STRS} string slots"),
+            );
+        }
+        self.tmp_str -= 1;
+        Ok(self.tmp_str)
+    }
+
+    fn stmts(&mut self, body: &[Stmt]) -> Res<()> {
+        for s in body {
+            self.stmt(s)?;
+            self.reset_tmps();
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Res<()> {
+        match s {
+            Stmt::Expr(e) => self.expr_stmt(e),
+            Stmt::Assign {
+                target,
+                op,
+                value,
+                span,
+            } => self.assign(target, *op, value, *span),
+            Stmt::Incr {
+                target,
+                delta,
+                span,
+            } => {
+                let one = Expr {
+                    kind: ExprKind::Int(delta.unsigned_abs()),
+                    span: *span,
+                };
+                let op = if *delta < 0 { BinOp::Sub } else { BinOp::Add };
+                self.assign(target, Some(op), &one, *span)
+            }
+            Stmt::If {
+                cond,
+                then,
+                els,
+                span,
+            } => {
+                let v = self.expr(cond)?;
+                let r = self.truth(v, *span)?;
+                let j = self.emit(insn(bs_vm_op::BS_VM_JZ, 0, r, 0));
+                self.reset_tmps();
+                self.stmts(then)?;
+                if els.is_empty() {
+                    self.patch(j);
+                } else {
+                    let over = self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0));
+                    self.patch(j);
+                    self.stmts(els)?;
+                    self.patch(over);
+                }
+                Ok(())
+            }
+            Stmt::Unroll { count, body, span } => {
+                if *count == 0 || *count > UNROLL_MAX {
+                    return err(*span, format!("unroll count must be 1 to {UNROLL_MAX}"));
+                }
+                for _ in 0..*count {
+                    self.stmts(body)?;
+                }
+                Ok(())
+            }
+            Stmt::While { cond, body, span } => {
+                let top = self.code.len() as u32;
+                let v = self.expr(cond)?;
+                let r = self.truth(v, *span)?;
+                let j = self.emit(insn(bs_vm_op::BS_VM_JZ, 0, r, 0));
+                self.reset_tmps();
+                self.stmts(body)?;
+                self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0).arg(top));
+                self.patch(j);
+                Ok(())
+            }
+            Stmt::Return(_) => {
+                let j = self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0));
+                self.exits.push(j);
+                Ok(())
+            }
+        }
+    }
+
+    /// An integer condition's register (0 is false).
+    fn truth(&mut self, v: Val, span: Span) -> Res<u8> {
+        if v.ty.is_num() {
+            return Ok(v.loc);
+        }
+        err(
+            span,
+            format!("a condition must be an integer, not {}", describe_ty(v.ty)),
+        )
+    }
+
+    fn assign(&mut self, target: &Expr, op: Option<BinOp>, value: &Expr, span: Span) -> Res<()> {
+        // `@x = count()` and friends aggregate.
+        if let (ExprKind::Map { name, keys }, ExprKind::Call { name: f, args }, None) =
+            (&target.kind, &value.kind, op)
+        {
+            if let Some(agg) = self.agg_fn(f, args, value.span)? {
+                return self.aggregate(name, keys, agg, args, target.span);
+            }
+        }
+        let v = match op {
+            None => self.expr(value)?,
+            Some(op) => {
+                let cur = self.expr(target)?;
+                let rhs = self.expr(value)?;
+                self.binary_vals(op, cur, rhs, span)?
+            }
+        };
+        match &target.kind {
+            ExprKind::Var(name) => self.set_var(name, v, span),
+            ExprKind::Map { name, keys } => {
+                let keyvals = self.keys(keys)?;
+                let kinds: Vec<Ty> = keyvals.iter().map(|k| k.ty.plain()).collect();
+                let ty = match v.ty {
+                    Ty::Int { .. } | Ty::Ptr { .. } => v.ty.plain(),
+                    Ty::Str => Ty::Str,
+                    Ty::Stack { .. } => {
+                        return err(value.span, "a stack can be a map key, not a map value")
+                    }
+                };
+                let id = self
+                    .sh
+                    .declare(&name_or_at(name), MapKind::Plain(ty), &kinds, span)?;
+                self.build_key(id, &keyvals);
+                let op = if ty == Ty::Str {
+                    bs_vm_op::BS_VM_MSETSTR
+                } else {
+                    bs_vm_op::BS_VM_MSET
+                };
+                self.emit(insn(op, 0, v.loc, 0));
+                Ok(())
+            }
+            _ => err(target.span, "only $variables and @maps can be assigned"),
+        }
+    }
+
+    fn set_var(&mut self, name: &str, v: Val, span: Span) -> Res<()> {
+        let var = match self.vars.get(name) {
+            Some(old) if same_ty(old.ty, v.ty) => *old,
+            Some(old) => {
+                return err(
+                    span,
+                    format!(
+                        "${name} holds {}; it cannot be assigned {}",
+                        describe_ty(old.ty),
+                        describe_ty(v.ty)
+                    ),
+                )
+            }
+            None => {
+                let loc = if v.ty == Ty::Str {
+                    if self.next_var_str + 1 >= self.tmp_str {
+                        return err(span, "too many string variables");
+                    }
+                    self.next_var_str += 1;
+                    self.next_var_str - 1
+                } else {
+                    if self.next_var_reg + 2 >= self.tmp_reg {
+                        return err(span, "too many variables");
+                    }
+                    self.next_var_reg += 1;
+                    self.next_var_reg - 1
+                };
+                let var = Val {
+                    ty: v.ty,
+                    loc,
+                    lit: false,
+                };
+                self.vars.insert(name.to_string(), var);
+                var
+            }
+        };
+        let op = if v.ty == Ty::Str {
+            bs_vm_op::BS_VM_SMOV
+        } else {
+            bs_vm_op::BS_VM_MOV
+        };
+        if var.loc != v.loc {
+            self.emit(insn(op, var.loc, v.loc, 0));
+        }
+        if let (Ty::Int { signed: a }, Ty::Int { signed: b }) = (var.ty, v.ty) {
+            if b && !a && !v.lit {
+                if let Some(x) = self.vars.get_mut(name) {
+                    x.ty = Ty::Int { signed: true };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The aggregation a call makes, if it is one.
+    fn agg_fn(&mut self, f: &str, args: &[Expr], span: Span) -> Res<Option<AggFn>> {
+        let want = |n: usize| -> Res<()> {
+            if args.len() != n {
+                return err(
+                    span,
+                    format!("{f}() takes {n} argument{}", if n == 1 { "" } else { "s" }),
+                );
+            }
+            Ok(())
+        };
+        Ok(Some(match f {
+            "count" => {
+                want(0)?;
+                AggFn::Count
+            }
+            "sum" | "avg" | "min" | "max" | "stats" | "hist" => {
+                want(1)?;
+                match f {
+                    "sum" => AggFn::Sum,
+                    "avg" => AggFn::Avg,
+                    "min" => AggFn::Min,
+                    "max" => AggFn::Max,
+                    "stats" => AggFn::Stats,
+                    _ => AggFn::Hist,
+                }
+            }
+            "lhist" => {
+                want(4)?;
+                let c = |e: &Expr, what: &str| -> Res<i64> {
+                    match e.kind {
+                        ExprKind::Int(v) => Ok(v as i64),
+                        ExprKind::Unary {
+                            op: UnOp::Neg,
+                            ref expr,
+                        } => match expr.kind {
+                            ExprKind::Int(v) => Ok(-(v as i64)),
+                            _ => err(e.span, format!("lhist()'s {what} must be a constant")),
+                        },
+                        _ => err(e.span, format!("lhist()'s {what} must be a constant")),
+                    }
+                };
+                let (min, max, step) = (
+                    c(&args[1], "min")?,
+                    c(&args[2], "max")?,
+                    c(&args[3], "step")?,
+                );
+                if step <= 0 || max <= min {
+                    return err(span, "lhist() needs min < max and a step above 0");
+                }
+                if (max - min) / step > 1000 {
+                    return err(span, "lhist() would have more than 1000 buckets");
+                }
+                AggFn::Lhist { min, max, step }
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    fn aggregate(
+        &mut self,
+        name: &str,
+        keys: &[Expr],
+        agg: AggFn,
+        args: &[Expr],
+        span: Span,
+    ) -> Res<()> {
+        let keyvals = self.keys(keys)?;
+        let (vreg, signed) = match args.first() {
+            Some(a) => {
+                let v = self.expr(a)?;
+                match v.ty {
+                    Ty::Int { signed } => (v.loc, signed || v.lit),
+                    Ty::Ptr { .. } => (v.loc, false),
+                    t => {
+                        return err(
+                            a.span,
+                            format!("aggregating {} is not possible", describe_ty(t)),
+                        )
+                    }
+                }
+            }
+            None => {
+                let r = self.reg(span)?;
+                self.emit(insn(bs_vm_op::BS_VM_LDI, r, 0, 0));
+                (r, false)
+            }
+        };
+        let kinds: Vec<Ty> = keyvals.iter().map(|k| k.ty.plain()).collect();
+        let id = self
+            .sh
+            .declare(&name_or_at(name), MapKind::Agg(agg, signed), &kinds, span)?;
+        let bucket = self.reg(span)?;
+        let sflag = if signed {
+            bs_vm_flags::BS_VMF_SIGNED.0 as u8
+        } else {
+            0
+        };
+        match agg {
+            AggFn::Hist => {
+                self.emit(
+                    insn(bs_vm_op::BS_VM_BUCKET, bucket, vreg, 0)
+                        .flags(bs_vm_flags::BS_VMF_LOG2.0 as u8 | sflag),
+                );
+            }
+            AggFn::Lhist { min, max, step } => {
+                let n = ((max - min) / step) as u32;
+                let mut i = insn(bs_vm_op::BS_VM_BUCKET, bucket, vreg, 0).imm(min);
+                i.arg = step as u32;
+                i.arg2 = n;
+                self.emit(i);
+            }
+            _ => {
+                self.emit(insn(bs_vm_op::BS_VM_LDI, bucket, 0, 0));
+            }
+        }
+        self.build_key(id, &keyvals);
+        let mut flags = sflag;
+        if matches!(agg, AggFn::Min | AggFn::Max | AggFn::Stats) {
+            flags |= bs_vm_flags::BS_VMF_MINMAX.0 as u8;
+        }
+        self.emit(insn(bs_vm_op::BS_VM_AGG, 0, vreg, bucket).flags(flags));
+        Ok(())
+    }
+
+    /// Key parts evaluated (before the key buffer is touched: a part may
+    /// itself read a map).
+    fn keys(&mut self, keys: &[Expr]) -> Res<Vec<Val>> {
+        keys.iter().map(|k| self.expr(k)).collect()
+    }
+
+    fn build_key(&mut self, id: u32, vals: &[Val]) {
+        self.emit(insn(bs_vm_op::BS_VM_KEYCLR, 0, 0, 0).arg(id));
+        let mut off = KEY_ID_LEN;
+        for v in vals {
+            if v.ty == Ty::Str {
+                let mut i = insn(bs_vm_op::BS_VM_KEYSTR, 0, v.loc, 0).arg(off as u32);
+                i.arg2 = STR_MAX as u32;
+                self.emit(i);
+                off += STR_MAX;
+            } else {
+                self.emit(insn(bs_vm_op::BS_VM_KEYNUM, 0, v.loc, 0).arg(off as u32));
+                off += 8;
+            }
+        }
+    }
+
+    /// Statements made of one expression: mostly calls with effects.
+    fn expr_stmt(&mut self, e: &Expr) -> Res<()> {
+        let ExprKind::Call { name, args } = &e.kind else {
+            self.expr(e)?;
+            return Ok(());
+        };
+        match name.as_str() {
+            "printf" => self.printf(args, e.span),
+            "time" => {
+                let fmt = match args.first() {
+                    None => None,
+                    Some(Expr {
+                        kind: ExprKind::Str(s),
+                        ..
+                    }) => Some(s.clone()),
+                    Some(a) => return err(a.span, "time()'s format must be a string literal"),
+                };
+                let act = self.sh.action(Action::Time { fmt });
+                self.emit_record(act, 0);
+                Ok(())
+            }
+            "join" => {
+                let (Some(arr), true) = (args.first(), args.len() <= 2) else {
+                    return err(
+                        e.span,
+                        "join() takes an array pointer and an optional separator",
+                    );
+                };
+                let sep = match args.get(1) {
+                    None => " ".to_string(),
+                    Some(Expr {
+                        kind: ExprKind::Str(s),
+                        ..
+                    }) => s.clone(),
+                    Some(a) => return err(a.span, "join()'s separator must be a string literal"),
+                };
+                let v = self.expr(arr)?;
+                if !v.ty.is_num() {
+                    return err(
+                        arr.span,
+                        "join() takes a pointer to an array of strings (such as args->argv)",
+                    );
+                }
+                self.emit(insn(bs_vm_op::BS_VM_JOIN, 0, v.loc, 0));
+                let act = self.sh.action(Action::Join { sep });
+                self.emit_record(act, (JOIN_MAX * STR_MAX) as u32);
+                Ok(())
+            }
+            "print" => self.print(args, e.span),
+            "clear" | "zero" => {
+                let id = self.map_arg(args, name, e.span)?;
+                let a = if name == "clear" {
+                    Action::Clear { map: id }
+                } else {
+                    Action::Zero { map: id }
+                };
+                let act = self.sh.action(a);
+                self.emit_record(act, 0);
+                Ok(())
+            }
+            "delete" => {
+                let Some(Expr {
+                    kind: ExprKind::Map { name: m, keys },
+                    span,
+                }) = args.first()
+                else {
+                    return err(
+                        e.span,
+                        "delete() takes a map element, e.g. delete(@start[tid])",
+                    );
+                };
+                let m = name_or_at(m);
+                let Some(id) = self.sh.map_id(&m) else {
+                    // Deleting from a map never written: nothing to do.
+                    return Ok(());
+                };
+                let keyvals = self.keys(keys)?;
+                let def = &self.sh.maps[id as usize];
+                if def.keys.len() != keyvals.len() {
+                    return err(*span, format!("{m} has {} key parts", def.keys.len()));
+                }
+                let agg = matches!(def.kind, MapKind::Agg(..));
+                self.build_key(id, &keyvals);
+                let f = if agg {
+                    bs_vm_flags::BS_VMF_AGG.0 as u8
+                } else {
+                    0
+                };
+                self.emit(insn(bs_vm_op::BS_VM_MDEL, 0, 0, 0).flags(f));
+                Ok(())
+            }
+            "exit" => {
+                let act = self.sh.action(Action::Exit);
+                self.emit_record(act, 0);
+                let j = self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0));
+                self.exits.push(j);
+                Ok(())
+            }
+            "system" | "cat" | "signal" | "override" | "printbuf" | "cgroup_path" => {
+                err(e.span, format!("{name}() is not supported by bpfscope run"))
+            }
+            _ => {
+                self.expr(e)?;
+                Ok(())
+            }
+        }
+    }
+
+    fn map_arg(&mut self, args: &[Expr], f: &str, span: Span) -> Res<u32> {
+        match args.first() {
+            Some(Expr {
+                kind: ExprKind::Map { name, keys },
+                span: s,
+            }) if keys.is_empty() => {
+                let n = name_or_at(name);
+                match self.sh.map_id(&n) {
+                    Some(id) => Ok(id),
+                    // A map no probe wrote before this point is declared as a
+                    // count map with no key: printing it prints nothing.
+                    None => self
+                        .sh
+                        .declare(&n, MapKind::Plain(Ty::Int { signed: true }), &[], *s),
+                }
+            }
+            _ => err(span, format!("{f}() takes a map, e.g. {f}(@name)")),
+        }
+    }
+
+    fn print(&mut self, args: &[Expr], span: Span) -> Res<()> {
+        let Some(first) = args.first() else {
+            return err(span, "print() takes a map or a value");
+        };
+        if let ExprKind::Map { keys, .. } = &first.kind {
+            if keys.is_empty() {
+                let id = self.map_arg(args, "print", span)?;
+                let c = |e: Option<&Expr>, d: u64| -> Res<u64> {
+                    match e {
+                        None => Ok(d),
+                        Some(Expr {
+                            kind: ExprKind::Int(v),
+                            ..
+                        }) => Ok(*v),
+                        Some(e) => err(e.span, "print()'s top and div must be constants"),
+                    }
+                };
+                let top = c(args.get(1), 0)?;
+                let div = c(args.get(2), 1)?.max(1);
+                let act = self.sh.action(Action::Print { map: id, top, div });
+                self.emit_record(act, 0);
+                return Ok(());
+            }
+        }
+        let v = self.expr(first)?;
+        let arg = Arg {
+            ty: v.ty.plain(),
+            off: 0,
+        };
+        self.put_arg(v, 0);
+        let act = self.sh.action(Action::PrintValue { arg });
+        self.emit_record(act, arg_len(v.ty) as u32);
+        Ok(())
+    }
+
+    fn printf(&mut self, args: &[Expr], span: Span) -> Res<()> {
+        let Some(Expr {
+            kind: ExprKind::Str(fmt),
+            ..
+        }) = args.first()
+        else {
+            return err(span, "printf()'s first argument must be a string literal");
+        };
+        let mut vals = Vec::new();
+        for a in &args[1..] {
+            vals.push(self.expr(a)?);
+        }
+        let kinds: Vec<crate::render::bpftrace::ArgKind> =
+            vals.iter().map(|v| arg_kind(v.ty)).collect();
+        if let Err(e) = crate::render::bpftrace::check_format(fmt, &kinds) {
+            return err(span, format!("printf: {e}"));
+        }
+        let mut off = 0;
+        let mut out = Vec::new();
+        for v in &vals {
+            self.put_arg(*v, off);
+            out.push(Arg {
+                ty: v.ty.plain(),
+                off,
+            });
+            off += arg_len(v.ty);
+        }
+        if off > EVENT_MAX {
+            return err(span, format!("printf's arguments take {off} bytes; at most {EVENT_MAX} fit (a string takes {STR_MAX})"));
+        }
+        let act = self.sh.action(Action::Printf {
+            fmt: fmt.clone(),
+            args: out,
+        });
+        self.emit_record(act, off as u32);
+        Ok(())
+    }
+
+    fn put_arg(&mut self, v: Val, off: usize) {
+        let op = if v.ty == Ty::Str {
+            bs_vm_op::BS_VM_EVSTR
+        } else {
+            bs_vm_op::BS_VM_EVNUM
+        };
+        self.emit(insn(op, 0, v.loc, 0).arg(off as u32));
+    }
+
+    fn emit_record(&mut self, action: u32, size: u32) {
+        let mut i = insn(bs_vm_op::BS_VM_EMIT, 0, 0, 0).arg(action);
+        i.arg2 = size;
+        self.emit(i);
+    }
+
+    fn int(&mut self, v: i64, span: Span) -> Res<Val> {
+        let r = self.reg(span)?;
+        self.emit(insn(bs_vm_op::BS_VM_LDI, r, 0, 0).imm(v));
+        Ok(Val {
+            ty: Ty::Int { signed: true },
+            loc: r,
+            lit: true,
+        })
+    }
+
+    fn cstr(&mut self, s: &str, span: Span) -> Res<Val> {
+        if s.len() >= STR_MAX {
+            return err(span, format!("strings are at most {} bytes", STR_MAX - 1));
+        }
+        let idx = self.sh.strs.intern(s);
+        let slot = self.slot(span)?;
+        self.emit(insn(bs_vm_op::BS_VM_CSTR, slot, 0, 0).arg(idx));
+        Ok(Val {
+            ty: Ty::Str,
+            loc: slot,
+            lit: false,
+        })
+    }
+
+    fn read_src(&mut self, src: bs_src, ty: Ty, span: Span) -> Res<Val> {
+        let idx = self.sh.src(src);
+        if ty == Ty::Str {
+            let slot = self.slot(span)?;
+            self.emit(insn(bs_vm_op::BS_VM_SRCSTR, slot, 0, 0).arg(idx));
+            return Ok(Val {
+                ty,
+                loc: slot,
+                lit: false,
+            });
+        }
+        let r = self.reg(span)?;
+        self.emit(insn(bs_vm_op::BS_VM_SRC, r, 0, 0).arg(idx));
+        Ok(Val {
+            ty,
+            loc: r,
+            lit: false,
+        })
+    }
+
+    fn expr(&mut self, e: &Expr) -> Res<Val> {
+        match &e.kind {
+            ExprKind::Int(v) => self.int(*v as i64, e.span),
+            ExprKind::Str(s) => self.cstr(s, e.span),
+            ExprKind::Ident(name) => self.ident(name, e.span),
+            ExprKind::Var(name) => match self.vars.get(name) {
+                Some(v) => Ok(*v),
+                None => err(e.span, format!("${name} is used before it is assigned")),
+            },
+            ExprKind::Positional(n) => {
+                let p = self.sh.params.get(*n as usize - 1).cloned();
+                match p {
+                    Some(p) => match parse_int(&p) {
+                        Some(v) => self.int(v, e.span),
+                        None => self.cstr(&p, e.span),
+                    },
+                    // bpftrace reads a missing parameter as 0.
+                    None => self.int(0, e.span),
+                }
+            }
+            ExprKind::PositionalCount => {
+                let n = self.sh.params.len() as i64;
+                self.int(n, e.span)
+            }
+            ExprKind::Map { name, keys } => self.map_read(name, keys, e.span),
+            ExprKind::Field { .. } => self.field(e),
+            ExprKind::Index { .. } => err(
+                e.span,
+                "indexing arrays and pointers is not supported by bpfscope run",
+            ),
+            ExprKind::Unary { op, expr } => {
+                let v = self.expr(expr)?;
+                let Ty::Int { signed } = v.ty.plain() else {
+                    return err(
+                        e.span,
+                        format!("{op:?} of {} is not possible", describe_ty(v.ty)),
+                    );
+                };
+                let (alu, ty) = match op {
+                    UnOp::Neg => (bs_vm_alu::BS_ALU_NEG, Ty::Int { signed: true }),
+                    UnOp::Not => (bs_vm_alu::BS_ALU_NOT, Ty::Int { signed: false }),
+                    UnOp::BitNot => (bs_vm_alu::BS_ALU_BNOT, Ty::Int { signed }),
+                    UnOp::Deref => {
+                        let r = self.reg(e.span)?;
+                        self.emit(insn(bs_vm_op::BS_VM_READ, r, v.loc, 0).arg(8));
+                        return Ok(Val {
+                            ty: Ty::Int { signed: false },
+                            loc: r,
+                            lit: false,
+                        });
+                    }
+                };
+                let r = self.reg(e.span)?;
+                self.emit(insn(bs_vm_op::BS_VM_ALU, r, v.loc, 0).arg(alu.0));
+                Ok(Val {
+                    ty,
+                    loc: r,
+                    lit: v.lit,
+                })
+            }
+            ExprKind::Binary { op, lhs, rhs } => {
+                if matches!(op, BinOp::LAnd | BinOp::LOr) {
+                    return self.logical(*op, lhs, rhs, e.span);
+                }
+                let a = self.expr(lhs)?;
+                let b = self.expr(rhs)?;
+                self.binary_vals(*op, a, b, e.span)
+            }
+            ExprKind::Ternary { cond, then, els } => {
+                let c = self.expr(cond)?;
+                let r = self.truth(c, cond.span)?;
+                let j = self.emit(insn(bs_vm_op::BS_VM_JZ, 0, r, 0));
+                let t = self.expr(then)?;
+                let over = self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0));
+                self.patch(j);
+                let f = self.expr(els)?;
+                if !same_ty(t.ty, f.ty) {
+                    return err(
+                        e.span,
+                        format!(
+                            "the branches give {} and {}",
+                            describe_ty(t.ty),
+                            describe_ty(f.ty)
+                        ),
+                    );
+                }
+                let op = if t.ty == Ty::Str {
+                    bs_vm_op::BS_VM_SMOV
+                } else {
+                    bs_vm_op::BS_VM_MOV
+                };
+                self.emit(insn(op, t.loc, f.loc, 0));
+                self.patch(over);
+                let ty = match (t.ty, f.ty) {
+                    (Ty::Ptr { .. }, _) | (_, Ty::Ptr { .. }) if t.ty == f.ty => t.ty,
+                    (a, b) if a.is_num() && b.is_num() => Ty::Int {
+                        signed: a.plain() == Ty::Int { signed: true }
+                            || b.plain() == Ty::Int { signed: true },
+                    },
+                    _ => t.ty,
+                };
+                Ok(Val {
+                    ty,
+                    loc: t.loc,
+                    lit: t.lit && f.lit,
+                })
+            }
+            ExprKind::Call { name, args } => self.call(name, args, e.span),
+            ExprKind::Cast { ty, expr } => {
+                let v = self.expr(expr)?;
+                if !v.ty.is_num() {
+                    return err(
+                        e.span,
+                        format!("casting {} is not possible", describe_ty(v.ty)),
+                    );
+                }
+                if let Some(name) = struct_ptr_name(ty) {
+                    let id = btf_struct(name).ok_or_else(|| LowerError {
+                        span: e.span,
+                        msg: format!("the kernel's BTF has no struct {name}"),
+                    })?;
+                    return Ok(Val {
+                        ty: Ty::Ptr { btf: id },
+                        loc: v.loc,
+                        lit: false,
+                    });
+                }
+                let (bits, signed) =
+                    match ty.trim() {
+                        "int8" => (8, true),
+                        "int16" => (16, true),
+                        "int32" => (32, true),
+                        "int64" => (64, true),
+                        "uint8" => (8, false),
+                        "uint16" => (16, false),
+                        "uint32" => (32, false),
+                        "uint64" => (64, false),
+                        t if t.ends_with('*') => return err(
+                            e.span,
+                            format!(
+                                "casts to pointer types ({t}) are not supported by bpfscope run"
+                            ),
+                        ),
+                        t => return err(e.span, format!("unknown type '{t}' in a cast")),
+                    };
+                let r = self.reg(e.span)?;
+                self.emit(insn(bs_vm_op::BS_VM_MOV, r, v.loc, 0));
+                if bits < 64 {
+                    let sh = 64 - bits;
+                    self.emit(
+                        insn(bs_vm_op::BS_VM_ALU, r, r, 0)
+                            .arg(bs_vm_alu::BS_ALU_SHL.0)
+                            .imm(sh)
+                            .flags(bs_vm_flags::BS_VMF_IMM.0 as u8),
+                    );
+                    let f = bs_vm_flags::BS_VMF_IMM.0 as u8
+                        | if signed {
+                            bs_vm_flags::BS_VMF_SIGNED.0 as u8
+                        } else {
+                            0
+                        };
+                    self.emit(
+                        insn(bs_vm_op::BS_VM_ALU, r, r, 0)
+                            .arg(bs_vm_alu::BS_ALU_SHR.0)
+                            .imm(sh)
+                            .flags(f),
+                    );
+                }
+                Ok(Val {
+                    ty: Ty::Int { signed },
+                    loc: r,
+                    lit: false,
+                })
+            }
+        }
+    }
+
+    fn logical(&mut self, op: BinOp, lhs: &Expr, rhs: &Expr, span: Span) -> Res<Val> {
+        let r = self.reg(span)?;
+        let a = self.expr(lhs)?;
+        let ar = self.truth(a, lhs.span)?;
+        self.emit(insn(bs_vm_op::BS_VM_ALU, r, ar, 0).arg(bs_vm_alu::BS_ALU_BOOL.0));
+        let jop = if op == BinOp::LAnd {
+            bs_vm_op::BS_VM_JZ
+        } else {
+            bs_vm_op::BS_VM_JNZ
+        };
+        let j = self.emit(insn(jop, 0, r, 0));
+        let b = self.expr(rhs)?;
+        let br = self.truth(b, rhs.span)?;
+        self.emit(insn(bs_vm_op::BS_VM_ALU, r, br, 0).arg(bs_vm_alu::BS_ALU_BOOL.0));
+        self.patch(j);
+        Ok(Val {
+            ty: Ty::Int { signed: false },
+            loc: r,
+            lit: false,
+        })
+    }
+
+    fn binary_vals(&mut self, op: BinOp, a: Val, b: Val, span: Span) -> Res<Val> {
+        if a.ty == Ty::Str || b.ty == Ty::Str {
+            if a.ty != b.ty || !matches!(op, BinOp::Eq | BinOp::Ne) {
+                return err(
+                    span,
+                    format!(
+                        "{op:?} of {} and {} is not possible",
+                        describe_ty(a.ty),
+                        describe_ty(b.ty)
+                    ),
+                );
+            }
+            let r = self.reg(span)?;
+            self.emit(insn(bs_vm_op::BS_VM_STREQ, r, a.loc, b.loc));
+            if op == BinOp::Ne {
+                self.emit(insn(bs_vm_op::BS_VM_ALU, r, r, 0).arg(bs_vm_alu::BS_ALU_NOT.0));
+            }
+            return Ok(Val {
+                ty: Ty::Int { signed: false },
+                loc: r,
+                lit: false,
+            });
+        }
+        let (Ty::Int { signed: sa }, Ty::Int { signed: sb }) = (a.ty.plain(), b.ty.plain()) else {
+            return err(
+                span,
+                format!(
+                    "{op:?} of {} and {} is not possible",
+                    describe_ty(a.ty),
+                    describe_ty(b.ty)
+                ),
+            );
+        };
+        // A literal takes the other side's signedness.
+        let signed = match (a.lit, b.lit) {
+            (true, false) => sb,
+            (false, true) => sa,
+            _ => sa && sb,
+        };
+        let alu = match op {
+            BinOp::Add => bs_vm_alu::BS_ALU_ADD,
+            BinOp::Sub => bs_vm_alu::BS_ALU_SUB,
+            BinOp::Mul => bs_vm_alu::BS_ALU_MUL,
+            BinOp::Div => bs_vm_alu::BS_ALU_DIV,
+            BinOp::Mod => bs_vm_alu::BS_ALU_MOD,
+            BinOp::BitAnd => bs_vm_alu::BS_ALU_AND,
+            BinOp::BitOr => bs_vm_alu::BS_ALU_OR,
+            BinOp::BitXor => bs_vm_alu::BS_ALU_XOR,
+            BinOp::Shl => bs_vm_alu::BS_ALU_SHL,
+            BinOp::Shr => bs_vm_alu::BS_ALU_SHR,
+            BinOp::Eq => bs_vm_alu::BS_ALU_EQ,
+            BinOp::Ne => bs_vm_alu::BS_ALU_NE,
+            BinOp::Lt => bs_vm_alu::BS_ALU_LT,
+            BinOp::Le => bs_vm_alu::BS_ALU_LE,
+            BinOp::Gt => bs_vm_alu::BS_ALU_GT,
+            BinOp::Ge => bs_vm_alu::BS_ALU_GE,
+            BinOp::LAnd | BinOp::LOr => return err(span, "internal: logical operator"),
+        };
+        let cmp = matches!(
+            op,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
+        );
+        let r = self.reg(span)?;
+        let f = if signed {
+            bs_vm_flags::BS_VMF_SIGNED.0 as u8
+        } else {
+            0
+        };
+        self.emit(
+            insn(bs_vm_op::BS_VM_ALU, r, a.loc, b.loc)
+                .arg(alu.0)
+                .flags(f),
+        );
+        let ty = Ty::Int {
+            signed: if cmp { false } else { signed },
+        };
+        Ok(Val {
+            ty,
+            loc: r,
+            lit: a.lit && b.lit,
+        })
+    }
+
+    fn map_read(&mut self, name: &str, keys: &[Expr], span: Span) -> Res<Val> {
+        let m = name_or_at(name);
+        let keyvals = self.keys(keys)?;
+        let Some(id) = self.sh.map_id(&m) else {
+            // Read before any probe wrote it: it reads as 0, as in bpftrace.
+            return self.int(0, span);
+        };
+        let def = self.sh.maps[id as usize].clone();
+        if def.keys.len() != keyvals.len() {
+            return err(
+                span,
+                format!(
+                    "{m} has {} key part{}",
+                    def.keys.len(),
+                    if def.keys.len() == 1 { "" } else { "s" }
+                ),
+            );
+        }
+        let ty = match def.kind {
+            MapKind::Plain(t) => t,
+            MapKind::Agg(..) => return err(
+                span,
+                format!(
+                    "{m} holds an aggregation; its value can only be printed, not read in a probe"
+                ),
+            ),
+        };
+        self.build_key(id, &keyvals);
+        if ty == Ty::Str {
+            let slot = self.slot(span)?;
+            self.emit(insn(bs_vm_op::BS_VM_MGETSTR, slot, 0, 0));
+            return Ok(Val {
+                ty,
+                loc: slot,
+                lit: false,
+            });
+        }
+        let r = self.reg(span)?;
+        self.emit(insn(bs_vm_op::BS_VM_MGET, r, 0, 0));
+        Ok(Val {
+            ty,
+            loc: r,
+            lit: false,
+        })
+    }
+
+    /// `args->name`, `args.name`, and member paths from them.
+    fn field(&mut self, e: &Expr) -> Res<Val> {
+        let mut parts: Vec<(&str, bool)> = Vec::new();
+        let mut cur = e;
+        while let ExprKind::Field { base, field, arrow } = &cur.kind {
+            parts.push((field.as_str(), *arrow));
+            cur = base;
+        }
+        parts.reverse();
+        let is_args = matches!(&cur.kind, ExprKind::Ident(n) if n == "args");
+        if !is_args {
+            // A typed pointer's members: `$task->se.cfs_rq`.
+            let v = self.expr(cur)?;
+            let Ty::Ptr { btf } = v.ty else {
+                return err(
+                    e.span,
+                    format!(
+                        "only args and struct pointers have members; this is {}",
+                        describe_ty(v.ty)
+                    ),
+                );
+            };
+            return self.members(v, btf, &parts, e.span);
+        }
+        let mut name = parts.first().map_or(String::new(), |p| p.0.to_string());
+        for (f, arrow) in parts.iter().skip(1) {
+            name.push_str(if *arrow { "->" } else { "." });
+            name.push_str(f);
+        }
+        let direct = crate::attach::plan::source_for(self.pc.probe, self.pc.path, &name);
+        if let (Err(x), true) = (&direct, parts.len() > 1) {
+            // A record field that points to a struct (`args->rqtp->tv_sec`):
+            // the pointer is read, its struct found in BTF by the field's C type.
+            let first = parts[0].0;
+            let st = self
+                .pc
+                .probe
+                .field(first)
+                .and_then(|f| struct_ptr_name(&f.ctype))
+                .and_then(btf_struct)
+                .ok_or_else(|| LowerError {
+                    span: e.span,
+                    msg: x.to_string(),
+                })?;
+            let (mut src, _, _) =
+                crate::attach::plan::source_for(self.pc.probe, self.pc.path, first).map_err(
+                    |x| LowerError {
+                        span: e.span,
+                        msg: x.to_string(),
+                    },
+                )?;
+            src.r#type = bs_val_type::BS_T_NUM.0 as u8;
+            src.size = 8;
+            src.is_signed = 0;
+            let p = self.read_src(src, Ty::Int { signed: false }, e.span)?;
+            return self.members(p, st, &parts[1..], e.span);
+        }
+        let (mut src, kind, _) = direct.map_err(|x| LowerError {
+            span: e.span,
+            msg: x.to_string(),
+        })?;
+        let ty = match kind {
+            ValueKind::Int { signed } => Ty::Int { signed },
+            ValueKind::Hex | ValueKind::Buf | ValueKind::Cgroup | ValueKind::Probe => {
+                Ty::Int { signed: false }
+            }
+            ValueKind::Stack { user } => Ty::Stack { user },
+            ValueKind::Str => {
+                let t = bs_val_type(src.r#type.into());
+                if t == bs_val_type::BS_T_STR_UPTR || t == bs_val_type::BS_T_STR_KPTR {
+                    // A `char *` is a pointer until str() reads it, as in bpftrace.
+                    src.r#type = bs_val_type::BS_T_NUM.0 as u8;
+                    src.size = 8;
+                    src.is_signed = 0;
+                    Ty::Int { signed: false }
+                } else {
+                    Ty::Str
+                }
+            }
+        };
+        if ty == (Ty::Int { signed: false }) && src.r#type == bs_val_type::BS_T_BUF_UPTR.0 as u8 {
+            src.r#type = bs_val_type::BS_T_NUM.0 as u8;
+            src.size = 8;
+        }
+        self.read_src(src, ty, e.span)
+    }
+
+    /// Members of the struct at the address in `v` (BTF type `btf`): each
+    /// pointer on the way read, the leaf read by its type.
+    fn members(&mut self, v: Val, btf: u32, parts: &[(&str, bool)], span: Span) -> Res<Val> {
+        let k = crate::probe::btf::vmlinux().ok_or_else(|| LowerError {
+            span,
+            msg: "the kernel has no BTF, so struct members cannot be read".into(),
+        })?;
+        // The address is in hand: the first step reads from it either way.
+        let steps: Vec<crate::probe::btf::Step> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, (m, arrow))| crate::probe::btf::Step {
+                arrow: *arrow && i > 0,
+                member: m.to_string(),
+            })
+            .collect();
+        let w = k
+            .walk_in_memory("value", btf, &steps)
+            .map_err(|m| LowerError { span, msg: m })?;
+        let r = self.reg(span)?;
+        let imm = bs_vm_flags::BS_VMF_IMM.0 as u8;
+        self.emit(insn(bs_vm_op::BS_VM_MOV, r, v.loc, 0));
+        for off in &w.path {
+            self.emit(
+                insn(bs_vm_op::BS_VM_ALU, r, r, 0)
+                    .arg(bs_vm_alu::BS_ALU_ADD.0)
+                    .imm(i64::from(*off))
+                    .flags(imm),
+            );
+            self.emit(insn(bs_vm_op::BS_VM_READ, r, r, 0).arg(8));
+        }
+        self.emit(
+            insn(bs_vm_op::BS_VM_ALU, r, r, 0)
+                .arg(bs_vm_alu::BS_ALU_ADD.0)
+                .imm(i64::from(w.leaf_off))
+                .flags(imm),
+        );
+        use crate::probe::btf::Shape;
+        let read = |l: &mut Self, size: u8, signed: bool| {
+            let f = if signed {
+                bs_vm_flags::BS_VMF_SIGNED.0 as u8
+            } else {
+                0
+            };
+            l.emit(
+                insn(bs_vm_op::BS_VM_READ, r, r, 0)
+                    .arg(u32::from(size))
+                    .flags(f),
+            );
+        };
+        Ok(match w.shape {
+            Shape::Int { size, signed } => {
+                read(self, size, signed);
+                Val {
+                    ty: Ty::Int { signed },
+                    loc: r,
+                    lit: false,
+                }
+            }
+            Shape::Pointer => {
+                read(self, 8, false);
+                let ty = match k.pointee_struct(w.ty) {
+                    Some(id) => Ty::Ptr { btf: id },
+                    None => Ty::Int { signed: false },
+                };
+                Val {
+                    ty,
+                    loc: r,
+                    lit: false,
+                }
+            }
+            Shape::KernelStr | Shape::UserStr => {
+                read(self, 8, false);
+                Val {
+                    ty: Ty::Int { signed: false },
+                    loc: r,
+                    lit: false,
+                }
+            }
+            Shape::CharArray(n) => {
+                let slot = self.slot(span)?;
+                self.emit(insn(bs_vm_op::BS_VM_STRPTR, slot, r, 0).imm(i64::from(n)));
+                Val {
+                    ty: Ty::Str,
+                    loc: slot,
+                    lit: false,
+                }
+            }
+            Shape::Composite | Shape::Unsupported => {
+                return err(span, "this member cannot be read")
+            }
+        })
+    }
+
+    fn ident(&mut self, name: &str, span: Span) -> Res<Val> {
+        let b = |kind: bs_src_kind| bs_src {
+            kind: kind.0 as u8,
+            r#type: bs_val_type::BS_T_NUM.0 as u8,
+            size: 8,
+            ..Default::default()
+        };
+        let u = Ty::Int { signed: false };
+        let (src, ty) = match name {
+            "pid" => (b(bs_src_kind::BS_SRC_PID), u),
+            "tid" => (b(bs_src_kind::BS_SRC_TID), u),
+            "uid" => (b(bs_src_kind::BS_SRC_UID), u),
+            "gid" => (b(bs_src_kind::BS_SRC_GID), u),
+            "cpu" => (b(bs_src_kind::BS_SRC_CPU), u),
+            "cgroup" => (b(bs_src_kind::BS_SRC_CGROUP), u),
+            "nsecs" => (b(bs_src_kind::BS_SRC_NSECS), u),
+            "elapsed" => (b(bs_src_kind::BS_SRC_ELAPSED), u),
+            "curtask" => (b(bs_src_kind::BS_SRC_CURTASK), u),
+            "rand" => (b(bs_src_kind::BS_SRC_RAND), u),
+            "jiffies" => (b(bs_src_kind::BS_SRC_JIFFIES), u),
+            "kstack" | "ustack" => return self.stack(name == "ustack", span),
+            "comm" => {
+                let s = bs_src {
+                    kind: bs_src_kind::BS_SRC_COMM.0 as u8,
+                    r#type: bs_val_type::BS_T_STR_INLINE.0 as u8,
+                    size: 16,
+                    ..Default::default()
+                };
+                return self.read_src(s, Ty::Str, span);
+            }
+            "probe" => {
+                let n = self.pc.probe.name.clone();
+                return self.cstr(&n, span);
+            }
+            "func" => {
+                let f = match &self.pc.probe.kind {
+                    ProbeKind::Uprobe { func, .. } | ProbeKind::Kfunc { func, .. } => func.clone(),
+                    _ => {
+                        return err(
+                            span,
+                            "func is only known in uprobes and kernel function probes",
+                        )
+                    }
+                };
+                return self.cstr(&f, span);
+            }
+            "retval" => {
+                if !self.returns() {
+                    return err(
+                        span,
+                        "retval is only known in return probes (uretprobe, kretprobe, kretfunc)",
+                    );
+                }
+                (
+                    arg_src(bs_limits::BS_ARG_RET.0 as u16, true, 8),
+                    Ty::Int { signed: true },
+                )
+            }
+            "args" => return err(span, "args is read by its fields: args->name"),
+            n if n.starts_with("arg") && n[3..].parse::<u16>().is_ok() => {
+                let i: u16 = n[3..].parse().unwrap_or(0);
+                if !self.pc.path.uses_args() || matches!(self.pc.path, Path::Syscall(_)) || i >= 6 {
+                    return err(span, format!("{n} is only known in uprobes and kernel function probes (arg0 to arg5)"));
+                }
+                (arg_src(i, false, 8), u)
+            }
+            n => match self.sh.consts.get(n) {
+                Some(v) => return self.int(*v, span),
+                None => return err(span, format!("unknown identifier '{n}'")),
+            },
+        };
+        self.read_src(src, ty, span)
+    }
+
+    fn returns(&self) -> bool {
+        match &self.pc.probe.kind {
+            ProbeKind::Uprobe { ret, .. } => *ret,
+            ProbeKind::Kfunc { kind, .. } => kind.is_ret(),
+            _ => false,
+        }
+    }
+
+    fn stack(&mut self, user: bool, span: Span) -> Res<Val> {
+        if user {
+            self.sh.stacks.1 = true;
+        } else {
+            self.sh.stacks.0 = true;
+        }
+        let kind = if user {
+            bs_src_kind::BS_SRC_USTACK
+        } else {
+            bs_src_kind::BS_SRC_KSTACK
+        };
+        let s = bs_src {
+            kind: kind.0 as u8,
+            r#type: bs_val_type::BS_T_NUM.0 as u8,
+            size: 8,
+            ..Default::default()
+        };
+        self.read_src(s, Ty::Stack { user }, span)
+    }
+
+    fn call(&mut self, name: &str, args: &[Expr], span: Span) -> Res<Val> {
+        match name {
+            "str" => {
+                let Some(a) = args.first() else {
+                    return err(span, "str() takes a pointer and an optional length");
+                };
+                let max = match args.get(1) {
+                    None => 0,
+                    Some(Expr {
+                        kind: ExprKind::Int(n),
+                        ..
+                    }) => *n as i64,
+                    Some(x) => return err(x.span, "str()'s length must be a constant"),
+                };
+                let v = self.expr(a)?;
+                match v.ty {
+                    Ty::Str => Ok(v),
+                    Ty::Int { .. } => {
+                        let slot = self.slot(span)?;
+                        self.emit(insn(bs_vm_op::BS_VM_STRPTR, slot, v.loc, 0).imm(max));
+                        Ok(Val {
+                            ty: Ty::Str,
+                            loc: slot,
+                            lit: false,
+                        })
+                    }
+                    t => err(
+                        a.span,
+                        format!("str() of {} is not possible", describe_ty(t)),
+                    ),
+                }
+            }
+            "strncmp" => {
+                let (
+                    Some(a),
+                    Some(b),
+                    Some(Expr {
+                        kind: ExprKind::Int(n),
+                        ..
+                    }),
+                ) = (args.first(), args.get(1), args.get(2))
+                else {
+                    return err(span, "strncmp() takes two strings and a constant length");
+                };
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                if x.ty != Ty::Str || y.ty != Ty::Str {
+                    return err(span, "strncmp() compares two strings");
+                }
+                let r = self.reg(span)?;
+                self.emit(insn(bs_vm_op::BS_VM_STREQ, r, x.loc, y.loc).imm(*n as i64));
+                // strncmp is 0 when equal.
+                self.emit(insn(bs_vm_op::BS_VM_ALU, r, r, 0).arg(bs_vm_alu::BS_ALU_NOT.0));
+                Ok(Val {
+                    ty: Ty::Int { signed: false },
+                    loc: r,
+                    lit: false,
+                })
+            }
+            "kstack" | "ustack" => self.stack(name == "ustack", span),
+            "kaddr" => {
+                let Some(Expr {
+                    kind: ExprKind::Str(sym),
+                    ..
+                }) = args.first()
+                else {
+                    return err(
+                        span,
+                        "kaddr() takes a kernel symbol's name as a string literal",
+                    );
+                };
+                let addr = kallsyms_addr(sym).ok_or_else(|| LowerError {
+                    span,
+                    msg: format!("kaddr: no kernel symbol '{sym}' in /proc/kallsyms"),
+                })?;
+                let v = self.int(addr as i64, span)?;
+                Ok(Val {
+                    ty: Ty::Int { signed: false },
+                    ..v
+                })
+            }
+            "count" | "sum" | "avg" | "min" | "max" | "stats" | "hist" | "lhist" => err(
+                span,
+                format!("{name}() must be assigned to a map, e.g. @x = {name}(...)"),
+            ),
+            _ => err(span, format!("unknown or unsupported function {name}()")),
+        }
+    }
+}
+
+fn arg_kind(t: Ty) -> crate::render::bpftrace::ArgKind {
+    use crate::render::bpftrace::ArgKind;
+    match t {
+        Ty::Int { .. } | Ty::Ptr { .. } => ArgKind::Int,
+        Ty::Str => ArgKind::Str,
+        Ty::Stack { .. } => ArgKind::Stack,
+    }
+}
+
+/// `struct NAME *` in a cast: NAME.
+fn struct_ptr_name(ty: &str) -> Option<&str> {
+    let t = ty.trim().strip_suffix('*')?.trim();
+    let t = t.strip_prefix("const ").unwrap_or(t).trim();
+    t.strip_prefix("struct ")
+        .or_else(|| t.strip_prefix("union "))
+        .map(str::trim)
+}
+
+fn btf_struct(name: &str) -> Option<u32> {
+    crate::probe::btf::vmlinux()?.struct_id(name)
+}
+
+/// A kernel symbol's address, as root reads it from /proc/kallsyms.
+fn kallsyms_addr(sym: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (a, _, n) = (f.next()?, f.next()?, f.next()?);
+        (n == sym)
+            .then(|| u64::from_str_radix(a, 16).ok())
+            .flatten()
+            .filter(|&a| a != 0)
+    })
+}
+
+/// Bytes an argument takes in a record.
+pub fn arg_len(t: Ty) -> usize {
+    if t == Ty::Str {
+        STR_MAX
+    } else {
+        8
+    }
+}
+
+/// A map's name as bpftrace prints it (the parser keeps it without its '@').
+fn name_or_at(n: &str) -> String {
+    format!("@{}", n.trim_start_matches('@'))
+}
+
+fn parse_int(s: &str) -> Option<i64> {
+    match s.strip_prefix("0x") {
+        Some(h) => i64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+fn arg_src(slot: u16, signed: bool, size: u8) -> bs_src {
+    bs_src {
+        kind: bs_src_kind::BS_SRC_ARG.0 as u8,
+        r#type: bs_val_type::BS_T_NUM.0 as u8,
+        size,
+        is_signed: signed as u8,
+        off: slot,
+        ..Default::default()
+    }
+}
+
+/// An instruction, built up by the helpers below.
+fn insn(op: bs_vm_op, dst: u8, a: u8, b: u8) -> bs_insn {
+    bs_insn {
+        op: op.0 as u8,
+        dst,
+        a,
+        b,
+        ..Default::default()
+    }
+}
+
+trait InsnExt {
+    fn arg(self, v: u32) -> Self;
+    fn imm(self, v: i64) -> Self;
+    fn flags(self, f: u8) -> Self;
+}
+
+impl InsnExt for bs_insn {
+    fn arg(mut self, v: u32) -> Self {
+        self.arg = v;
+        self
+    }
+    fn imm(mut self, v: i64) -> Self {
+        self.imm = v;
+        self
+    }
+    fn flags(mut self, f: u8) -> Self {
+        self.flags |= f;
+        self
+    }
+}
+
+/// Checks the total code size against the machine's limit.
+pub fn check_size(total: usize) -> Result<(), String> {
+    if total > CODE_MAX {
+        return Err(format!(
+            "the script lowers to {total} instructions; at most {CODE_MAX} fit"
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,419 @@
+//! `bpfscope run`'s front end: a bpftrace-language script parsed
+//! (`parse`), its attach points resolved into probes, each probe's blocks
+//! lowered into script-machine code (`lower`), and the whole turned into
+//! an attach plan the tracing session loads like any other. No compiler
+//! runs: the kernel side is the same precompiled programs as the verbs'.
+
+pub mod ast;
+pub mod lower;
+pub mod parse;
+pub mod trigger;
+
+use std::collections::BTreeSet;
+
+use bpfscope_bpf::abi::{bs_cfg_flags, bs_probe_cfg};
+
+use crate::attach::features::Features;
+use crate::attach::plan::{Path, Plan, PlannedProbe, Role, VmImage};
+use crate::error::Error;
+use crate::probe::{self, Probe, ProbeKind, ProbeSpec};
+use crate::usage;
+use ast::{Expr, ExprKind, ProbeBlock, Program, Span, Stmt};
+use lower::{LowerError, Lowered, LoweredProbe, Shared, Trigger};
+
+/// Entries of a script's plain maps (`@start[tid] = nsecs`), as bpftrace's default map size.
+pub const VALS_MAX: u32 = 10240;
+
+/// A script ready to load: the attach plan, and what user space needs to
+/// read its maps and records.
+pub struct Compiled {
+    pub plan: Plan,
+    pub lowered: Lowered,
+    /// Probes that matched a pattern but cannot be attached (name, why).
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Where an attach point leads.
+enum Point {
+    Probes(Vec<Probe>),
+    Trigger(Trigger, String),
+    Clock { hz: u64, name: String },
+}
+
+/// Parses, resolves and lowers a script. `pid` narrows library lookups to
+/// a process; `params` are its positional parameters.
+pub fn compile(
+    src: &str,
+    params: Vec<String>,
+    pid: Option<u32>,
+    features: &Features,
+) -> Result<Compiled, Error> {
+    let program = parse::parse(src).map_err(|e| usage!("{e}"))?;
+    let at = |span: Span, msg: String| usage!("{}", LowerError { span, msg }.render(src));
+    let mut skipped = Vec::new();
+    // Attach points in order of first appearance, each with the blocks naming it.
+    let mut points: Vec<(String, PointDef, Vec<usize>)> = Vec::new();
+    for (bi, block) in program.probes.iter().enumerate() {
+        for (spec, span) in &block.specs {
+            match point(spec, pid).map_err(|e| at(*span, e))? {
+                (Point::Probes(ps), sk) => {
+                    skipped.extend(sk);
+                    for p in ps {
+                        add(&mut points, p.name.clone(), PointDef::Probe(p), bi);
+                    }
+                }
+                (Point::Trigger(t, name), _) => {
+                    add(&mut points, name.clone(), PointDef::Trigger(t, name), bi)
+                }
+                (Point::Clock { hz, name }, _) => {
+                    add(&mut points, name.clone(), PointDef::Clock(hz, name), bi)
+                }
+            }
+        }
+    }
+    let exe = trigger::location()
+        .map_err(|e| Error::Environment(format!("finding bpfscope's own trigger function: {e}")))?;
+    let mut ctxs = Vec::new();
+    let mut next_trigger = 1u64;
+    for (_, def, blocks) in &points {
+        let (probe, path, trig) = match def {
+            PointDef::Probe(p) => {
+                let fields = fields_read(&program, blocks);
+                let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+                let path = crate::attach::plan::path_for(p, &fields, features)?;
+                (p.clone(), path, None)
+            }
+            PointDef::Trigger(t, name) => {
+                let id = next_trigger;
+                next_trigger += 1;
+                (
+                    synthetic(name, &exe.0, exe.1),
+                    Path::Trigger {
+                        binary: exe.0.clone(),
+                        offset: exe.1,
+                    },
+                    Some((*t, id)),
+                )
+            }
+            PointDef::Clock(hz, name) => (
+                synthetic(name, &exe.0, exe.1),
+                Path::Clock { hz: *hz, cpu: None },
+                None,
+            ),
+        };
+        ctxs.push((probe, path, trig, blocks.clone()));
+    }
+    // Two passes: the first learns every map's type from its writes, so a
+    // probe that reads a map before the probe that writes it (in script
+    // order) still reads it with its type.
+    let mut seed = Shared::new(params.clone());
+    for (probe, path, trig, blocks) in &ctxs {
+        let pc = lower::ProbeCtx {
+            probe,
+            path,
+            trigger: *trig,
+        };
+        let mut l = lower::Lower::new(&mut seed, &pc);
+        for &b in blocks {
+            let _ = l.block(&program.probes[b]);
+        }
+    }
+    let mut sh = Shared::new(params);
+    sh.maps = seed.maps;
+    let mut lowered = Vec::new();
+    for (probe, path, trig, blocks) in ctxs {
+        let pc = lower::ProbeCtx {
+            probe: &probe,
+            path: &path,
+            trigger: trig,
+        };
+        let mut l = lower::Lower::new(&mut sh, &pc);
+        l.trigger_guard();
+        for &b in &blocks {
+            l.block(&program.probes[b])
+                .map_err(|e| usage!("{}", e.render(src)))?;
+        }
+        let code = l.finish();
+        lowered.push(LoweredProbe {
+            probe: probe.clone(),
+            path: path.clone(),
+            trigger: trig,
+            code,
+        });
+    }
+    let key_size = sh
+        .maps
+        .iter()
+        .map(|m| m.key_len())
+        .max()
+        .unwrap_or(lower::KEY_ID_LEN);
+    let lowered = Lowered {
+        probes: lowered,
+        srcs: sh.srcs,
+        strs: sh.strs,
+        maps: sh.maps,
+        actions: sh.actions,
+        stacks: sh.stacks,
+        key_size,
+    };
+    let plan = plan_of(&lowered)?;
+    Ok(Compiled {
+        plan,
+        lowered,
+        skipped,
+    })
+}
+
+enum PointDef {
+    Probe(Probe),
+    Trigger(Trigger, String),
+    Clock(u64, String),
+}
+
+fn add(
+    points: &mut Vec<(String, PointDef, Vec<usize>)>,
+    name: String,
+    def: PointDef,
+    block: usize,
+) {
+    match points.iter_mut().find(|p| p.0 == name) {
+        Some(p) => {
+            if !p.2.contains(&block) {
+                p.2.push(block);
+            }
+        }
+        None => points.push((name, def, vec![block])),
+    }
+}
+
+/// A probe for a point bpfscope makes itself (BEGIN, END, interval, profile).
+fn synthetic(name: &str, exe: &std::path::Path, offset: u64) -> Probe {
+    Probe {
+        name: name.to_string(),
+        kind: ProbeKind::Uprobe {
+            binary: exe.to_path_buf(),
+            func: name.to_string(),
+            offset,
+            ret: false,
+        },
+        fields: Vec::new(),
+    }
+}
+
+/// An attach point as written: what it leads to, and what of a pattern was skipped.
+fn point(spec: &str, pid: Option<u32>) -> Result<(Point, Vec<(String, String)>), String> {
+    let none = Vec::new();
+    match spec {
+        "BEGIN" => return Ok((Point::Trigger(Trigger::Begin, "BEGIN".into()), none)),
+        "END" => return Ok((Point::Trigger(Trigger::End, "END".into()), none)),
+        _ => {}
+    }
+    let parts: Vec<&str> = spec.split(':').collect();
+    let unit_ns = |u: &str| -> Option<u64> {
+        Some(match u {
+            "s" => 1_000_000_000,
+            "ms" => 1_000_000,
+            "us" => 1_000,
+            "hz" => 0,
+            _ => return None,
+        })
+    };
+    match parts.as_slice() {
+        ["interval" | "i", unit, n] => {
+            let n: u64 = n
+                .parse()
+                .map_err(|_| format!("{spec}: bad interval '{n}'"))?;
+            let ns = match unit_ns(unit) {
+                Some(0) if n > 0 => 1_000_000_000 / n,
+                Some(ns) if ns > 0 && n > 0 => ns * n,
+                _ => {
+                    return Err(format!(
+                        "{spec}: expected interval:s:N, interval:ms:N or interval:hz:N"
+                    ))
+                }
+            };
+            let ms = (ns / 1_000_000).max(1);
+            Ok((
+                Point::Trigger(Trigger::Interval { ms }, spec.to_string()),
+                none,
+            ))
+        }
+        ["profile" | "p", unit, n] => {
+            let n: u64 = n.parse().map_err(|_| format!("{spec}: bad rate '{n}'"))?;
+            let hz = match unit_ns(unit) {
+                Some(0) => n,
+                Some(ns) if n > 0 => 1_000_000_000 / (ns * n),
+                _ => 0,
+            };
+            if hz == 0 {
+                return Err(format!(
+                    "{spec}: expected profile:hz:N, profile:s:N, profile:ms:N or profile:us:N"
+                ));
+            }
+            Ok((
+                Point::Clock {
+                    hz,
+                    name: spec.to_string(),
+                },
+                none,
+            ))
+        }
+        ["software" | "s", ..]
+        | ["hardware" | "h", ..]
+        | ["watchpoint" | "w", ..]
+        | ["asyncwatchpoint", ..] => Err(format!(
+            "{spec}: {} probes are not supported by bpfscope run (use profile:hz:N for sampling)",
+            parts[0]
+        )),
+        ["rawtracepoint", ..] => Err(format!(
+            "{spec}: use tracepoint:SUBSYS:EVENT instead of rawtracepoint"
+        )),
+        ["kfunc" | "f", rest @ ..] => resolve(&format!("fentry:{}", rest.join(":")), pid),
+        ["kretfunc" | "fr", rest @ ..] => resolve(&format!("fexit:{}", rest.join(":")), pid),
+        _ => resolve(spec, pid),
+    }
+}
+
+fn resolve(spec: &str, pid: Option<u32>) -> Result<(Point, Vec<(String, String)>), String> {
+    let ps = ProbeSpec::parse(spec).map_err(|e| e.to_string())?;
+    let r = probe::resolve_all(std::slice::from_ref(&ps), pid).map_err(|e| e.to_string())?;
+    Ok((Point::Probes(r.probes), r.skipped))
+}
+
+/// The `args` fields the blocks read, as the path choice needs them.
+fn fields_read(program: &Program, blocks: &[usize]) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    for &b in blocks {
+        let block: &ProbeBlock = &program.probes[b];
+        if let Some(p) = &block.predicate {
+            expr_fields(p, &mut out);
+        }
+        stmts_fields(&block.body, &mut out);
+    }
+    out.into_iter().collect()
+}
+
+fn stmts_fields(body: &[Stmt], out: &mut BTreeSet<String>) {
+    for s in body {
+        match s {
+            Stmt::Expr(e) => expr_fields(e, out),
+            Stmt::Assign { target, value, .. } => {
+                expr_fields(target, out);
+                expr_fields(value, out);
+            }
+            Stmt::Incr { target, .. } => expr_fields(target, out),
+            Stmt::If {
+                cond, then, els, ..
+            } => {
+                expr_fields(cond, out);
+                stmts_fields(then, out);
+                stmts_fields(els, out);
+            }
+            Stmt::Unroll { body, .. } => stmts_fields(body, out),
+            Stmt::While { cond, body, .. } => {
+                expr_fields(cond, out);
+                stmts_fields(body, out);
+            }
+            Stmt::Return(_) => {}
+        }
+    }
+}
+
+fn expr_fields(e: &Expr, out: &mut BTreeSet<String>) {
+    match &e.kind {
+        ExprKind::Field { .. } => {
+            let mut parts = Vec::new();
+            let mut cur = e;
+            while let ExprKind::Field { base, field, .. } = &cur.kind {
+                parts.push(field.clone());
+                cur = base;
+            }
+            if matches!(&cur.kind, ExprKind::Ident(n) if n == "args") {
+                parts.reverse();
+                out.insert(parts.join("->"));
+            } else {
+                expr_fields(cur, out);
+            }
+        }
+        ExprKind::Map { keys, .. } => keys.iter().for_each(|k| expr_fields(k, out)),
+        ExprKind::Index { base, index } => {
+            expr_fields(base, out);
+            expr_fields(index, out);
+        }
+        ExprKind::Unary { expr, .. } | ExprKind::Cast { expr, .. } => expr_fields(expr, out),
+        ExprKind::Binary { lhs, rhs, .. } => {
+            expr_fields(lhs, out);
+            expr_fields(rhs, out);
+        }
+        ExprKind::Ternary { cond, then, els } => {
+            expr_fields(cond, out);
+            expr_fields(then, out);
+            expr_fields(els, out);
+        }
+        ExprKind::Call { args, .. } => args.iter().for_each(|a| expr_fields(a, out)),
+        _ => {}
+    }
+}
+
+/// The attach plan: one configuration per probe naming its code.
+fn plan_of(l: &Lowered) -> Result<Plan, Error> {
+    let mut code = Vec::new();
+    let mut probes = Vec::new();
+    for p in &l.probes {
+        let mut cfg = bs_probe_cfg {
+            flags: bs_cfg_flags::BS_CFG_VM.0,
+            code_start: code.len() as u32,
+            code_len: p.code.len() as u32,
+            ..Default::default()
+        };
+        if p.trigger.is_some() {
+            cfg.flags |= bs_cfg_flags::BS_CFG_SELF.0;
+        }
+        if p.path.uses_args() {
+            cfg.flags |= bs_cfg_flags::BS_CFG_NEED_ARGS.0;
+        }
+        code.extend_from_slice(&p.code);
+        probes.push(PlannedProbe {
+            probe: p.probe.clone(),
+            path: p.path.clone(),
+            role: Role::Plain,
+            cfg,
+            event: Vec::new(),
+        });
+    }
+    lower::check_size(code.len()).map_err(Error::Usage)?;
+    let mut keys = Vec::new();
+    if l.stacks.0 {
+        keys.push(stack_slot(false));
+    }
+    if l.stacks.1 {
+        keys.push(stack_slot(true));
+    }
+    Ok(Plan {
+        probes,
+        keys,
+        key_size: l.key_size,
+        strs: l.strs.clone(),
+        value: None,
+        latency: false,
+        max_filter: 0,
+        max_keys: 0,
+        max_emit: 0,
+        vm: Some(VmImage {
+            code,
+            srcs: l.srcs.clone(),
+            vals: VALS_MAX,
+        }),
+    })
+}
+
+/// Stack maps are sized by the plan's key slots: a script that reads a
+/// stack says so through a slot of that kind (its offset is not used).
+fn stack_slot(user: bool) -> crate::attach::plan::Slot {
+    crate::attach::plan::Slot {
+        name: if user { "ustack" } else { "kstack" }.into(),
+        kind: crate::attach::plan::ValueKind::Stack { user },
+        off: 0,
+        len: 0,
+    }
+}
