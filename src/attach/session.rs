@@ -33,6 +33,10 @@ const SLOW_ATTACH: usize = 200;
 pub struct Session<'obj> {
     pub skel: TraceSkel<'obj>,
     links: Vec<Link>,
+    /// A script's BEGIN/END/interval triggers: kept past `detach_probes`.
+    trigger_links: Vec<Link>,
+    /// The triggers were attached ahead of the other probes.
+    triggers_early: bool,
     uprobe_multi: bool,
     /// Kernel function links, and the fentry/fexit program copies they run.
     klinks: Vec<KLink>,
@@ -112,6 +116,8 @@ impl<'obj> Session<'obj> {
         let session = Session {
             skel,
             links: Vec::new(),
+            trigger_links: Vec::new(),
+            triggers_early: false,
             uprobe_multi: progs.umulti,
             klinks: Vec::new(),
             kprogs: Vec::new(),
@@ -195,12 +201,14 @@ impl<'obj> Session<'obj> {
         // Links made here are kept only once every probe is attached.
         let mut links = self.attach_syscalls(plan)?;
         self.attach_uprobe_groups(plan, pid, &mut out);
-        links.extend(self.attach_events(plan, pid, skip_refused, &mut out)?);
+        let (events, triggers) = self.attach_events(plan, pid, skip_refused, &mut out)?;
+        links.extend(events);
         links.extend(self.attach_clocks(plan)?);
         if follow_forks {
             links.push(self.attach_fork_follower()?);
         }
         self.links.extend(links);
+        self.trigger_links.extend(triggers);
         out.probes = plan.probes.len() - out.skipped.len();
         if out.probes == 0 {
             let (name, why) = out.skipped.first().cloned().unwrap_or_default();
@@ -271,17 +279,19 @@ impl<'obj> Session<'obj> {
         pid: i32,
         skip_refused: bool,
         out: &mut Attached,
-    ) -> Result<Vec<Link>> {
+    ) -> Result<(Vec<Link>, Vec<Link>)> {
         if plan.probes.len() >= SLOW_ATTACH {
             eprintln!("Attaching {} probes...", plan.probes.len());
         }
         let mut links = Vec::new();
+        let mut triggers = Vec::new();
         for (i, p) in plan.probes.iter().enumerate() {
             if bpfscope_sys::signals::interrupted() {
                 return Err(crate::error::Error::Interrupted.into());
             }
             match self.attach_event(i, p, pid) {
                 None => {}
+                Some(Ok(l)) if matches!(p.path, Path::Trigger { .. }) => triggers.push(l),
                 Some(Ok(l)) => links.push(l),
                 // One event of many that the kernel refuses is skipped and
                 // named (as kernel-function globs do); running out of
@@ -292,7 +302,7 @@ impl<'obj> Session<'obj> {
                 Some(Err(e)) => return Err(e),
             }
         }
-        Ok(links)
+        Ok((links, triggers))
     }
 
     /// The link of the probe at index `i`; None for paths attached
@@ -305,6 +315,7 @@ impl<'obj> Session<'obj> {
             Path::Syscall(_) | Path::Uprobe { .. } | Path::Kfunc(_) | Path::Clock { .. } => {
                 return None
             }
+            Path::Trigger { .. } if self.triggers_early => return None,
             Path::Trigger { binary, offset } => self.attach_trigger(binary, *offset, cookie),
             Path::Usdt {
                 binary,
@@ -373,6 +384,19 @@ impl<'obj> Session<'obj> {
                 opts,
             )
             .with_context(|| format!("attaching {name}"))
+    }
+
+    /// Attaches a script's triggers alone, before `attach`: BEGIN then
+    /// runs before any other probe can fire, so its output comes first.
+    pub fn attach_triggers(&mut self, plan: &Plan) -> Result<()> {
+        for (i, p) in plan.probes.iter().enumerate() {
+            if let Path::Trigger { binary, offset } = &p.path {
+                let l = self.attach_trigger(binary, *offset, i as u64 + 1)?;
+                self.trigger_links.push(l);
+            }
+        }
+        self.triggers_early = true;
+        Ok(())
     }
 
     /// A script's BEGIN, END or interval block: a uprobe on a function of
@@ -493,6 +517,12 @@ impl<'obj> Session<'obj> {
 
     /// Detaches every probe; maps stay readable.
     pub fn detach(&mut self) {
+        self.detach_probes();
+        detach_all(std::mem::take(&mut self.trigger_links));
+    }
+
+    /// Detaches every probe but a script's triggers (END still runs).
+    pub fn detach_probes(&mut self) {
         self.missed_at_detach = self.kprobe_misses();
         detach_all(std::mem::take(&mut self.links));
         detach_all(std::mem::take(&mut self.klinks));

@@ -56,6 +56,17 @@ pub fn run(s: RunSettings) -> Result<()> {
         }
     }
     if s.dry_run {
+        if s.verbose {
+            for p in &low.probes {
+                eprintln!("{}:", p.probe.name);
+                for (i, x) in p.code.iter().enumerate() {
+                    eprintln!(
+                        "  {i:3}: op {:2} dst {:2} a {:2} b {:2} flags {:#04x} arg {} arg2 {} imm {}",
+                        x.op, x.dst, x.a, x.b, x.flags, x.arg, x.arg2, x.imm
+                    );
+                }
+            }
+        }
         return Ok(());
     }
     bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
@@ -81,6 +92,14 @@ pub fn run(s: RunSettings) -> Result<()> {
         bss.vm_t0 = bpfscope_sys::monotonic_ns();
     }
     let upid = pid.map_or(-1, |p| p as i32);
+    session
+        .attach_triggers(plan)
+        .map_err(crate::error::refused)?;
+    // BEGIN runs before the other probes are attached: its records come
+    // first in the ring buffer, as its output comes first in bpftrace.
+    for id in triggers_of(low, Trigger::Begin) {
+        trigger::fire(id);
+    }
     let mut att = match session.attach(plan, false, upid, true) {
         Err(e) if crate::error::is_interrupted(&e) => return Ok(()),
         r => r.map_err(crate::error::refused)?,
@@ -103,6 +122,15 @@ pub fn run(s: RunSettings) -> Result<()> {
         Err(e) if is_broken_pipe(&e) => Ok(()),
         r => r,
     }
+}
+
+fn triggers_of(low: &Lowered, which: Trigger) -> Vec<u64> {
+    low.probes
+        .iter()
+        .filter_map(|p| p.trigger)
+        .filter(|(t, _)| *t == which)
+        .map(|(_, id)| id)
+        .collect()
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -158,16 +186,6 @@ struct RunCtx<'a, 'obj> {
 }
 
 impl RunCtx<'_, '_> {
-    fn triggers(&self, which: impl Fn(Trigger) -> bool) -> Vec<u64> {
-        self.low
-            .probes
-            .iter()
-            .filter_map(|p| p.trigger)
-            .filter(|(t, _)| which(*t))
-            .map(|(_, id)| id)
-            .collect()
-    }
-
     fn main_loop(&mut self, stopper: &Stopper, gated: Option<GatedChild>) -> Result<()> {
         let queue: RefCell<VecDeque<Vec<u8>>> = RefCell::new(VecDeque::new());
         let mut builder = RingBufferBuilder::new();
@@ -176,9 +194,6 @@ impl RunCtx<'_, '_> {
             0
         })?;
         let rb = builder.build().context("setting up the ring buffer")?;
-        for id in self.triggers(|t| t == Trigger::Begin) {
-            trigger::fire(id);
-        }
         if let Some(g) = gated {
             if bpfscope_sys::signals::interrupted() {
                 drop(g);
@@ -232,9 +247,12 @@ impl RunCtx<'_, '_> {
                 r => r.context("reading records")?,
             }
         }
-        // END runs with the probes still attached, as in bpftrace; what it
-        // prints comes before the maps.
-        for id in self.triggers(|t| t == Trigger::End) {
+        // The probes stop before END runs, so what END prints and clears
+        // is what the maps hold at the end, as in bpftrace.
+        self.session.detach_probes();
+        rb.consume().context("reading records")?;
+        self.drain(&queue)?;
+        for id in triggers_of(self.low, Trigger::End) {
             trigger::fire(id);
         }
         rb.consume().context("reading records")?;
@@ -282,7 +300,10 @@ impl RunCtx<'_, '_> {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as i128);
                 let text = fmt::time(f.as_deref(), now);
-                self.out.text(&text, fmt::json_time)?;
+                // An empty time (strftime overflow) prints nothing, as in bpftrace.
+                if !text.is_empty() {
+                    self.out.text(&text, fmt::json_time)?;
+                }
             }
             Action::Join { sep } => {
                 let parts: Vec<String> = (0..JOIN_MAX)
@@ -313,7 +334,8 @@ impl RunCtx<'_, '_> {
                     self.out.w.write_all(s.as_bytes())?;
                 }
             }
-            Action::Clear { map } | Action::Zero { map } => self.clear_map(map)?,
+            Action::Clear { map } => self.clear_map(map)?,
+            Action::Zero { map } => self.zero_map(map)?,
             Action::Exit => self.exit = true,
         }
         Ok(())
@@ -398,8 +420,7 @@ impl RunCtx<'_, '_> {
                 let map = &self.session.skel.maps.aggs;
                 let keys: Vec<Vec<u8>> = map.keys().collect();
                 // Key data (without the bucket) -> per-bucket totals.
-                let mut acc: BTreeMap<Vec<u8>, KeyTotals> =
-                    BTreeMap::new();
+                let mut acc: BTreeMap<Vec<u8>, KeyTotals> = BTreeMap::new();
                 for k in keys {
                     if map_id_of(&k) != Some(id) {
                         continue;
@@ -477,12 +498,13 @@ impl RunCtx<'_, '_> {
             .collect()
     }
 
+    /// clear(): a keyed map loses its entries; a map without keys keeps
+    /// its one entry at zero, as bpftrace 0.17 does (it prints `@: 0`).
     fn clear_map(&mut self, id: u32) -> Result<()> {
-        let def = &self.low.maps[id as usize];
-        let map: &dyn MapCore = match def.kind {
-            MapKind::Plain(_) => &self.session.skel.maps.vals,
-            MapKind::Agg(..) => &self.session.skel.maps.aggs,
-        };
+        if self.low.maps[id as usize].keys.is_empty() {
+            return self.zero_map(id);
+        }
+        let map = self.map_of(id);
         let keys: Vec<Vec<u8>> = map.keys().filter(|k| map_id_of(k) == Some(id)).collect();
         for k in keys {
             // A key another CPU deleted meanwhile is not an error.
@@ -491,27 +513,76 @@ impl RunCtx<'_, '_> {
         Ok(())
     }
 
-    /// The maps left at the end, in bpftrace's order.
+    /// zero(): every entry kept, its value zero.
+    fn zero_map(&mut self, id: u32) -> Result<()> {
+        let plain = matches!(self.low.maps[id as usize].kind, MapKind::Plain(_));
+        let map = self.map_of(id);
+        let keys: Vec<Vec<u8>> = map.keys().filter(|k| map_id_of(k) == Some(id)).collect();
+        for k in keys {
+            if plain {
+                let zero = vec![0u8; map.value_size() as usize];
+                map.update(&k, &zero, MapFlags::EXIST).ok();
+                continue;
+            }
+            if let Ok(Some(per_cpu)) = map.lookup_percpu(&k, MapFlags::ANY) {
+                let zero: Vec<Vec<u8>> = per_cpu.iter().map(|v| vec![0u8; v.len()]).collect();
+                map.update_percpu(&k, &zero, MapFlags::EXIST).ok();
+            }
+        }
+        Ok(())
+    }
+
+    fn map_of(&self, id: u32) -> &dyn MapCore {
+        match self.low.maps[id as usize].kind {
+            MapKind::Plain(_) => &self.session.skel.maps.vals,
+            MapKind::Agg(..) => &self.session.skel.maps.aggs,
+        }
+    }
+
+    /// The maps left at the end, as bpftrace prints them: a blank-line
+    /// separator, then every map the script names, in name order, the
+    /// empty ones too (as the blank lines bpftrace prints for them).
     fn print_all(&mut self) -> Result<()> {
+        self.out.w.write_all(fmt::EXIT_SEPARATOR.as_bytes())?;
         let mut names: Vec<String> = self.low.maps.iter().map(|m| m.name.clone()).collect();
         fmt::exit_maps_order(&mut names);
         for name in names {
             let Some(id) = self.low.maps.iter().position(|m| m.name == name) else {
                 continue;
             };
+            let kind = agg_kind(self.low.maps[id].kind);
             let m = self.read_map(id as u32)?;
-            if m.entries.is_empty() {
+            if self.out.json {
+                if !m.entries.is_empty() {
+                    writeln!(self.out.w, "{}", fmt::json_map(&m, 0, 1))?;
+                }
                 continue;
             }
-            if self.out.json {
-                writeln!(self.out.w, "{}", fmt::json_map(&m, 0, 1))?;
+            let mut s = String::new();
+            if m.entries.is_empty() {
+                fmt::print_empty_map(&mut s, kind);
             } else {
-                let mut s = String::new();
                 fmt::print_map(&mut s, &m, 0, 1);
-                self.out.w.write_all(s.as_bytes())?;
             }
+            self.out.w.write_all(s.as_bytes())?;
         }
         Ok(())
+    }
+}
+
+fn agg_kind(k: MapKind) -> fmt::AggKind {
+    match k {
+        MapKind::Plain(_) => fmt::AggKind::Scalar,
+        MapKind::Agg(f, _) => match f {
+            AggFn::Count => fmt::AggKind::Count,
+            AggFn::Sum => fmt::AggKind::Sum,
+            AggFn::Avg => fmt::AggKind::Avg,
+            AggFn::Min => fmt::AggKind::Min,
+            AggFn::Max => fmt::AggKind::Max,
+            AggFn::Stats => fmt::AggKind::Stats,
+            AggFn::Hist => fmt::AggKind::Hist,
+            AggFn::Lhist { .. } => fmt::AggKind::Lhist,
+        },
     }
 }
 

@@ -1154,6 +1154,13 @@ impl<'a> Lower<'a> {
                 let r = self.truth(c, cond.span)?;
                 let j = self.emit(insn(bs_vm_op::BS_VM_JZ, 0, r, 0));
                 let t = self.expr(then)?;
+                // A result of its own: a branch may be a variable, which must not be written.
+                let (op, res) = if t.ty == Ty::Str {
+                    (bs_vm_op::BS_VM_SMOV, self.slot(e.span)?)
+                } else {
+                    (bs_vm_op::BS_VM_MOV, self.reg(e.span)?)
+                };
+                self.emit(insn(op, res, t.loc, 0));
                 let over = self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0));
                 self.patch(j);
                 let f = self.expr(els)?;
@@ -1167,12 +1174,7 @@ impl<'a> Lower<'a> {
                         ),
                     );
                 }
-                let op = if t.ty == Ty::Str {
-                    bs_vm_op::BS_VM_SMOV
-                } else {
-                    bs_vm_op::BS_VM_MOV
-                };
-                self.emit(insn(op, t.loc, f.loc, 0));
+                self.emit(insn(op, res, f.loc, 0));
                 self.patch(over);
                 let ty = match (t.ty, f.ty) {
                     (Ty::Ptr { .. }, _) | (_, Ty::Ptr { .. }) if t.ty == f.ty => t.ty,
@@ -1184,7 +1186,7 @@ impl<'a> Lower<'a> {
                 };
                 Ok(Val {
                     ty,
-                    loc: t.loc,
+                    loc: res,
                     lit: t.lit && f.lit,
                 })
             }
@@ -1208,24 +1210,25 @@ impl<'a> Lower<'a> {
                         lit: false,
                     });
                 }
-                let (bits, signed) =
-                    match ty.trim() {
-                        "int8" => (8, true),
-                        "int16" => (16, true),
-                        "int32" => (32, true),
-                        "int64" => (64, true),
-                        "uint8" => (8, false),
-                        "uint16" => (16, false),
-                        "uint32" => (32, false),
-                        "uint64" => (64, false),
-                        t if t.ends_with('*') => return err(
+                let (bits, signed) = match ty.trim() {
+                    "int8" => (8, true),
+                    "int16" => (16, true),
+                    "int32" => (32, true),
+                    "int64" => (64, true),
+                    "uint8" => (8, false),
+                    "uint16" => (16, false),
+                    "uint32" => (32, false),
+                    "uint64" => (64, false),
+                    t if t.ends_with('*') => {
+                        return err(
                             e.span,
                             format!(
                                 "casts to pointer types ({t}) are not supported by bpfscope run"
                             ),
-                        ),
-                        t => return err(e.span, format!("unknown type '{t}' in a cast")),
-                    };
+                        )
+                    }
+                    t => return err(e.span, format!("unknown type '{t}' in a cast")),
+                };
                 let r = self.reg(e.span)?;
                 self.emit(insn(bs_vm_op::BS_VM_MOV, r, v.loc, 0));
                 if bits < 64 {
@@ -1383,12 +1386,14 @@ impl<'a> Lower<'a> {
         }
         let ty = match def.kind {
             MapKind::Plain(t) => t,
-            MapKind::Agg(..) => return err(
-                span,
-                format!(
+            MapKind::Agg(..) => {
+                return err(
+                    span,
+                    format!(
                     "{m} holds an aggregation; its value can only be printed, not read in a probe"
                 ),
-            ),
+                )
+            }
         };
         self.build_key(id, &keyvals);
         if ty == Ty::Str {
@@ -1433,7 +1438,10 @@ impl<'a> Lower<'a> {
             };
             return self.members(v, btf, &parts, e.span);
         }
-        let mut name = parts.first().map_or(String::new(), |p| p.0.to_string());
+        // `args.` keeps a field named like a builtin (kill's `pid`) a field.
+        let mut name = parts
+            .first()
+            .map_or(String::new(), |p| format!("args.{}", p.0));
         for (f, arrow) in parts.iter().skip(1) {
             name.push_str(if *arrow { "->" } else { "." });
             name.push_str(f);
@@ -1698,20 +1706,36 @@ impl<'a> Lower<'a> {
                 let Some(a) = args.first() else {
                     return err(span, "str() takes a pointer and an optional length");
                 };
-                let max = match args.get(1) {
-                    None => 0,
+                // A constant limit, or one read at run time (str(buf, count)).
+                let limit = match args.get(1) {
+                    None => None,
                     Some(Expr {
                         kind: ExprKind::Int(n),
                         ..
-                    }) => *n as i64,
-                    Some(x) => return err(x.span, "str()'s length must be a constant"),
+                    }) => Some(Err(*n as i64)),
+                    Some(x) => {
+                        let l = self.expr(x)?;
+                        if !l.ty.is_num() {
+                            return err(x.span, "str()'s length must be an integer");
+                        }
+                        Some(Ok(l.loc))
+                    }
                 };
                 let v = self.expr(a)?;
                 match v.ty {
                     Ty::Str => Ok(v),
-                    Ty::Int { .. } => {
+                    t if t.is_num() => {
                         let slot = self.slot(span)?;
-                        self.emit(insn(bs_vm_op::BS_VM_STRPTR, slot, v.loc, 0).imm(max));
+                        let mut i = insn(bs_vm_op::BS_VM_STRPTR, slot, v.loc, 0);
+                        match limit {
+                            Some(Err(n)) => i = i.imm(n),
+                            Some(Ok(r)) => {
+                                i.b = r;
+                                i = i.flags(bs_vm_flags::BS_VMF_REGLEN.0 as u8);
+                            }
+                            None => {}
+                        }
+                        self.emit(i);
                         Ok(Val {
                             ty: Ty::Str,
                             loc: slot,

@@ -31,6 +31,7 @@ mod faults;
 mod kfunc;
 mod parsers;
 mod profile;
+mod run;
 mod targets;
 mod trace;
 mod unwind;

@@ -212,6 +212,7 @@ enum bs_vm_flags {
 	BS_VMF_MINMAX = 4,
 	BS_VMF_AGG = 8,
 	BS_VMF_LOG2 = 16,  /* BUCKET: log2 */
+	BS_VMF_REGLEN = 32, /* STRPTR: the length limit is r[b], not imm */
 };
 
 struct bs_insn {

@@ -159,7 +159,11 @@ static __noinline void bs_vm_emit(struct bs_scratch *s, u32 action, u32 size)
 	hdr->faults = 0;
 	hdr->pad = 0;
 	bs_comm(hdr->comm);
-	size = sizeof(*hdr) + (size & (BS_EVENT_DATA_MAX - 1));
+	/* A full record (join's BS_EVENT_DATA_MAX bytes) is allowed: clamp, not mask. */
+	asm volatile("" : "+r"(size));
+	if (size > BS_EVENT_DATA_MAX)
+		size = BS_EVENT_DATA_MAX;
+	size += sizeof(*hdr);
 	flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
 			BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 	if (bpf_ringbuf_output(&events, s->ev, size, flags))
@@ -210,6 +214,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		u32 k = in->arg;
 		struct bs_src *src = bpf_map_lookup_elem(&vm_srcs, &k);
 
+		/* Zeroed first: a comm fills 16 bytes, and keys hash all 64. */
+		__builtin_memset(BS_SV(in->dst), 0, BS_STR_MAX);
 		if (src)
 			bs_read_str(vc->ctx, src, s, BS_SV(in->dst));
 		break;
@@ -223,7 +229,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		break;
 	}
 	case BS_VM_STRPTR:
-		bs_vm_strptr(BS_SV(in->dst), BS_R(in->a), in->imm);
+		bs_vm_strptr(BS_SV(in->dst), BS_R(in->a),
+			     in->flags & BS_VMF_REGLEN ? BS_R(in->b) : in->imm);
 		break;
 	case BS_VM_MOV:
 		BS_R(in->dst) = BS_R(in->a);
