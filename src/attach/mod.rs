@@ -1,6 +1,7 @@
 //! Attach stage: feature probes, the per-probe plan, loading the generic
 //! programs and attaching them with cookies, and targets.
 
+pub mod clock;
 pub mod features;
 pub mod kfunc;
 pub mod plan;

@@ -429,7 +429,7 @@ impl<'obj> Session<'obj> {
                 None => bpfscope_sys::online_cpus().context("reading the online CPUs")?,
             };
             for c in cpus {
-                let fd = crate::profile::session::open_cpu_clock(c, *hz)?;
+                let fd = crate::attach::clock::open_cpu_clock(c, *hz)?;
                 let opts = libbpf_rs::PerfEventOpts {
                     cookie: i as u64 + 1,
                     ..Default::default()

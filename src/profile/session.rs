@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -231,7 +231,7 @@ impl<'obj> ProfileSession<'obj> {
                 self.period_ns = 1_000_000_000 / s.frequency.max(1);
                 let cpus = bpfscope_sys::online_cpus().context("reading the online CPUs")?;
                 for &cpu in &cpus {
-                    let fd = open_cpu_clock(cpu, s.frequency)?;
+                    let fd = crate::attach::clock::open_cpu_clock(cpu, s.frequency)?;
                     let link = self
                         .skel
                         .progs
@@ -532,35 +532,3 @@ fn read_count(fd: RawFd) -> Option<u64> {
     (n == 8).then_some(v)
 }
 
-/// One software cpu-clock event on `cpu`, sampling at `hz`, for all tasks.
-pub(crate) fn open_cpu_clock(cpu: u32, hz: u64) -> Result<OwnedFd> {
-    let mut attr = libbpf_sys::perf_event_attr {
-        type_: libbpf_sys::PERF_TYPE_SOFTWARE,
-        size: std::mem::size_of::<libbpf_sys::perf_event_attr>() as u32,
-        config: u64::from(libbpf_sys::PERF_COUNT_SW_CPU_CLOCK),
-        ..Default::default()
-    };
-    // A fixed period in ns (the clock's unit), not a frequency the kernel
-    // adapts towards: samples taken are then exactly ns counted / period.
-    attr.__bindgen_anon_1.sample_period = 1_000_000_000 / hz.max(1);
-    // SAFETY: attr is a valid, fully initialized perf_event_attr whose size
-    // field matches; the other arguments are plain integers.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr as *const libbpf_sys::perf_event_attr,
-            -1i32,
-            cpu as i32,
-            -1i32,
-            libbpf_sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-        )
-    };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(anyhow::Error::new(Error::Environment(format!(
-            "perf_event_open (software cpu-clock) on CPU {cpu}: {e}"
-        ))));
-    }
-    // SAFETY: the syscall returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}

@@ -1,0 +1,41 @@
+//! Software cpu-clock perf events: the profiler's sampler and a script's
+//! `profile:hz:N` probes attach their programs to these.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use anyhow::Result;
+
+use crate::error::Error;
+
+/// One software cpu-clock event on `cpu`, sampling at `hz`, for all tasks.
+pub fn open_cpu_clock(cpu: u32, hz: u64) -> Result<OwnedFd> {
+    let mut attr = libbpf_sys::perf_event_attr {
+        type_: libbpf_sys::PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<libbpf_sys::perf_event_attr>() as u32,
+        config: u64::from(libbpf_sys::PERF_COUNT_SW_CPU_CLOCK),
+        ..Default::default()
+    };
+    // A fixed period in ns (the clock's unit), not a frequency the kernel
+    // adapts towards: samples taken are then exactly ns counted / period.
+    attr.__bindgen_anon_1.sample_period = 1_000_000_000 / hz.max(1);
+    // SAFETY: attr is a valid, fully initialized perf_event_attr whose size
+    // field matches; the other arguments are plain integers.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const libbpf_sys::perf_event_attr,
+            -1i32,
+            cpu as i32,
+            -1i32,
+            libbpf_sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(anyhow::Error::new(Error::Environment(format!(
+            "perf_event_open (software cpu-clock) on CPU {cpu}: {e}"
+        ))));
+    }
+    // SAFETY: the syscall returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
