@@ -352,6 +352,7 @@ impl RunCtx<'_, '_> {
             Ty::Int { signed: false } | Ty::Ptr { .. } => Value::UInt(word()),
             Ty::Str => Value::Str(cstr(data.get(a.off..a.off + STR_MAX).unwrap_or(&[]))),
             Ty::Stack { user } => Value::Stack(self.stack(word(), user)),
+            Ty::User => Value::Str(user_name(word() as u32)),
         }
     }
 
@@ -410,7 +411,7 @@ impl RunCtx<'_, '_> {
                                 Value::UInt(w)
                             }
                         }
-                        Ty::Stack { .. } | Ty::Ptr { .. } => continue,
+                        Ty::Stack { .. } | Ty::Ptr { .. } | Ty::User => continue,
                     };
                     let key = self.decode_key(&def, &k);
                     entries.push((key, Agg::Scalar(val)));
@@ -493,6 +494,7 @@ impl RunCtx<'_, '_> {
                     Ty::Int { signed: false } | Ty::Ptr { .. } => Value::UInt(w()),
                     Ty::Str => Value::Str(cstr(b)),
                     Ty::Stack { user } => Value::Stack(self.stack(w(), user)),
+                    Ty::User => Value::Str(user_name(w() as u32)),
                 }
             })
             .collect()
@@ -621,6 +623,20 @@ impl Totals {
             _ => v.max,
         });
     }
+}
+
+/// A user's name from /etc/passwd, or the uid as text (as bpftrace prints one it cannot name).
+fn user_name(uid: u32) -> String {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let id: u32 = f.nth(1)?.parse().ok()?;
+            (id == uid).then(|| name.to_string())
+        })
+        .unwrap_or_else(|| uid.to_string())
 }
 
 fn map_id_of(k: &[u8]) -> Option<u32> {

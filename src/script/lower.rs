@@ -43,6 +43,8 @@ pub enum Ty {
     Stack {
         user: bool,
     },
+    /// A user id, shown as the user's name (`username`).
+    User,
     /// An address of a struct whose BTF type id is `btf` (a cast, or a
     /// typed pointer member): its members can be read.
     Ptr {
@@ -340,6 +342,7 @@ fn describe_ty(t: Ty) -> &'static str {
         Ty::Stack { user: false } => "a kernel stack",
         Ty::Stack { user: true } => "a user stack",
         Ty::Ptr { .. } => "a pointer",
+        Ty::User => "a user name",
     }
 }
 
@@ -598,7 +601,7 @@ impl<'a> Lower<'a> {
                 let keyvals = self.keys(keys)?;
                 let kinds: Vec<Ty> = keyvals.iter().map(|k| k.ty.plain()).collect();
                 let ty = match v.ty {
-                    Ty::Int { .. } | Ty::Ptr { .. } => v.ty.plain(),
+                    Ty::Int { .. } | Ty::Ptr { .. } | Ty::User => v.ty.plain(),
                     Ty::Str => Ty::Str,
                     Ty::Stack { .. } => {
                         return err(value.span, "a stack can be a map key, not a map value")
@@ -1619,6 +1622,7 @@ impl<'a> Lower<'a> {
             "rand" => (b(bs_src_kind::BS_SRC_RAND), u),
             "jiffies" => (b(bs_src_kind::BS_SRC_JIFFIES), u),
             "kstack" | "ustack" => return self.stack(name == "ustack", span),
+            "username" => (b(bs_src_kind::BS_SRC_UID), Ty::User),
             "comm" => {
                 let s = bs_src {
                     kind: bs_src_kind::BS_SRC_COMM.0 as u8,
@@ -1809,7 +1813,7 @@ fn arg_kind(t: Ty) -> crate::render::bpftrace::ArgKind {
     use crate::render::bpftrace::ArgKind;
     match t {
         Ty::Int { .. } | Ty::Ptr { .. } => ArgKind::Int,
-        Ty::Str => ArgKind::Str,
+        Ty::Str | Ty::User => ArgKind::Str,
         Ty::Stack { .. } => ArgKind::Stack,
     }
 }

@@ -82,10 +82,13 @@ static __noinline void bs_vm_strptr(char *dst, u64 ptr, u64 max)
 {
 	u32 n = max && max < BS_STR_MAX ? max + 1 : BS_STR_MAX;
 
-	/* Hidden from the compiler, so the check the verifier needs stays. */
+	/*
+	 * Hidden from the compiler, then masked: the verifier sees 1..64
+	 * whatever copies of n the compiler makes (6.1 loses a bound checked
+	 * on another register).
+	 */
 	asm volatile("" : "+r"(n));
-	if (n > BS_STR_MAX)
-		n = BS_STR_MAX;
+	n = ((n - 1) & (BS_STR_MAX - 1)) + 1;
 	__builtin_memset(dst, 0, BS_STR_MAX);
 	if (!ptr)
 		return;
@@ -161,6 +164,7 @@ static __noinline void bs_vm_emit(struct bs_scratch *s, u32 action, u32 size)
 	bs_comm(hdr->comm);
 	/* A full record (join's BS_EVENT_DATA_MAX bytes) is allowed: clamp, not mask. */
 	asm volatile("" : "+r"(size));
+	size &= 2 * BS_EVENT_DATA_MAX - 1;
 	if (size > BS_EVENT_DATA_MAX)
 		size = BS_EVENT_DATA_MAX;
 	size += sizeof(*hdr);
@@ -283,8 +287,9 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 	case BS_VM_KEYSTR: {
 		u32 n = in->arg2;
 
-		if (n > BS_STR_MAX)
-			n = BS_STR_MAX;
+		/* 1..64, as in bs_vm_strptr. */
+		asm volatile("" : "+r"(n));
+		n = ((n - 1) & (BS_STR_MAX - 1)) + 1;
 		bpf_probe_read_kernel(BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1)), n, BS_SV(in->a));
 		break;
 	}
@@ -383,16 +388,17 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		bs_vm_emit(s, in->arg, in->arg2);
 		break;
 	case BS_VM_READ: {
-		u64 v = 0, a = BS_R(in->a);
+		/* 16 bytes, so a masked length (the verifier's bound) always fits. */
+		u64 v[2] = {}, a = BS_R(in->a);
 		u32 n = in->arg;
 
-		if (n > 8)
-			n = 8;
-		if (bpf_probe_read_kernel(&v, n, (void *)a) < 0)
-			bpf_probe_read_user(&v, n, (void *)a);
+		asm volatile("" : "+r"(n));
+		n &= 15;
+		if (bpf_probe_read_kernel(v, n, (void *)a) < 0)
+			bpf_probe_read_user(v, n, (void *)a);
 		if (n < 8)
-			v = bs_extend(v, n, in->flags & BS_VMF_SIGNED);
-		BS_R(in->dst) = v;
+			v[0] = bs_extend(v[0], n, in->flags & BS_VMF_SIGNED);
+		BS_R(in->dst) = v[0];
 		break;
 	}
 	default:
