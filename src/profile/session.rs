@@ -531,4 +531,3 @@ fn read_count(fd: RawFd) -> Option<u64> {
     let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
     (n == 8).then_some(v)
 }
-

@@ -846,3 +846,64 @@ fn exit_ends_the_run_before_the_command_does() {
     assert!(out.contains("\n@c: "), "{out}");
     assert!(!err.contains("lost"), "{err}");
 }
+
+/// Whether kernel function probes can be attached here (kprobes or
+/// fentry); says SKIP with the kernel's reason when not.
+fn kernel_functions(tool_name: &str) -> bool {
+    let (code, _, err) = run_inline("kprobe:vfs_read { @ = count(); }", &["--dry-run"]);
+    if code == 0 {
+        return true;
+    }
+    skip(&format!(
+        "{tool_name}: kernel function probes are refused here ({}); the guest kernels run it",
+        err.trim().trim_start_matches("bpfscope: error: ")
+    ));
+    false
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn capable_agrees_with_bpftrace() {
+    // kprobe:cap_capable with its arguments (arg2, arg3) and a string map
+    // filled in BEGIN, read in the probe: each capability check of
+    // setuid, setresuid and setfsuid as root.
+    require_root();
+    if !tool_present("capable") || !kernel_functions("capable") {
+        return;
+    }
+    let Some((a, b)) = side_by_side(&tool("capable"), 2, || {
+        drive("bt_cap", "setuid", 2, &[]);
+    }) else {
+        return;
+    };
+    assert_eq!(header(&a, 3), header(&b, 3));
+    let ours = about(&a, "bt_cap");
+    assert_eq!(ours, about(&b, "bt_cap"));
+    assert!(ours.iter().any(|l| l.contains("CAP_SETUID")), "{ours:#?}");
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn vfsstat_counts_kernel_functions_per_interval() {
+    // Globbed kprobes (vfs_read*, vfs_write*, ...) with `func` as the key,
+    // time() and print() each second: both tools see the workload's fsyncs.
+    require_root();
+    if !tool_present("vfsstat") || !kernel_functions("vfsstat") {
+        return;
+    }
+    let Some((a, b)) = side_by_side(&tool("vfsstat"), 1, || {
+        drive("bt_vfs", "sync", 50, &[]);
+        // END clears the last, partial interval: wait past a whole one.
+        std::thread::sleep(Duration::from_millis(2500));
+    }) else {
+        return;
+    };
+    let fsyncs = |v: &[String]| -> u64 {
+        v.iter()
+            .filter_map(|l| l.strip_prefix("@[vfs_fsync]: ")?.parse::<u64>().ok())
+            .sum()
+    };
+    // fsync and fdatasync per round, and whatever else syncs meanwhile.
+    assert!(fsyncs(&a) >= 100, "{a:#?}");
+    assert!(fsyncs(&b) >= 100, "{b:#?}");
+}
