@@ -18,11 +18,12 @@ use crate::attach::libbpf_log;
 use crate::attach::session::{LoadConfig, Session};
 use crate::attach::target::{GatedChild, Target};
 use crate::cli::RunSettings;
+use crate::collect::aggregate::AggVal;
 use crate::collect::{stacks, Lost, StopReason, Stopper};
 use crate::render::bpftrace::{self as fmt, Agg, MapData, Value};
 use crate::script::lower::{Action, AggFn, Arg, Lowered, MapKind, Trigger, Ty, JOIN_MAX, STR_MAX};
 use crate::script::{self, trigger};
-use bpfscope_bpf::abi::{bs_agg_val, bs_event_hdr, bs_key_hdr};
+use bpfscope_bpf::abi::{bs_event_hdr, bs_key_hdr};
 use bpfscope_sys::pod;
 
 /// Aggregation keys the script's maps hold in all (bpftrace's default map size).
@@ -437,13 +438,11 @@ impl RunCtx<'_, '_> {
                     let key = self.decode_key(&def, &k);
                     let e = acc
                         .entry(data)
-                        .or_insert_with(|| (key, BTreeMap::new(), Totals::default()));
+                        .or_insert_with(|| (key, BTreeMap::new(), AggVal::default()));
                     for c in per_cpu {
-                        let Some(v) = pod::read::<bs_agg_val>(&c) else {
-                            continue;
-                        };
+                        let v = AggVal::from_bytes(&c);
                         *e.1.entry(bucket).or_insert(0) += v.count;
-                        e.2.add(&v, signed);
+                        e.2.merge(v, signed);
                     }
                 }
                 for (_, (key, buckets, t)) in acc {
@@ -458,8 +457,8 @@ impl RunCtx<'_, '_> {
                             count: t.count,
                             sum: t.sum,
                         },
-                        AggFn::Min => Agg::Min(t.min.unwrap_or(0)),
-                        AggFn::Max => Agg::Max(t.max.unwrap_or(0)),
+                        AggFn::Min => Agg::Min(t.min),
+                        AggFn::Max => Agg::Max(t.max),
                         AggFn::Hist => Agg::Hist(buckets),
                         AggFn::Lhist { min, max, step } => Agg::Lhist {
                             min,
@@ -589,41 +588,7 @@ fn agg_kind(k: MapKind) -> fmt::AggKind {
 }
 
 /// One key's decoded parts, counts per bucket, and totals.
-type KeyTotals = (Vec<Value>, BTreeMap<u32, u64>, Totals);
-
-/// An aggregate's totals over CPUs.
-#[derive(Default)]
-struct Totals {
-    count: u64,
-    sum: i64,
-    min: Option<i64>,
-    max: Option<i64>,
-}
-
-impl Totals {
-    fn add(&mut self, v: &bs_agg_val, signed: bool) {
-        self.count += v.count;
-        self.sum = self.sum.wrapping_add(v.sum);
-        if v.count == 0 {
-            return;
-        }
-        let less = |a: i64, b: i64| {
-            if signed {
-                a < b
-            } else {
-                (a as u64) < (b as u64)
-            }
-        };
-        self.min = Some(match self.min {
-            Some(m) if !less(v.min, m) => m,
-            _ => v.min,
-        });
-        self.max = Some(match self.max {
-            Some(m) if !less(m, v.max) => m,
-            _ => v.max,
-        });
-    }
-}
+type KeyTotals = (Vec<Value>, BTreeMap<u32, u64>, AggVal);
 
 /// A user's name from /etc/passwd, or the uid as text (as bpftrace prints one it cannot name).
 fn user_name(uid: u32) -> String {

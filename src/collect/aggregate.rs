@@ -19,7 +19,8 @@ pub struct AggVal {
 }
 
 impl AggVal {
-    fn merge(&mut self, o: AggVal, signed: bool) {
+    /// Adds another CPU's (or key's) value.
+    pub fn merge(&mut self, o: AggVal, signed: bool) {
         if o.count == 0 {
             return;
         }
@@ -40,7 +41,8 @@ impl AggVal {
         self.sum = self.sum.wrapping_add(o.sum);
     }
 
-    fn from_bytes(b: &[u8]) -> AggVal {
+    /// One CPU's value as the map holds it.
+    pub fn from_bytes(b: &[u8]) -> AggVal {
         let v: bs_agg_val = pod::read(b).unwrap_or_default();
         AggVal {
             count: v.count,

@@ -331,6 +331,17 @@ impl Shared {
     }
 }
 
+fn cannot<T>(op: BinOp, a: Ty, b: Ty, span: Span) -> Res<T> {
+    err(
+        span,
+        format!(
+            "{op:?} of {} and {} is not possible",
+            describe_ty(a),
+            describe_ty(b)
+        ),
+    )
+}
+
 fn same_ty(a: Ty, b: Ty) -> bool {
     (a.is_num() && b.is_num()) || a == b
 }
@@ -1289,14 +1300,7 @@ impl<'a> Lower<'a> {
     fn binary_vals(&mut self, op: BinOp, a: Val, b: Val, span: Span) -> Res<Val> {
         if a.ty == Ty::Str || b.ty == Ty::Str {
             if a.ty != b.ty || !matches!(op, BinOp::Eq | BinOp::Ne) {
-                return err(
-                    span,
-                    format!(
-                        "{op:?} of {} and {} is not possible",
-                        describe_ty(a.ty),
-                        describe_ty(b.ty)
-                    ),
-                );
+                return cannot(op, a.ty, b.ty, span);
             }
             let r = self.reg(span)?;
             self.emit(insn(bs_vm_op::BS_VM_STREQ, r, a.loc, b.loc));
@@ -1310,14 +1314,7 @@ impl<'a> Lower<'a> {
             });
         }
         let (Ty::Int { signed: sa }, Ty::Int { signed: sb }) = (a.ty.plain(), b.ty.plain()) else {
-            return err(
-                span,
-                format!(
-                    "{op:?} of {} and {} is not possible",
-                    describe_ty(a.ty),
-                    describe_ty(b.ty)
-                ),
-            );
+            return cannot(op, a.ty, b.ty, span);
         };
         // A literal takes the other side's signedness.
         let signed = match (a.lit, b.lit) {

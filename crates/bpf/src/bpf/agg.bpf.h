@@ -53,14 +53,19 @@ static __always_inline u32 bs_bucket(const struct bs_probe_cfg *cfg, u64 v)
 	return 0;
 }
 
-static __always_inline void bs_aggregate(const struct bs_probe_cfg *cfg,
-					 struct bs_scratch *s, u64 v)
+/*
+ * Adds v to the aggregate of the key in s->key, in `bucket`: the count
+ * always, the sum with `sum`, min and max with `minmax` (compared signed
+ * with `is_signed`). The verbs and the script machine both update here.
+ */
+static __always_inline void bs_agg_add(struct bs_scratch *s, u32 bucket, u64 v,
+				       int sum, int minmax, int is_signed)
 {
 	struct bs_key_hdr *hdr = (struct bs_key_hdr *)s->key;
 	struct bs_agg_val *a;
 	u64 old;
 
-	hdr->bucket = bs_bucket(cfg, v);
+	hdr->bucket = bucket;
 	hdr->epoch = epoch;
 	a = bpf_map_lookup_elem(&aggs, s->key);
 	if (!a) {
@@ -75,13 +80,13 @@ static __always_inline void bs_aggregate(const struct bs_probe_cfg *cfg,
 	}
 	/* Atomics: uprobe programs can be preempted by another task on this CPU. */
 	old = __sync_fetch_and_add(&a->count, 1);
-	if (cfg->agg == BS_AGG_COUNT)
+	if (!sum)
 		return;
 	__sync_fetch_and_add(&a->sum, v);
-	if (cfg->agg != BS_AGG_STATS)
+	if (!minmax)
 		return;
 	/* A slot with count 0 has no min/max yet (other CPUs' slots start zeroed). */
-	if (cfg->value.is_signed) {
+	if (is_signed) {
 		if (!old || (s64)v < a->min)
 			a->min = v;
 		if (!old || (s64)v > a->max)
@@ -92,6 +97,13 @@ static __always_inline void bs_aggregate(const struct bs_probe_cfg *cfg,
 		if (!old || v > (u64)a->max)
 			a->max = v;
 	}
+}
+
+static __always_inline void bs_aggregate(const struct bs_probe_cfg *cfg,
+					 struct bs_scratch *s, u64 v)
+{
+	bs_agg_add(s, bs_bucket(cfg, v), v, cfg->agg != BS_AGG_COUNT,
+		   cfg->agg == BS_AGG_STATS, cfg->value.is_signed);
 }
 
 static __always_inline void bs_keys(void *ctx, const struct bs_probe_cfg *cfg,

@@ -16,6 +16,7 @@
 
 #include "filter.bpf.h"
 #include "agg.bpf.h"
+#include "emit.bpf.h"
 
 struct bs_vm_ctx {
 	void *ctx;
@@ -114,64 +115,19 @@ static __noinline void bs_vm_join(u8 *dst, u64 arr)
 /* The aggregation update of BS_VM_AGG, on the key in s->key. */
 static __noinline void bs_vm_agg(struct bs_scratch *s, u32 bucket, u64 v, u32 flags)
 {
-	struct bs_key_hdr *hdr = (struct bs_key_hdr *)s->key;
-	struct bs_agg_val *a;
-	u64 old;
-
-	hdr->bucket = bucket;
-	hdr->epoch = 0;
-	a = bpf_map_lookup_elem(&aggs, s->key);
-	if (!a) {
-		struct bs_agg_val zero = {};
-
-		bpf_map_update_elem(&aggs, s->key, &zero, BPF_NOEXIST);
-		a = bpf_map_lookup_elem(&aggs, s->key);
-		if (!a) {
-			bs_count(&lost, BS_LOST_KEYS);
-			return;
-		}
-	}
-	old = __sync_fetch_and_add(&a->count, 1);
-	__sync_fetch_and_add(&a->sum, v);
-	if (!(flags & BS_VMF_MINMAX))
-		return;
-	if (flags & BS_VMF_SIGNED) {
-		if (!old || (s64)v < a->min)
-			a->min = v;
-		if (!old || (s64)v > a->max)
-			a->max = v;
-	} else {
-		if (!old || v < (u64)a->min)
-			a->min = v;
-		if (!old || v > (u64)a->max)
-			a->max = v;
-	}
+	bs_agg_add(s, bucket, v, 1, flags & BS_VMF_MINMAX, flags & BS_VMF_SIGNED);
 }
 
+/* A record of a script's action: printf arguments, join's strings... */
 static __noinline void bs_vm_emit(struct bs_scratch *s, u32 action, u32 size)
 {
-	struct bs_event_hdr *hdr = (struct bs_event_hdr *)s->ev;
-	struct task_struct *t = bpf_get_current_task_btf();
-	u64 flags;
-
-	hdr->ts_ns = bpf_ktime_get_ns();
-	hdr->probe = action;
-	hdr->pid = t->tgid;
-	hdr->tid = t->pid;
-	hdr->cpu = bpf_get_smp_processor_id();
-	hdr->faults = 0;
-	hdr->pad = 0;
-	bs_comm(hdr->comm);
+	bs_event_head(s, action);
 	/* A full record (join's BS_EVENT_DATA_MAX bytes) is allowed: clamp, not mask. */
 	asm volatile("" : "+r"(size));
 	size &= 2 * BS_EVENT_DATA_MAX - 1;
 	if (size > BS_EVENT_DATA_MAX)
 		size = BS_EVENT_DATA_MAX;
-	size += sizeof(*hdr);
-	flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
-			BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_output(&events, s->ev, size, flags))
-		bs_count(&lost, BS_LOST_EVENTS);
+	bs_event_send(s, sizeof(struct bs_event_hdr) + size);
 }
 
 /* A plain map's value for key s->key: number or string. */
