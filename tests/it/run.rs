@@ -907,3 +907,45 @@ fn vfsstat_counts_kernel_functions_per_interval() {
     assert!(fsyncs(&a) >= 100, "{a:#?}");
     assert!(fsyncs(&b) >= 100, "{b:#?}");
 }
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn bashreadline_agrees_with_bpftrace() {
+    // A uretprobe on bash's readline: the line typed into an interactive
+    // bash (driven through a pseudo-terminal by script(1)), read through
+    // the return value as a user string.
+    require_root();
+    if !tool_present("bashreadline") {
+        return;
+    }
+    if Command::new("script").arg("--version").output().is_err() {
+        skip("script(1) is not installed (util-linux)");
+        return;
+    }
+    let Some((a, b)) = side_by_side(&tool("bashreadline"), 2, || {
+        let mut c = Command::new("script")
+            .args(["-qc", "bash --norc -i", "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("running script(1)");
+        use std::io::Write;
+        let _ = c
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"echo bt_readline_works\nexit\n");
+        let _ = c.wait();
+    }) else {
+        return;
+    };
+    let typed = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .filter(|l| l.contains("bt_readline_works"))
+            .map(|l| strip_clock(l))
+            .collect()
+    };
+    let ours = typed(&a);
+    assert_eq!(ours, typed(&b));
+    assert_eq!(ours.len(), 1, "{a:#?}");
+}
