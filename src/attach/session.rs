@@ -33,10 +33,6 @@ const SLOW_ATTACH: usize = 200;
 pub struct Session<'obj> {
     pub skel: TraceSkel<'obj>,
     links: Vec<Link>,
-    /// A script's BEGIN/END/interval triggers: kept past `detach_probes`.
-    trigger_links: Vec<Link>,
-    /// The triggers were attached ahead of the other probes.
-    triggers_early: bool,
     uprobe_multi: bool,
     /// Kernel function links, and the fentry/fexit program copies they run.
     klinks: Vec<KLink>,
@@ -116,8 +112,6 @@ impl<'obj> Session<'obj> {
         let session = Session {
             skel,
             links: Vec::new(),
-            trigger_links: Vec::new(),
-            triggers_early: false,
             uprobe_multi: progs.umulti,
             klinks: Vec::new(),
             kprogs: Vec::new(),
@@ -201,14 +195,12 @@ impl<'obj> Session<'obj> {
         // Links made here are kept only once every probe is attached.
         let mut links = self.attach_syscalls(plan)?;
         self.attach_uprobe_groups(plan, pid, &mut out);
-        let (events, triggers) = self.attach_events(plan, pid, skip_refused, &mut out)?;
-        links.extend(events);
+        links.extend(self.attach_events(plan, pid, skip_refused, &mut out)?);
         links.extend(self.attach_clocks(plan)?);
         if follow_forks {
             links.push(self.attach_fork_follower()?);
         }
         self.links.extend(links);
-        self.trigger_links.extend(triggers);
         out.probes = plan.probes.len() - out.skipped.len();
         if out.probes == 0 {
             let (name, why) = out.skipped.first().cloned().unwrap_or_default();
@@ -279,19 +271,17 @@ impl<'obj> Session<'obj> {
         pid: i32,
         skip_refused: bool,
         out: &mut Attached,
-    ) -> Result<(Vec<Link>, Vec<Link>)> {
+    ) -> Result<Vec<Link>> {
         if plan.probes.len() >= SLOW_ATTACH {
             eprintln!("Attaching {} probes...", plan.probes.len());
         }
         let mut links = Vec::new();
-        let mut triggers = Vec::new();
         for (i, p) in plan.probes.iter().enumerate() {
             if bpfscope_sys::signals::interrupted() {
                 return Err(crate::error::Error::Interrupted.into());
             }
             match self.attach_event(i, p, pid) {
                 None => {}
-                Some(Ok(l)) if matches!(p.path, Path::Trigger { .. }) => triggers.push(l),
                 Some(Ok(l)) => links.push(l),
                 // One event of many that the kernel refuses is skipped and
                 // named (as kernel-function globs do); running out of
@@ -302,7 +292,7 @@ impl<'obj> Session<'obj> {
                 Some(Err(e)) => return Err(e),
             }
         }
-        Ok((links, triggers))
+        Ok(links)
     }
 
     /// The link of the probe at index `i`; None for paths attached
@@ -312,11 +302,11 @@ impl<'obj> Session<'obj> {
         let cookie = i as u64 + 1;
         let name = &p.probe.name;
         Some(match &p.path {
-            Path::Syscall(_) | Path::Uprobe { .. } | Path::Kfunc(_) | Path::Clock { .. } => {
-                return None
-            }
-            Path::Trigger { .. } if self.triggers_early => return None,
-            Path::Trigger { binary, offset } => self.attach_trigger(binary, *offset, cookie),
+            Path::Syscall(_)
+            | Path::Uprobe { .. }
+            | Path::Kfunc(_)
+            | Path::Clock { .. }
+            | Path::Trigger => return None,
             Path::Usdt {
                 binary,
                 provider,
@@ -386,34 +376,22 @@ impl<'obj> Session<'obj> {
             .with_context(|| format!("attaching {name}"))
     }
 
-    /// Attaches a script's triggers alone, before `attach`: BEGIN then
-    /// runs before any other probe can fire, so its output comes first.
-    pub fn attach_triggers(&mut self, plan: &Plan) -> Result<()> {
-        for (i, p) in plan.probes.iter().enumerate() {
-            if let Path::Trigger { binary, offset } = &p.path {
-                let l = self.attach_trigger(binary, *offset, i as u64 + 1)?;
-                self.trigger_links.push(l);
-            }
-        }
-        self.triggers_early = true;
-        Ok(())
-    }
-
-    /// A script's BEGIN, END or interval block: a uprobe on a function of
-    /// bpfscope itself, in this process only.
-    fn attach_trigger(&self, binary: &std::path::Path, offset: u64, cookie: u64) -> Result<Link> {
-        let opts = UprobeOpts {
-            cookie,
+    /// Runs a script's trigger probe (BEGIN, END, an interval) at index
+    /// `idx` now, on this CPU, in this task: BPF_PROG_TEST_RUN of the
+    /// trigger program. Nothing is attached, so nothing is to detach (a
+    /// uprobe's detach costs a tasks-trace RCU grace period, ~150 ms here).
+    pub fn fire(&self, idx: usize) -> Result<()> {
+        let mut ctx = (idx as u64).to_ne_bytes();
+        let input = libbpf_rs::ProgramInput {
+            context_in: Some(&mut ctx),
             ..Default::default()
         };
-        let pid = std::process::id() as i32;
         self.skel
             .progs
-            .bpfscope_uprobe
-            .attach_uprobe_with_opts(pid, binary, offset as usize, opts)
-            .context(
-                "attaching a script's BEGIN/END/interval trigger (a uprobe on bpfscope itself)",
-            )
+            .bpfscope_trigger
+            .test_run(input)
+            .map(|_| ())
+            .context("running a script's BEGIN/END/interval block (BPF_PROG_TEST_RUN)")
     }
 
     /// `profile:hz:N` probes: a software cpu-clock per CPU (or on the one
@@ -515,14 +493,8 @@ impl<'obj> Session<'obj> {
         self.missed_at_detach + live + recursion
     }
 
-    /// Detaches every probe; maps stay readable.
+    /// Detaches every probe; maps stay readable (and a script's END can still run).
     pub fn detach(&mut self) {
-        self.detach_probes();
-        detach_all(std::mem::take(&mut self.trigger_links));
-    }
-
-    /// Detaches every probe but a script's triggers (END still runs).
-    pub fn detach_probes(&mut self) {
         self.missed_at_detach = self.kprobe_misses();
         detach_all(std::mem::take(&mut self.links));
         detach_all(std::mem::take(&mut self.klinks));
@@ -934,6 +906,8 @@ struct Programs {
     usdt: bool,
     /// Software clocks of a script's profile probes.
     clock: bool,
+    /// A script's BEGIN/END/interval blocks, run with BPF_PROG_TEST_RUN.
+    trigger: bool,
     fork: bool,
     /// Kernel functions: what the plan tries first, and its fallbacks.
     kprobe: bool,
@@ -954,14 +928,15 @@ impl Programs {
         };
         let uprobes = has(&|p| matches!(p, Path::Uprobe { .. }));
         let umulti = uprobes && features.uprobe_multi();
-        let triggers = has(&|p| matches!(p, Path::Trigger { .. }));
+        let triggers = has(&|p| matches!(p, Path::Trigger));
         Programs {
             sysin: has(&|p| matches!(p, Path::Syscall(sc) if !sc.exit)),
             sysout: has(&|p| matches!(p, Path::Syscall(sc) if sc.exit)),
             rawtp: has(&|p| matches!(p, Path::RawTp { .. })),
             tp: has(&|p| matches!(p, Path::Tracepoint { .. })),
             umulti,
-            uprobe: (uprobes && !umulti) || triggers,
+            uprobe: uprobes && !umulti,
+            trigger: triggers,
             clock: has(&|p| matches!(p, Path::Clock { .. })),
             usdt: has(&|p| matches!(p, Path::Usdt { .. })),
             fork: matches!(target, Target::Command { .. }),
@@ -996,6 +971,7 @@ impl Programs {
         progs.bpfscope_uprobe.set_autoload(self.uprobe);
         progs.bpfscope_usdt.set_autoload(self.usdt);
         progs.bpfscope_clock.set_autoload(self.clock);
+        progs.bpfscope_trigger.set_autoload(self.trigger);
         progs.bpfscope_fork.set_autoload(self.fork);
         progs.bpfscope_kprobe.set_autoload(self.kprobe);
         progs.bpfscope_kmulti.set_autoload(self.kmulti);

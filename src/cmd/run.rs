@@ -30,6 +30,8 @@ use bpfscope_sys::pod;
 const MAX_KEYS: u32 = 10240;
 const MAX_STACKS: u32 = 4096;
 const RINGBUF: u32 = 4 << 20;
+/// Longest wait for records: a command's exit or a signal is seen within it.
+const POLL: Duration = Duration::from_millis(50);
 const HDR: usize = std::mem::size_of::<bs_event_hdr>();
 const KHDR: usize = std::mem::size_of::<bs_key_hdr>();
 
@@ -93,13 +95,10 @@ pub fn run(s: RunSettings) -> Result<()> {
         bss.vm_t0 = bpfscope_sys::monotonic_ns();
     }
     let upid = pid.map_or(-1, |p| p as i32);
-    session
-        .attach_triggers(plan)
-        .map_err(crate::error::refused)?;
     // BEGIN runs before the other probes are attached: its records come
     // first in the ring buffer, as its output comes first in bpftrace.
-    for id in triggers_of(low, Trigger::Begin) {
-        trigger::fire(id);
+    for i in trigger::of(low, Trigger::Begin) {
+        session.fire(i)?;
     }
     let mut att = match session.attach(plan, false, upid, true) {
         Err(e) if crate::error::is_interrupted(&e) => return Ok(()),
@@ -123,15 +122,6 @@ pub fn run(s: RunSettings) -> Result<()> {
         Err(e) if is_broken_pipe(&e) => Ok(()),
         r => r,
     }
-}
-
-fn triggers_of(low: &Lowered, which: Trigger) -> Vec<u64> {
-    low.probes
-        .iter()
-        .filter_map(|p| p.trigger)
-        .filter(|(t, _)| *t == which)
-        .map(|(_, id)| id)
-        .collect()
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -202,19 +192,7 @@ impl RunCtx<'_, '_> {
             }
             stopper.watch_child(g.release()?);
         }
-        let start = Instant::now();
-        let mut intervals: Vec<(u64, Duration, Instant)> = self
-            .low
-            .probes
-            .iter()
-            .filter_map(|p| match p.trigger {
-                Some((Trigger::Interval { ms }, id)) => {
-                    let every = Duration::from_millis(ms);
-                    Some((id, every, start + every))
-                }
-                _ => None,
-            })
-            .collect();
+        let mut intervals = trigger::Intervals::new(self.low, Instant::now());
         loop {
             rb.consume().context("reading records")?;
             self.drain(&queue)?;
@@ -227,22 +205,10 @@ impl RunCtx<'_, '_> {
                 }
                 break;
             }
-            let now = Instant::now();
-            for (id, every, next) in intervals.iter_mut() {
-                if now >= *next {
-                    trigger::fire(*id);
-                    *next += *every;
-                    if *next < now {
-                        *next = now + *every;
-                    }
-                }
+            for i in intervals.take_due(Instant::now()) {
+                self.session.fire(i)?;
             }
-            let wait = intervals
-                .iter()
-                .map(|(_, _, n)| n.saturating_duration_since(Instant::now()))
-                .min()
-                .unwrap_or(Duration::from_millis(50))
-                .min(Duration::from_millis(50));
+            let wait = intervals.wait(Instant::now()).unwrap_or(POLL).min(POLL);
             match rb.poll(wait) {
                 Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
                 r => r.context("reading records")?,
@@ -250,17 +216,14 @@ impl RunCtx<'_, '_> {
         }
         // The probes stop before END runs, so what END prints and clears
         // is what the maps hold at the end, as in bpftrace.
-        self.session.detach_probes();
+        self.session.detach();
         rb.consume().context("reading records")?;
         self.drain(&queue)?;
-        for id in triggers_of(self.low, Trigger::End) {
-            trigger::fire(id);
+        for i in trigger::of(self.low, Trigger::End) {
+            self.session.fire(i)?;
         }
         rb.consume().context("reading records")?;
         self.exit = false;
-        self.drain(&queue)?;
-        self.session.detach();
-        rb.consume().context("reading records")?;
         self.drain(&queue)?;
         self.print_all()?;
         let lost = Lost::read(&self.session.skel.maps.lost)?;

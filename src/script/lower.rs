@@ -160,7 +160,8 @@ pub enum Trigger {
 pub struct LoweredProbe {
     pub probe: Probe,
     pub path: Path,
-    pub trigger: Option<(Trigger, u64)>,
+    /// A block bpfscope runs itself (BEGIN, END, interval).
+    pub trigger: Option<Trigger>,
     pub code: Vec<bs_insn>,
 }
 
@@ -214,7 +215,6 @@ struct Val {
 pub struct ProbeCtx<'a> {
     pub probe: &'a Probe,
     pub path: &'a Path,
-    pub trigger: Option<(Trigger, u64)>,
 }
 
 /// State shared by every probe's lowering: maps, actions, sources, strings.
@@ -415,24 +415,6 @@ impl<'a> Lower<'a> {
         }
     }
 
-    /// Code that runs only in the trigger it belongs to (all triggers share
-    /// one uprobe; its first argument says which was called).
-    pub fn trigger_guard(&mut self) {
-        if let Some((_, id)) = self.pc.trigger {
-            let r = 0;
-            let src = self.sh.src(arg_src(0, false, 8));
-            self.emit(insn(bs_vm_op::BS_VM_SRC, r, 0, 0).arg(src));
-            self.emit(
-                insn(bs_vm_op::BS_VM_ALU, r, r, 0)
-                    .arg(bs_vm_alu::BS_ALU_NE.0)
-                    .imm(id as i64)
-                    .flags(bs_vm_flags::BS_VMF_IMM.0 as u8),
-            );
-            let j = self.emit(insn(bs_vm_op::BS_VM_JNZ, 0, r, 0));
-            self.exits.push(j);
-        }
-    }
-
     /// One probe block: its predicate, then its statements. Variables are
     /// the block's own.
     pub fn block(&mut self, b: &ProbeBlock) -> Res<()> {
@@ -453,7 +435,7 @@ impl<'a> Lower<'a> {
         Ok(())
     }
 
-    /// The probe's code, ending in a halt that `return` and the trigger guard jump to.
+    /// The probe's code, ending in a halt that `return` and `exit()` jump to.
     pub fn finish(mut self) -> Vec<bs_insn> {
         for j in std::mem::take(&mut self.exits) {
             self.patch(j);

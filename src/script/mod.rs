@@ -71,10 +71,7 @@ pub fn compile(
             }
         }
     }
-    let exe = trigger::location()
-        .map_err(|e| Error::Environment(format!("finding bpfscope's own trigger function: {e}")))?;
     let mut ctxs = Vec::new();
-    let mut next_trigger = 1u64;
     for (_, def, blocks) in &points {
         let (probe, path, trig) = match def {
             PointDef::Probe(p) => {
@@ -83,23 +80,10 @@ pub fn compile(
                 let path = crate::attach::plan::path_for(p, &fields, features)?;
                 (p.clone(), path, None)
             }
-            PointDef::Trigger(t, name) => {
-                let id = next_trigger;
-                next_trigger += 1;
-                (
-                    synthetic(name, &exe.0, exe.1),
-                    Path::Trigger {
-                        binary: exe.0.clone(),
-                        offset: exe.1,
-                    },
-                    Some((*t, id)),
-                )
+            PointDef::Trigger(t, name) => (synthetic(name), Path::Trigger, Some(*t)),
+            PointDef::Clock(hz, name) => {
+                (synthetic(name), Path::Clock { hz: *hz, cpu: None }, None)
             }
-            PointDef::Clock(hz, name) => (
-                synthetic(name, &exe.0, exe.1),
-                Path::Clock { hz: *hz, cpu: None },
-                None,
-            ),
         };
         ctxs.push((probe, path, trig, blocks.clone()));
     }
@@ -107,12 +91,8 @@ pub fn compile(
     // probe that reads a map before the probe that writes it (in script
     // order) still reads it with its type.
     let mut seed = Shared::new(params.clone());
-    for (probe, path, trig, blocks) in &ctxs {
-        let pc = lower::ProbeCtx {
-            probe,
-            path,
-            trigger: *trig,
-        };
+    for (probe, path, _, blocks) in &ctxs {
+        let pc = lower::ProbeCtx { probe, path };
         let mut l = lower::Lower::new(&mut seed, &pc);
         for &b in blocks {
             let _ = l.block(&program.probes[b]);
@@ -125,10 +105,8 @@ pub fn compile(
         let pc = lower::ProbeCtx {
             probe: &probe,
             path: &path,
-            trigger: trig,
         };
         let mut l = lower::Lower::new(&mut sh, &pc);
-        l.trigger_guard();
         for &b in &blocks {
             l.block(&program.probes[b])
                 .map_err(|e| usage!("{}", e.render(src)))?;
@@ -186,14 +164,15 @@ fn add(
     }
 }
 
-/// A probe for a point bpfscope makes itself (BEGIN, END, interval, profile).
-fn synthetic(name: &str, exe: &std::path::Path, offset: u64) -> Probe {
+/// A probe for a point bpfscope makes itself (BEGIN, END, interval, profile):
+/// no target, no fields. (Its kind only names it; its path says how it runs.)
+fn synthetic(name: &str) -> Probe {
     Probe {
         name: name.to_string(),
         kind: ProbeKind::Uprobe {
-            binary: exe.to_path_buf(),
+            binary: std::path::PathBuf::new(),
             func: name.to_string(),
-            offset,
+            offset: 0,
             ret: false,
         },
         fields: Vec::new(),

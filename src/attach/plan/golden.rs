@@ -112,7 +112,7 @@ pub fn path(p: &Path) -> String {
             if sc.exit { "exit" } else { "enter" }
         ),
         Path::RawTp { name } => format!("raw_tp {name}"),
-        Path::Trigger { offset, .. } => format!("trigger bpfscope+{offset:#x}"),
+        Path::Trigger => "trigger".to_string(),
         Path::Clock { hz, cpu } => format!("clock {hz} Hz cpu {cpu:?}"),
         Path::Tracepoint { subsys, event } => format!("tracepoint {subsys}:{event}"),
         Path::Uprobe {

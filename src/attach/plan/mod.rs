@@ -128,9 +128,9 @@ pub enum Path {
     },
     /// A kernel function's entry or return.
     Kfunc(KfuncPath),
-    /// A function of bpfscope itself, called to run a script's BEGIN, END
-    /// and interval blocks in the kernel (a uprobe limited to this process).
-    Trigger { binary: PathBuf, offset: u64 },
+    /// A script's BEGIN, END or interval block: never attached, run by
+    /// bpfscope with BPF_PROG_TEST_RUN when due (`Session::fire`).
+    Trigger,
     /// A software clock sampling every CPU (`profile:hz:N`), or one CPU.
     Clock { hz: u64, cpu: Option<u32> },
 }
@@ -188,7 +188,7 @@ impl Path {
                 Some(_) => "skipped",
                 None => k.mech.describe(k.ret),
             },
-            Path::Trigger { .. } => "uprobe on bpfscope itself",
+            Path::Trigger => "run by bpfscope (BPF_PROG_TEST_RUN)",
             Path::Clock { .. } => "perf_event cpu-clock with cookie",
         }
     }
@@ -197,11 +197,7 @@ impl Path {
     pub fn uses_args(&self) -> bool {
         matches!(
             self,
-            Path::Syscall(_)
-                | Path::Uprobe { .. }
-                | Path::Usdt { .. }
-                | Path::Kfunc(_)
-                | Path::Trigger { .. }
+            Path::Syscall(_) | Path::Uprobe { .. } | Path::Usdt { .. } | Path::Kfunc(_)
         )
     }
 }

@@ -319,6 +319,25 @@ int bpfscope_fexit(void *ctx)
 	return bs_tramp(ctx, 1);
 }
 
+/*
+ * A script's BEGIN, END and interval blocks, run by bpfscope itself with
+ * BPF_PROG_TEST_RUN (never attached): ctx[0] is the probe's index, and
+ * only probes marked as triggers run, in bpfscope's own task.
+ */
+SEC("raw_tp")
+int bpfscope_trigger(u64 *ctx)
+{
+	struct bs_probe_cfg *cfg;
+	struct bs_scratch *s;
+	u32 idx = ctx[0];
+
+	cfg = bpf_map_lookup_elem(&probes, &idx);
+	s = bs_scratch();
+	if (!cfg || !s || !(cfg->flags & BS_CFG_SELF) || !bs_target_ok(cfg))
+		return 0;
+	return bs_handle(ctx, cfg, s, idx);
+}
+
 /* A software clock (a script's profile:hz:N), configured by cookie. */
 SEC("perf_event")
 int bpfscope_clock(void *ctx)
