@@ -437,10 +437,10 @@ impl<'a> Lower<'a> {
 
     /// The probe's code, ending in a halt that `return` and `exit()` jump to.
     pub fn finish(mut self) -> Vec<bs_insn> {
+        // Running off the end ends the run: no halt instruction to step through.
         for j in std::mem::take(&mut self.exits) {
             self.patch(j);
         }
-        self.emit(insn(bs_vm_op::BS_VM_HALT, 0, 0, 0));
         self.code
     }
 
@@ -752,17 +752,18 @@ impl<'a> Lower<'a> {
                     }
                 }
             }
-            None => {
-                let r = self.reg(span)?;
-                self.emit(insn(bs_vm_op::BS_VM_LDI, r, 0, 0));
-                (r, false)
-            }
+            // count(): AGG takes no value (BS_VMF_COUNT).
+            None => (0, false),
         };
         let kinds: Vec<Ty> = keyvals.iter().map(|k| k.ty.plain()).collect();
         let id = self
             .sh
             .declare(&name_or_at(name), MapKind::Agg(agg, signed), &kinds, span)?;
-        let bucket = self.reg(span)?;
+        let bucket = if matches!(agg, AggFn::Hist | AggFn::Lhist { .. }) {
+            self.reg(span)?
+        } else {
+            0
+        };
         let sflag = if signed {
             bs_vm_flags::BS_VMF_SIGNED.0 as u8
         } else {
@@ -782,14 +783,16 @@ impl<'a> Lower<'a> {
                 i.arg2 = n;
                 self.emit(i);
             }
-            _ => {
-                self.emit(insn(bs_vm_op::BS_VM_LDI, bucket, 0, 0));
-            }
+            // Bucket 0, without a register.
+            _ => {}
         }
         self.build_key(id, &keyvals);
         let mut flags = sflag;
-        if matches!(agg, AggFn::Min | AggFn::Max | AggFn::Stats) {
-            flags |= bs_vm_flags::BS_VMF_MINMAX.0 as u8;
+        match agg {
+            AggFn::Min | AggFn::Max | AggFn::Stats => flags |= bs_vm_flags::BS_VMF_MINMAX.0 as u8,
+            AggFn::Hist | AggFn::Lhist { .. } => flags |= bs_vm_flags::BS_VMF_BUCKET.0 as u8,
+            AggFn::Count => flags |= bs_vm_flags::BS_VMF_COUNT.0 as u8,
+            AggFn::Sum | AggFn::Avg => {}
         }
         self.emit(insn(bs_vm_op::BS_VM_AGG, 0, vreg, bucket).flags(flags));
         Ok(())
@@ -801,14 +804,14 @@ impl<'a> Lower<'a> {
         keys.iter().map(|k| self.expr(k)).collect()
     }
 
+    /// The key of map `id` (the zeros past it are set by `finish_keys`,
+    /// once every map's key length is known).
     fn build_key(&mut self, id: u32, vals: &[Val]) {
         self.emit(insn(bs_vm_op::BS_VM_KEYCLR, 0, 0, 0).arg(id));
         let mut off = KEY_ID_LEN;
         for v in vals {
             if v.ty == Ty::Str {
-                let mut i = insn(bs_vm_op::BS_VM_KEYSTR, 0, v.loc, 0).arg(off as u32);
-                i.arg2 = STR_MAX as u32;
-                self.emit(i);
+                self.emit(insn(bs_vm_op::BS_VM_KEYSTR, 0, v.loc, 0).arg(off as u32));
                 off += STR_MAX;
             } else {
                 self.emit(insn(bs_vm_op::BS_VM_KEYNUM, 0, v.loc, 0).arg(off as u32));
@@ -1031,6 +1034,32 @@ impl<'a> Lower<'a> {
         let mut i = insn(bs_vm_op::BS_VM_EMIT, 0, 0, 0).arg(action);
         i.arg2 = size;
         self.emit(i);
+    }
+
+    /// When the last instruction is `op` writing `dst` (a literal just
+    /// loaded), removes it and gives it back, so its use can take the
+    /// constant in place (an ALU immediate, a string compared in place):
+    /// one step fewer per use at run time.
+    fn take_last(&mut self, op: bs_vm_op, dst: u8) -> Option<bs_insn> {
+        let last = self.code.last()?;
+        if last.op != op.0 as u8 || last.dst != dst {
+            return None;
+        }
+        // Not a jump target: a jump to the end of the code would then skip it.
+        let end = self.code.len() as u32;
+        let jumps = [
+            bs_vm_op::BS_VM_JMP.0 as u8,
+            bs_vm_op::BS_VM_JZ.0 as u8,
+            bs_vm_op::BS_VM_JNZ.0 as u8,
+        ];
+        if self
+            .code
+            .iter()
+            .any(|i| jumps.contains(&i.op) && i.arg >= end - 1)
+        {
+            return None;
+        }
+        self.code.pop()
     }
 
     fn int(&mut self, v: i64, span: Span) -> Res<Val> {
@@ -1285,7 +1314,11 @@ impl<'a> Lower<'a> {
                 return cannot(op, a.ty, b.ty, span);
             }
             let r = self.reg(span)?;
-            self.emit(insn(bs_vm_op::BS_VM_STREQ, r, a.loc, b.loc));
+            // A string literal is compared in place.
+            match self.take_last(bs_vm_op::BS_VM_CSTR, b.loc) {
+                Some(c) => self.emit(insn(bs_vm_op::BS_VM_STREQC, r, a.loc, 0).arg(c.arg)),
+                None => self.emit(insn(bs_vm_op::BS_VM_STREQ, r, a.loc, b.loc)),
+            };
             if op == BinOp::Ne {
                 self.emit(insn(bs_vm_op::BS_VM_ALU, r, r, 0).arg(bs_vm_alu::BS_ALU_NOT.0));
             }
@@ -1333,11 +1366,25 @@ impl<'a> Lower<'a> {
         } else {
             0
         };
-        self.emit(
-            insn(bs_vm_op::BS_VM_ALU, r, a.loc, b.loc)
-                .arg(alu.0)
-                .flags(f),
-        );
+        // An integer literal on the right is an immediate.
+        let imm = if b.lit {
+            self.take_last(bs_vm_op::BS_VM_LDI, b.loc)
+        } else {
+            None
+        };
+        match imm {
+            Some(l) => self.emit(
+                insn(bs_vm_op::BS_VM_ALU, r, a.loc, 0)
+                    .arg(alu.0)
+                    .imm(l.imm)
+                    .flags(f | bs_vm_flags::BS_VMF_IMM.0 as u8),
+            ),
+            None => self.emit(
+                insn(bs_vm_op::BS_VM_ALU, r, a.loc, b.loc)
+                    .arg(alu.0)
+                    .flags(f),
+            ),
+        };
         let ty = Ty::Int {
             signed: if cmp { false } else { signed },
         };
@@ -1884,6 +1931,20 @@ impl InsnExt for bs_insn {
     fn flags(mut self, f: u8) -> Self {
         self.flags |= f;
         self
+    }
+}
+
+/// Completes every key's KEYCLR once all maps are known: the words from
+/// the end of its map's key to the longest key are zeroed (hashed keys
+/// must not carry what a longer key left there).
+pub fn finish_keys(code: &mut [bs_insn], maps: &[MapDef], key_size: usize) {
+    for i in code.iter_mut() {
+        if i.op != bs_vm_op::BS_VM_KEYCLR.0 as u8 {
+            continue;
+        }
+        let len = maps.get(i.arg as usize).map_or(key_size, MapDef::key_len);
+        i.arg2 = len as u32;
+        i.imm = (key_size.saturating_sub(len) / 8) as i64;
     }
 }
 

@@ -125,6 +125,9 @@ pub fn compile(
         .map(|m| m.key_len())
         .max()
         .unwrap_or(lower::KEY_ID_LEN);
+    for p in &mut lowered {
+        lower::finish_keys(&mut p.code, &sh.maps, key_size);
+    }
     let lowered = Lowered {
         probes: lowered,
         srcs: sh.srcs,
@@ -348,7 +351,9 @@ fn plan_of(l: &Lowered) -> Result<Plan, Error> {
         if p.trigger.is_some() {
             cfg.flags |= bs_cfg_flags::BS_CFG_SELF.0;
         }
-        if p.path.uses_args() {
+        // Arguments are fetched only for code that reads one (fetching a
+        // syscall's six from pt_regs costs a helper call per event).
+        if p.path.uses_args() && reads_args(&p.code, &l.srcs) {
             cfg.flags |= bs_cfg_flags::BS_CFG_NEED_ARGS.0;
         }
         code.extend_from_slice(&p.code);
@@ -383,6 +388,17 @@ fn plan_of(l: &Lowered) -> Result<Plan, Error> {
             srcs: l.srcs.clone(),
             vals: VALS_MAX,
         }),
+    })
+}
+
+fn reads_args(code: &[bpfscope_bpf::abi::bs_insn], srcs: &[bpfscope_bpf::abi::bs_src]) -> bool {
+    use bpfscope_bpf::abi::{bs_src_kind, bs_vm_op};
+    let reads = [bs_vm_op::BS_VM_SRC.0 as u8, bs_vm_op::BS_VM_SRCSTR.0 as u8];
+    code.iter().any(|i| {
+        reads.contains(&i.op)
+            && srcs
+                .get(i.arg as usize)
+                .is_some_and(|s| s.kind == bs_src_kind::BS_SRC_ARG.0 as u8)
     })
 }
 

@@ -197,7 +197,7 @@ struct bs_scratch {
 	u64 r[BS_VM_REGS];
 	char sv[BS_VM_STRS][BS_STR_MAX];
 	u32 pc;
-	u32 steps;
+	u32 pad_vm;
 };
 
 struct {

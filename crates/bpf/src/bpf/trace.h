@@ -164,11 +164,11 @@ enum bs_vm_op {
 	BS_VM_JMP = 10,    /* pc = arg (relative to the probe's code_start) */
 	BS_VM_JZ = 11,     /* if !r[a]: pc = arg */
 	BS_VM_JNZ = 12,    /* if r[a]: pc = arg */
-	BS_VM_KEYCLR = 13, /* zero the key; its first 8 data bytes: map id arg */
+	BS_VM_KEYCLR = 13, /* key data: map id arg, then imm zero words from byte arg2 */
 	BS_VM_KEYNUM = 14, /* key data at arg: r[a] (8 bytes) */
-	BS_VM_KEYSTR = 15, /* key data at arg: sv[a], arg2 bytes */
+	BS_VM_KEYSTR = 15, /* key data at arg: sv[a], 64 bytes */
 	BS_VM_BUCKET = 16, /* r[dst] = histogram bucket of r[a]: log2, or linear with min imm, step arg, arg2 buckets */
-	BS_VM_AGG = 17,    /* aggs[key, bucket r[b]] += r[a]; BS_VMF_MINMAX: min/max too */
+	BS_VM_AGG = 17,    /* aggs[key, bucket r[b] (BS_VMF_BUCKET)] += r[a]; BS_VMF_MINMAX: min/max too */
 	BS_VM_MSET = 18,   /* vals[key] = r[a] */
 	BS_VM_MSETSTR = 19, /* vals[key] = sv[a] */
 	BS_VM_MGET = 20,   /* r[dst] = vals[key] (0 when missing) */
@@ -180,7 +180,7 @@ enum bs_vm_op {
 	BS_VM_EMIT = 26,   /* send the record: action arg, arg2 data bytes */
 	BS_VM_MHAS = 27,   /* r[dst] = key present in vals (BS_VMF_AGG: in aggs, bucket 0) */
 	BS_VM_READ = 28,   /* r[dst] = arg (1, 2, 4, 8) bytes at address r[a], kernel then user; BS_VMF_SIGNED extends */
-	BS_VM_STRCAT = 29, /* reserved */
+	BS_VM_STREQC = 29, /* r[dst] = sv[a] == constant string arg (strs); imm: at most this many bytes */
 };
 
 enum bs_vm_alu {
@@ -213,6 +213,8 @@ enum bs_vm_flags {
 	BS_VMF_AGG = 8,
 	BS_VMF_LOG2 = 16,  /* BUCKET: log2 */
 	BS_VMF_REGLEN = 32, /* STRPTR: the length limit is r[b], not imm */
+	BS_VMF_COUNT = 64,  /* AGG: count only (no value, bucket or sum) */
+	BS_VMF_BUCKET = 128, /* AGG: the bucket is r[b] (else 0) */
 };
 
 struct bs_insn {

@@ -18,6 +18,20 @@
 #include "agg.bpf.h"
 #include "emit.bpf.h"
 
+/*
+ * 64 bytes between string slots, keys and records as eight word moves: a
+ * helper call (bpf_probe_read_kernel) costs more than the copy. Offsets
+ * into keys and records are multiples of 8.
+ */
+static __always_inline void bs_copy64(void *dst, const void *src)
+{
+	u64 *d = dst;
+	const u64 *q = src;
+
+	for (int k = 0; k < BS_STR_MAX / 8; k++)
+		d[k] = q[k];
+}
+
 struct bs_vm_ctx {
 	void *ctx;
 	struct bs_scratch *s;
@@ -115,7 +129,8 @@ static __noinline void bs_vm_join(u8 *dst, u64 arr)
 /* The aggregation update of BS_VM_AGG, on the key in s->key. */
 static __noinline void bs_vm_agg(struct bs_scratch *s, u32 bucket, u64 v, u32 flags)
 {
-	bs_agg_add(s, bucket, v, 1, flags & BS_VMF_MINMAX, flags & BS_VMF_SIGNED);
+	bs_agg_add(s, bucket, v, !(flags & BS_VMF_COUNT), flags & BS_VMF_MINMAX,
+		   flags & BS_VMF_SIGNED);
 }
 
 /* A record of a script's action: printf arguments, join's strings... */
@@ -155,7 +170,6 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 	if (!in)
 		return 1;
 	s->pc = pc + 1;
-	s->steps++;
 	switch (in->op) {
 	case BS_VM_HALT:
 		s->pc = vc->len;
@@ -185,7 +199,7 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		struct bs_str *c = bpf_map_lookup_elem(&strs, &k);
 
 		if (c)
-			bpf_probe_read_kernel(BS_SV(in->dst), BS_STR_MAX, c->s);
+			bs_copy64(BS_SV(in->dst), c->s);
 		break;
 	}
 	case BS_VM_STRPTR:
@@ -196,7 +210,7 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		BS_R(in->dst) = BS_R(in->a);
 		break;
 	case BS_VM_SMOV:
-		bpf_probe_read_kernel(BS_SV(in->dst), BS_STR_MAX, BS_SV(in->a));
+		bs_copy64(BS_SV(in->dst), BS_SV(in->a));
 		break;
 	case BS_VM_ALU: {
 		u64 y = in->flags & BS_VMF_IMM ? (u64)in->imm : BS_R(in->b);
@@ -204,11 +218,22 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		BS_R(in->dst) = bs_vm_alu(in, BS_R(in->a), y);
 		break;
 	}
-	case BS_VM_STREQ: {
+	case BS_VM_STREQ:
+	case BS_VM_STREQC: {
 		const char *x = BS_SV(in->a), *y = BS_SV(in->b);
 		u64 n = in->imm ? in->imm : BS_STR_MAX;
 		u64 eq = 1;
 
+		if (in->op == BS_VM_STREQC) {
+			u32 k = in->arg;
+			struct bs_str *c = bpf_map_lookup_elem(&strs, &k);
+
+			if (!c) {
+				BS_R(in->dst) = 0;
+				break;
+			}
+			y = c->s;
+		}
 		for (int k = 0; k < BS_STR_MAX; k++) {
 			if (k >= n)
 				break;
@@ -233,22 +258,29 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		if (BS_R(in->a))
 			s->pc = in->arg;
 		break;
-	case BS_VM_KEYCLR:
-		__builtin_memset(s->key, 0, sizeof(struct bs_key_hdr) + BS_KEY_MAX);
+	case BS_VM_KEYCLR: {
+		/*
+		 * The map id, and zeros past this map's key (imm words from arg2):
+		 * its parts are written whole, but another map's longer key may
+		 * have left bytes there. One map's script clears nothing.
+		 */
+		u64 *w = (u64 *)(BS_KEYDATA + (in->arg2 & (BS_KEY_MAX - 1)));
+
 		*(u64 *)BS_KEYDATA = in->arg;
+		for (int k = 0; k < BS_KEY_MAX / 8; k++) {
+			if (k >= in->imm)
+				break;
+			w[k] = 0;
+		}
 		break;
+	}
 	case BS_VM_KEYNUM:
 		*(u64 *)(BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1))) = BS_R(in->a);
 		break;
-	case BS_VM_KEYSTR: {
-		u32 n = in->arg2;
-
-		/* 1..64, as in bs_vm_strptr. */
-		asm volatile("" : "+r"(n));
-		n = ((n - 1) & (BS_STR_MAX - 1)) + 1;
-		bpf_probe_read_kernel(BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1)), n, BS_SV(in->a));
+	case BS_VM_KEYSTR:
+		/* A string part is a whole slot (zero padded), so keys hash equal. */
+		bs_copy64(BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1)), BS_SV(in->a));
 		break;
-	}
 	case BS_VM_BUCKET: {
 		u64 v = BS_R(in->a);
 
@@ -272,7 +304,11 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		break;
 	}
 	case BS_VM_AGG:
-		bs_vm_agg(s, BS_R(in->b), BS_R(in->a), in->flags);
+		/* count(): no value, no bucket, no sum. */
+		if (in->flags & BS_VMF_COUNT)
+			bs_vm_agg(s, 0, 0, in->flags);
+		else
+			bs_vm_agg(s, in->flags & BS_VMF_BUCKET ? BS_R(in->b) : 0, BS_R(in->a), in->flags);
 		break;
 	case BS_VM_MSET:
 	case BS_VM_MSETSTR: {
@@ -333,8 +369,7 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		*(u64 *)(BS_EVDATA + (in->arg & (BS_EVENT_DATA_MAX - 1))) = BS_R(in->a);
 		break;
 	case BS_VM_EVSTR:
-		bpf_probe_read_kernel(BS_EVDATA + (in->arg & (BS_EVENT_DATA_MAX - 1)),
-				      BS_STR_MAX, BS_SV(in->a));
+		bs_copy64(BS_EVDATA + (in->arg & (BS_EVENT_DATA_MAX - 1)), BS_SV(in->a));
 		break;
 	case BS_VM_JOIN:
 		/* The record holds at most BS_VM_JOIN_MAX strings after the header. */
@@ -360,7 +395,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 	default:
 		break;
 	}
-	return 0;
+	/* Stop at the end now, not one more callback later. */
+	return s->pc >= vc->len;
 }
 
 static __always_inline int bs_vm_run(void *ctx, const struct bs_probe_cfg *cfg,
@@ -374,7 +410,6 @@ static __always_inline int bs_vm_run(void *ctx, const struct bs_probe_cfg *cfg,
 	if (!use_vm)
 		return 0;
 	s->pc = 0;
-	s->steps = 0;
 	bpf_loop(BS_VM_STEPS, bs_vm_step, &vc, 0);
 	if (s->pc < vc.len)
 		bs_count(&lost, BS_LOST_VM_STEPS);
