@@ -501,6 +501,42 @@ impl<'obj> Session<'obj> {
         self.kprogs.clear();
     }
 
+    /// Detaches every probe without waiting for the kernel: a forked child
+    /// holds the links (it shares every descriptor) until this process is
+    /// gone, then exits, so the last close of each, and the RCU grace
+    /// period a tracepoint's detach waits for (about 100 ms each here), is
+    /// the child's. Call it last: the probes stay attached until then, so
+    /// the programs must already be idle (a script's `vm_stopped`). Falls
+    /// back to `detach` when the fork fails.
+    pub fn detach_in_background(&mut self) {
+        // SAFETY: the child only calls async-signal-safe functions (getppid,
+        // nanosleep, _exit) before it exits, as a fork of a threaded
+        // process must.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: as above.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 2_000_000,
+            };
+            // SAFETY: getppid and nanosleep have no memory-safety
+            // preconditions; ts lives on this stack for each call.
+            while unsafe { libc::getppid() } == parent {
+                unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+            }
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { libc::_exit(0) };
+        }
+        if pid < 0 {
+            return self.detach();
+        }
+        // Our closes are no longer the last ones: they return at once.
+        self.links.clear();
+        self.klinks.clear();
+        self.kprogs.clear();
+    }
+
     /// Attaches the kernel function probes, each through its planned
     /// mechanism, then its fallback for those that failed; the rest are skipped.
     fn attach_kfuncs(&mut self, plan: &Plan, out: &mut Attached) {
@@ -847,6 +883,9 @@ fn specialize(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Resu
     ro.start_size = start_size(plan);
     ro.use_stacks = u32::from(kst || ust);
     ro.use_vm = u32::from(plan.vm.is_some());
+    if let Some(vm) = &plan.vm {
+        ro.vm_ops = vm.code.iter().fold(0u64, |m, i| m | 1u64 << (i.op & 63));
+    }
     ro.wakeup_bytes = u64::from(ringbuf_bytes(s) / 4);
     Ok(())
 }
@@ -882,6 +921,9 @@ fn size_maps(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Resul
     }
     maps.aggs.set_max_entries(s.max_keys.unwrap_or(1))?;
     if let Some(vm) = &plan.vm {
+        // A script's aggregates take few keys, each for long: allocated as
+        // they come instead of 10,240 per CPU at load (8 ms of its start).
+        maps.aggs.set_map_flags(libbpf_sys::BPF_F_NO_PREALLOC)?;
         maps.vm_code
             .set_max_entries((vm.code.len() as u32).max(1))?;
         maps.vm_srcs
@@ -1134,7 +1176,7 @@ impl Drop for ExecView {
 /// thousands of links down in a few hundred ms, where 8 contiguous chunks
 /// took seconds.
 pub fn detach_all<L: Send>(links: Vec<L>) {
-    if links.len() < 4 {
+    if links.len() < 2 {
         drop(links);
         return;
     }

@@ -31,7 +31,7 @@ const MAX_KEYS: u32 = 10240;
 const MAX_STACKS: u32 = 4096;
 const RINGBUF: u32 = 4 << 20;
 /// Longest wait for records: a command's exit or a signal is seen within it.
-const POLL: Duration = Duration::from_millis(50);
+const POLL: Duration = Duration::from_millis(10);
 const HDR: usize = std::mem::size_of::<bs_event_hdr>();
 const KHDR: usize = std::mem::size_of::<bs_key_hdr>();
 
@@ -214,9 +214,13 @@ impl RunCtx<'_, '_> {
                 r => r.context("reading records")?,
             }
         }
-        // The probes stop before END runs, so what END prints and clears
-        // is what the maps hold at the end, as in bpftrace.
-        self.session.detach();
+        // The probes stop before END runs, so what END prints and clears is
+        // what the maps hold at the end, as in bpftrace: they are told to
+        // (at once), and detached in the background at the very end.
+        if let Some(bss) = self.session.skel.maps.bss_data.as_deref_mut() {
+            // SAFETY: a volatile store into the mapped .bss, read by the programs.
+            unsafe { std::ptr::write_volatile(&mut bss.vm_stopped, 1) };
+        }
         rb.consume().context("reading records")?;
         self.drain(&queue)?;
         for i in trigger::of(self.low, Trigger::End) {
@@ -230,6 +234,7 @@ impl RunCtx<'_, '_> {
         let steps = lost_steps(&self.session.skel.maps.lost);
         self.out.w.flush()?;
         report_lost(lost, steps);
+        self.session.detach_in_background();
         Ok(())
     }
 

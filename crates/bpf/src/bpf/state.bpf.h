@@ -36,11 +36,15 @@ const volatile u32 start_size = 8;
 
 /* Scripts are loaded (vm.bpf.h): only then is the script machine in the programs. */
 const volatile u32 use_vm = 0;
+/* The script machine's operations the session's code uses (bit per enum bs_vm_op). */
+const volatile u64 vm_ops = ~0ull;
 
 /* Advanced by user space at each --interval; part of every aggregation key. */
 u32 epoch = 0;
 /* The session's start (monotonic ns), for a script's `elapsed`. */
 u64 vm_t0 = 0;
+/* Set by user space when a script ends: its probes do nothing from then on. */
+u32 vm_stopped = 0;
 
 /*
  * Keeps the ABI types in BTF so the skeleton generates them for user space

@@ -55,8 +55,16 @@ static __always_inline int bs_handle(void *ctx, const struct bs_probe_cfg *cfg,
 {
 	u64 v = 0;
 
-	if (cfg->flags & BS_CFG_VM)
-		return bs_vm_run(ctx, cfg, s, idx);
+	/*
+	 * A script session has only script probes, a verbs session none:
+	 * with use_vm frozen, the verifier checks one side, not both.
+	 */
+	if (use_vm) {
+		/* Ended: only END (a trigger) still runs. */
+		if (*(volatile u32 *)&vm_stopped && !(cfg->flags & BS_CFG_SELF))
+			return 0;
+		return cfg->flags & BS_CFG_VM ? bs_vm_run(ctx, cfg, s, idx) : 0;
+	}
 	if (cfg->nfilter && !bs_filter(ctx, cfg, s, idx))
 		return 0;
 	if (cfg->agg == BS_AGG_EVENT) {

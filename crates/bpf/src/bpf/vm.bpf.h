@@ -32,6 +32,13 @@ static __always_inline void bs_copy64(void *dst, const void *src)
 		d[k] = q[k];
 }
 
+/*
+ * Whether this session's code uses an operation: `vm_ops` is frozen
+ * .rodata, so the verifier drops the cases no script of the session
+ * uses and checks only the rest (load time falls with the script's size).
+ */
+#define BS_ON(op) (vm_ops & (1ull << (op)))
+
 struct bs_vm_ctx {
 	void *ctx;
 	struct bs_scratch *s;
@@ -178,6 +185,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		BS_R(in->dst) = in->imm;
 		break;
 	case BS_VM_SRC: {
+		if (!BS_ON(BS_VM_SRC))
+			break;
 		u32 k = in->arg;
 		struct bs_src *src = bpf_map_lookup_elem(&vm_srcs, &k);
 
@@ -185,6 +194,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		break;
 	}
 	case BS_VM_SRCSTR: {
+		if (!BS_ON(BS_VM_SRCSTR))
+			break;
 		u32 k = in->arg;
 		struct bs_src *src = bpf_map_lookup_elem(&vm_srcs, &k);
 
@@ -195,6 +206,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		break;
 	}
 	case BS_VM_CSTR: {
+		if (!BS_ON(BS_VM_CSTR))
+			break;
 		u32 k = in->arg;
 		struct bs_str *c = bpf_map_lookup_elem(&strs, &k);
 
@@ -203,6 +216,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		break;
 	}
 	case BS_VM_STRPTR:
+		if (!BS_ON(BS_VM_STRPTR))
+			break;
 		bs_vm_strptr(BS_SV(in->dst), BS_R(in->a),
 			     in->flags & BS_VMF_REGLEN ? BS_R(in->b) : in->imm);
 		break;
@@ -210,9 +225,13 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		BS_R(in->dst) = BS_R(in->a);
 		break;
 	case BS_VM_SMOV:
+		if (!BS_ON(BS_VM_SMOV))
+			break;
 		bs_copy64(BS_SV(in->dst), BS_SV(in->a));
 		break;
 	case BS_VM_ALU: {
+		if (!BS_ON(BS_VM_ALU))
+			break;
 		u64 y = in->flags & BS_VMF_IMM ? (u64)in->imm : BS_R(in->b);
 
 		BS_R(in->dst) = bs_vm_alu(in, BS_R(in->a), y);
@@ -220,6 +239,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 	}
 	case BS_VM_STREQ:
 	case BS_VM_STREQC: {
+		if (!BS_ON(BS_VM_STREQ) && !BS_ON(BS_VM_STREQC))
+			break;
 		const char *x = BS_SV(in->a), *y = BS_SV(in->b);
 		u64 n = in->imm ? in->imm : BS_STR_MAX;
 		u64 eq = 1;
@@ -259,6 +280,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 			s->pc = in->arg;
 		break;
 	case BS_VM_KEYCLR: {
+		if (!BS_ON(BS_VM_KEYCLR))
+			break;
 		/*
 		 * The map id, and zeros past this map's key (imm words from arg2):
 		 * its parts are written whole, but another map's longer key may
@@ -278,10 +301,14 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		*(u64 *)(BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1))) = BS_R(in->a);
 		break;
 	case BS_VM_KEYSTR:
+		if (!BS_ON(BS_VM_KEYSTR))
+			break;
 		/* A string part is a whole slot (zero padded), so keys hash equal. */
 		bs_copy64(BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1)), BS_SV(in->a));
 		break;
 	case BS_VM_BUCKET: {
+		if (!BS_ON(BS_VM_BUCKET))
+			break;
 		u64 v = BS_R(in->a);
 
 		if (in->flags & BS_VMF_LOG2) {
@@ -304,6 +331,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		break;
 	}
 	case BS_VM_AGG:
+		if (!BS_ON(BS_VM_AGG))
+			break;
 		/* count(): no value, no bucket, no sum. */
 		if (in->flags & BS_VMF_COUNT)
 			bs_vm_agg(s, 0, 0, in->flags);
@@ -312,6 +341,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		break;
 	case BS_VM_MSET:
 	case BS_VM_MSETSTR: {
+		if (!BS_ON(BS_VM_MSET) && !BS_ON(BS_VM_MSETSTR))
+			break;
 		u64 *val = bs_vm_val(s);
 
 		if (val) {
@@ -334,12 +365,16 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		break;
 	}
 	case BS_VM_MGET: {
+		if (!BS_ON(BS_VM_MGET))
+			break;
 		u64 *val = bs_vm_val(s);
 
 		BS_R(in->dst) = val ? *val : 0;
 		break;
 	}
 	case BS_VM_MGETSTR: {
+		if (!BS_ON(BS_VM_MGETSTR))
+			break;
 		u64 *val = bs_vm_val(s);
 
 		if (val)
@@ -349,6 +384,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		break;
 	}
 	case BS_VM_MHAS:
+		if (!BS_ON(BS_VM_MHAS))
+			break;
 		if (in->flags & BS_VMF_AGG) {
 			((struct bs_key_hdr *)s->key)->bucket = 0;
 			((struct bs_key_hdr *)s->key)->epoch = 0;
@@ -358,6 +395,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		}
 		break;
 	case BS_VM_MDEL:
+		if (!BS_ON(BS_VM_MDEL))
+			break;
 		((struct bs_key_hdr *)s->key)->bucket = 0;
 		((struct bs_key_hdr *)s->key)->epoch = 0;
 		if (in->flags & BS_VMF_AGG)
@@ -369,16 +408,24 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		*(u64 *)(BS_EVDATA + (in->arg & (BS_EVENT_DATA_MAX - 1))) = BS_R(in->a);
 		break;
 	case BS_VM_EVSTR:
+		if (!BS_ON(BS_VM_EVSTR))
+			break;
 		bs_copy64(BS_EVDATA + (in->arg & (BS_EVENT_DATA_MAX - 1)), BS_SV(in->a));
 		break;
 	case BS_VM_JOIN:
+		if (!BS_ON(BS_VM_JOIN))
+			break;
 		/* The record holds at most BS_VM_JOIN_MAX strings after the header. */
 		bs_vm_join(BS_EVDATA, BS_R(in->a));
 		break;
 	case BS_VM_EMIT:
+		if (!BS_ON(BS_VM_EMIT))
+			break;
 		bs_vm_emit(s, in->arg, in->arg2);
 		break;
 	case BS_VM_READ: {
+		if (!BS_ON(BS_VM_READ))
+			break;
 		/* 16 bytes, so a masked length (the verifier's bound) always fits. */
 		u64 v[2] = {}, a = BS_R(in->a);
 		u32 n = in->arg;
