@@ -516,6 +516,13 @@ impl<'obj> Session<'obj> {
         // SAFETY: as above.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
+            // A reader of our output (a pipe) must see its end when we
+            // exit, not when this child does.
+            for fd in 0..3 {
+                // SAFETY: close is async-signal-safe; these are the
+                // child's own copies of the standard descriptors.
+                unsafe { libc::close(fd) };
+            }
             let ts = libc::timespec {
                 tv_sec: 0,
                 tv_nsec: 2_000_000,
