@@ -657,7 +657,7 @@ impl<'a> Lower<'a> {
         } else {
             bs_vm_op::BS_VM_MOV
         };
-        if var.loc != v.loc {
+        if var.loc != v.loc && !self.retarget(v, var.loc) {
             self.emit(insn(op, var.loc, v.loc, 0));
         }
         if let (Ty::Int { signed: a }, Ty::Int { signed: b }) = (var.ty, v.ty) {
@@ -807,6 +807,13 @@ impl<'a> Lower<'a> {
     /// The key of map `id` (the zeros past it are set by `finish_keys`,
     /// once every map's key length is known).
     fn build_key(&mut self, id: u32, vals: &[Val]) {
+        // The most common key, one integer (`@start[tid]`), in one step.
+        if let [v] = vals {
+            if v.ty != Ty::Str {
+                self.emit(insn(bs_vm_op::BS_VM_KEY1, 0, v.loc, 0).arg(id));
+                return;
+            }
+        }
         self.emit(insn(bs_vm_op::BS_VM_KEYCLR, 0, 0, 0).arg(id));
         let mut off = KEY_ID_LEN;
         for v in vals {
@@ -1060,6 +1067,50 @@ impl<'a> Lower<'a> {
             return None;
         }
         self.code.pop()
+    }
+
+    /// When `v` is an integer temporary the last instruction just wrote,
+    /// makes that instruction write `to` instead (a variable's register):
+    /// the move is saved. Only for operations whose one effect is on dst.
+    fn retarget(&mut self, v: Val, to: u8) -> bool {
+        let pure = [
+            bs_vm_op::BS_VM_LDI,
+            bs_vm_op::BS_VM_SRC,
+            bs_vm_op::BS_VM_MOV,
+            bs_vm_op::BS_VM_ALU,
+            bs_vm_op::BS_VM_BUCKET,
+            bs_vm_op::BS_VM_MGET,
+            bs_vm_op::BS_VM_READ,
+            bs_vm_op::BS_VM_STREQ,
+            bs_vm_op::BS_VM_STREQC,
+        ];
+        if v.ty == Ty::Str || v.loc < self.tmp_reg {
+            return false;
+        }
+        let Some(last) = self.code.last() else {
+            return false;
+        };
+        if last.dst != v.loc || !pure.iter().any(|o| o.0 as u8 == last.op) {
+            return false;
+        }
+        // Not when a jump lands after it: another path reaches the move.
+        let end = self.code.len() as u32;
+        let jumps = [
+            bs_vm_op::BS_VM_JMP.0 as u8,
+            bs_vm_op::BS_VM_JZ.0 as u8,
+            bs_vm_op::BS_VM_JNZ.0 as u8,
+        ];
+        if self
+            .code
+            .iter()
+            .any(|i| jumps.contains(&i.op) && i.arg >= end - 1)
+        {
+            return false;
+        }
+        if let Some(l) = self.code.last_mut() {
+            l.dst = to;
+        }
+        true
     }
 
     fn int(&mut self, v: i64, span: Span) -> Res<Val> {
@@ -1938,8 +1989,9 @@ impl InsnExt for bs_insn {
 /// the end of its map's key to the longest key are zeroed (hashed keys
 /// must not carry what a longer key left there).
 pub fn finish_keys(code: &mut [bs_insn], maps: &[MapDef], key_size: usize) {
+    let clears = [bs_vm_op::BS_VM_KEYCLR.0 as u8, bs_vm_op::BS_VM_KEY1.0 as u8];
     for i in code.iter_mut() {
-        if i.op != bs_vm_op::BS_VM_KEYCLR.0 as u8 {
+        if !clears.contains(&i.op) {
             continue;
         }
         let len = maps.get(i.arg as usize).map_or(key_size, MapDef::key_len);

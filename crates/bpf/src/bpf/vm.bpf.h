@@ -279,8 +279,9 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		if (BS_R(in->a))
 			s->pc = in->arg;
 		break;
-	case BS_VM_KEYCLR: {
-		if (!BS_ON(BS_VM_KEYCLR))
+	case BS_VM_KEYCLR:
+	case BS_VM_KEY1: {
+		if (!BS_ON(BS_VM_KEYCLR) && !BS_ON(BS_VM_KEY1))
 			break;
 		/*
 		 * The map id, and zeros past this map's key (imm words from arg2):
@@ -295,6 +296,8 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 				break;
 			w[k] = 0;
 		}
+		if (in->op == BS_VM_KEY1)
+			*(u64 *)(BS_KEYDATA + 8) = BS_R(in->a);
 		break;
 	}
 	case BS_VM_KEYNUM:
