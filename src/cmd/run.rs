@@ -326,30 +326,61 @@ impl RunCtx<'_, '_> {
     }
 
     /// A stack's frames by id, named now.
+    /// A stack's frames by id, named now, as bpftrace names them: kernel
+    /// frames `function+offset` from the return addresses, without the
+    /// script machine's own frames (the stack is taken inside it); user
+    /// frames by function through their build ids (after the process has
+    /// gone too), `0x...` where nothing names them.
     fn stack(&self, id: u64, user: bool) -> Vec<String> {
         let id = id as i64;
         if id < 0 {
             return Vec::new();
         }
         let id = id as u32;
-        let ids: BTreeSet<u32> = [id].into();
-        let none = BTreeSet::new();
-        let (k, u) = if user { (&none, &ids) } else { (&ids, &none) };
         let maps = &self.session.skel.maps;
+        if !user {
+            let Ok(Some(b)) = maps.kstacks.lookup(&id.to_ne_bytes(), MapFlags::ANY) else {
+                return Vec::new();
+            };
+            let ips = bpfscope_bpf::stack::kernel_frames(&b);
+            let names = bpfscope_symbolize::kernel::symbolize_live(&ips);
+            return ips
+                .iter()
+                .zip(names)
+                .map(|(ip, n)| match n {
+                    Some((name, off)) => format!("{name}+{off}"),
+                    None => format!("{ip:#x}"),
+                })
+                .skip_while(|f| f.starts_with("bpf_prog_"))
+                .collect();
+        }
+        let ids: BTreeSet<u32> = [id].into();
         let table = stacks::resolve(
             &maps.kstacks,
             &maps.ustacks,
-            k,
-            u,
+            &BTreeSet::new(),
+            &ids,
             &[],
             &bpfscope_symbolize::SymbolConfig::default(),
         );
-        let frames = if user {
-            table.user.get(&id)
-        } else {
-            table.kernel.get(&id)
-        };
-        frames.cloned().unwrap_or_default()
+        table
+            .user
+            .get(&id)
+            .map(|frames| {
+                frames
+                    .iter()
+                    .map(|f| {
+                        match f
+                            .strip_prefix("[unknown ")
+                            .and_then(|x| x.strip_suffix(']'))
+                        {
+                            Some(hex) => hex.to_string(),
+                            None => f.clone(),
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// A map's entries, decoded, as the formatter takes them.

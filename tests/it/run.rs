@@ -950,3 +950,33 @@ fn bashreadline_agrees_with_bpftrace() {
     assert_eq!(ours, typed(&b));
     assert_eq!(ours.len(), 1, "{a:#?}");
 }
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn kernel_stacks_print_as_bpftraces() {
+    // @[kstack]: frames as `function+offset`, without the script
+    // machine's own frames. The frames nearest the probe differ (a raw_tp
+    // dispatch here, a classic tracepoint there); the syscall path below
+    // them is the same in both.
+    require_root();
+    let script =
+        r#"tracepoint:syscalls:sys_enter_getppid /comm == "bt_stk"/ { @[kstack] = count(); }"#;
+    let cmd = format!("{} bt_stk syscalls 5", workload("btdrive").display());
+    let Some((a, b)) = both_with_command(script, &cmd, false) else {
+        return;
+    };
+    let frames = |s: &str| -> Vec<String> {
+        s.lines()
+            .skip_while(|l| *l != "@[")
+            .skip(1)
+            .take_while(|l| !l.starts_with(']'))
+            .map(|l| l.trim().to_string())
+            .collect()
+    };
+    let (ours, theirs) = (frames(&a), frames(&b));
+    assert!(!ours.iter().any(|f| f.starts_with("bpf_prog_")), "{a}");
+    assert!(ours.iter().all(|f| f.contains('+')), "{a}");
+    let tail = |v: &[String]| v[v.len().saturating_sub(3)..].to_vec();
+    assert_eq!(tail(&ours), tail(&theirs), "bpfscope:\n{a}\nbpftrace:\n{b}");
+    assert!(a.contains("]: 5\n"), "{a}");
+}
