@@ -1043,6 +1043,19 @@ impl<'a> Lower<'a> {
         self.emit(i);
     }
 
+    /// Whether a jump lands on the last instruction or just after it.
+    fn last_is_jumped_to(&self) -> bool {
+        let end = self.code.len() as u32;
+        let jumps = [
+            bs_vm_op::BS_VM_JMP.0 as u8,
+            bs_vm_op::BS_VM_JZ.0 as u8,
+            bs_vm_op::BS_VM_JNZ.0 as u8,
+        ];
+        self.code
+            .iter()
+            .any(|i| jumps.contains(&i.op) && i.arg + 1 >= end)
+    }
+
     /// When the last instruction is `op` writing `dst` (a literal just
     /// loaded), removes it and gives it back, so its use can take the
     /// constant in place (an ALU immediate, a string compared in place):
@@ -1053,17 +1066,7 @@ impl<'a> Lower<'a> {
             return None;
         }
         // Not a jump target: a jump to the end of the code would then skip it.
-        let end = self.code.len() as u32;
-        let jumps = [
-            bs_vm_op::BS_VM_JMP.0 as u8,
-            bs_vm_op::BS_VM_JZ.0 as u8,
-            bs_vm_op::BS_VM_JNZ.0 as u8,
-        ];
-        if self
-            .code
-            .iter()
-            .any(|i| jumps.contains(&i.op) && i.arg >= end - 1)
-        {
+        if self.last_is_jumped_to() {
             return None;
         }
         self.code.pop()
@@ -1094,17 +1097,7 @@ impl<'a> Lower<'a> {
             return false;
         }
         // Not when a jump lands after it: another path reaches the move.
-        let end = self.code.len() as u32;
-        let jumps = [
-            bs_vm_op::BS_VM_JMP.0 as u8,
-            bs_vm_op::BS_VM_JZ.0 as u8,
-            bs_vm_op::BS_VM_JNZ.0 as u8,
-        ];
-        if self
-            .code
-            .iter()
-            .any(|i| jumps.contains(&i.op) && i.arg >= end - 1)
-        {
+        if self.last_is_jumped_to() {
             return false;
         }
         if let Some(l) = self.code.last_mut() {
