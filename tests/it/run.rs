@@ -82,17 +82,30 @@ impl Tool {
         }
     }
 
-    /// Ctrl-C, then everything it printed.
+    /// Ctrl-C, then everything it printed. bpftrace 0.17 loses a SIGINT
+    /// that arrives while it is not waiting for events (it then runs on):
+    /// it gets another each second; bpfscope must stop on the first.
     fn stop(mut self) -> (Vec<String>, String) {
+        let pid = self.child.id() as i32;
         // SAFETY: kill has no memory-safety preconditions.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        unsafe { libc::kill(pid, libc::SIGINT) };
+        let start = Instant::now();
+        let mut resent = start;
         while self.child.try_wait().ok().flatten().is_none() {
             assert!(
-                Instant::now() < deadline,
+                start.elapsed() < Duration::from_secs(30),
                 "{} did not exit after SIGINT",
                 self.name
             );
+            assert!(
+                self.name != "bpfscope" || start.elapsed() < Duration::from_secs(10),
+                "bpfscope did not stop on SIGINT"
+            );
+            if self.name == "bpftrace" && resent.elapsed() >= Duration::from_secs(1) {
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGINT) };
+                resent = Instant::now();
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         // The readers finish once the pipes close.
@@ -976,7 +989,17 @@ fn kernel_stacks_print_as_bpftraces() {
     let (ours, theirs) = (frames(&a), frames(&b));
     assert!(!ours.iter().any(|f| f.starts_with("bpf_prog_")), "{a}");
     assert!(ours.iter().all(|f| f.contains('+')), "{a}");
+    assert!(
+        ours.last()
+            .is_some_and(|f| f.starts_with("entry_SYSCALL_64")),
+        "{a}"
+    );
+    assert!(a.contains("]: 5\n"), "{a}");
+    if theirs.is_empty() {
+        // bpftrace 0.17 on 6.1 gets an empty stack here (`@[]: 5`).
+        skip("bpftrace printed an empty kernel stack: bpfscope's is checked alone");
+        return;
+    }
     let tail = |v: &[String]| v[v.len().saturating_sub(3)..].to_vec();
     assert_eq!(tail(&ours), tail(&theirs), "bpfscope:\n{a}\nbpftrace:\n{b}");
-    assert!(a.contains("]: 5\n"), "{a}");
 }
