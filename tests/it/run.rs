@@ -917,9 +917,11 @@ fn vfsstat_counts_kernel_functions_per_interval() {
             .sum()
     };
     // One vfs_open per round (/etc/hostname; the missing file fails
-    // before it), and whatever else opens files meanwhile.
-    assert!(opens(&a) >= 100, "{a:#?}");
-    assert!(opens(&b) >= 100, "{b:#?}");
+    // before it), and whatever else opens files meanwhile. END clears the
+    // last, partial interval, and on an emulated CPU the 100 rounds can
+    // run into it: at least half must be in the intervals printed.
+    assert!(opens(&a) >= 50, "{a:#?}");
+    assert!(opens(&b) >= 50, "{b:#?}");
 }
 
 #[test]
