@@ -5,7 +5,7 @@
 //! END runs and the maps left are printed as bpftrace prints them.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::Write;
 use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
@@ -119,16 +119,9 @@ pub fn run(s: RunSettings) -> Result<()> {
     };
     let result = ctx.main_loop(&stopper, gated);
     match result {
-        Err(e) if is_broken_pipe(&e) => Ok(()),
+        Err(e) if crate::cmd::trace::is_broken_pipe(&e) => Ok(()),
         r => r,
     }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }
 
 /// Where output goes: text as bpftrace prints it, or its JSON lines.
@@ -227,11 +220,13 @@ impl RunCtx<'_, '_> {
             self.session.fire(i)?;
         }
         rb.consume().context("reading records")?;
-        self.exit = false;
         self.drain(&queue)?;
         self.print_all()?;
         let lost = Lost::read(&self.session.skel.maps.lost)?;
-        let steps = lost_steps(&self.session.skel.maps.lost);
+        let steps = crate::collect::lost_counter(
+            &self.session.skel.maps.lost,
+            bpfscope_bpf::abi::bs_lost::BS_LOST_VM_STEPS.0,
+        )?;
         self.out.w.flush()?;
         report_lost(lost, steps);
         self.session.detach_in_background();
@@ -284,14 +279,7 @@ impl RunCtx<'_, '_> {
             }
             Action::Print { map, top, div } => {
                 let m = self.read_map(map)?;
-                if self.out.json {
-                    let line = fmt::json_map(&m, top as usize, div);
-                    writeln!(self.out.w, "{line}")?;
-                } else {
-                    let mut s = String::new();
-                    fmt::print_map(&mut s, &m, top as usize, div);
-                    self.out.w.write_all(s.as_bytes())?;
-                }
+                self.write_map(&m, top as usize, div)?;
             }
             Action::PrintValue { arg } => {
                 let v = self.arg_value(data, arg);
@@ -310,64 +298,69 @@ impl RunCtx<'_, '_> {
         Ok(())
     }
 
+    /// A record's argument.
     fn arg_value(&self, data: &[u8], a: Arg) -> Value {
-        let word = || {
-            data.get(a.off..a.off + 8)
-                .and_then(|b| b.try_into().ok())
-                .map_or(0, u64::from_ne_bytes)
+        let b = data.get(a.off..).unwrap_or(&[]);
+        let names = match a.ty {
+            Ty::Stack { user } => self.name_stacks([(user, word(b))]),
+            _ => StackNames::new(),
         };
-        match a.ty {
-            Ty::Int { signed: true } => Value::Int(word() as i64),
-            Ty::Int { signed: false } | Ty::Ptr { .. } => Value::UInt(word()),
-            Ty::Str => Value::Str(cstr(data.get(a.off..a.off + STR_MAX).unwrap_or(&[]))),
-            Ty::Stack { user } => Value::Stack(self.stack(word(), user)),
-            Ty::User => Value::Str(user_name(word() as u32)),
-        }
+        value_of(a.ty, b, &names)
     }
 
-    /// A stack's frames by id, named now.
-    /// A stack's frames by id, named now, as bpftrace names them: kernel
-    /// frames `function+offset` from the return addresses, without the
-    /// script machine's own frames (the stack is taken inside it); user
-    /// frames by function through their build ids (after the process has
-    /// gone too), `0x...` where nothing names them.
-    fn stack(&self, id: u64, user: bool) -> Vec<String> {
-        let id = id as i64;
-        if id < 0 {
-            return Vec::new();
+    /// The frames of stacks by (user?, id), named in one batch, as bpftrace
+    /// names them: kernel frames `function+offset` from the return
+    /// addresses, without the script machine's own frames (the stack is
+    /// taken inside it); user frames by function through their build ids
+    /// (after the process has gone too), `0x...` where nothing names them.
+    fn name_stacks(&self, ids: impl IntoIterator<Item = (bool, u64)>) -> StackNames {
+        let (mut kernel, mut user) = (BTreeSet::new(), BTreeSet::new());
+        for (u, id) in ids {
+            // A negative id is a stack that could not be taken.
+            if let Ok(id) = u32::try_from(id as i64) {
+                if u {
+                    user.insert(id);
+                } else {
+                    kernel.insert(id);
+                }
+            }
         }
-        let id = id as u32;
         let maps = &self.session.skel.maps;
-        if !user {
-            let Ok(Some(b)) = maps.kstacks.lookup(&id.to_ne_bytes(), MapFlags::ANY) else {
-                return Vec::new();
-            };
-            let ips = bpfscope_bpf::stack::kernel_frames(&b);
-            let names = bpfscope_symbolize::kernel::symbolize_live(&ips);
-            return ips
+        let mut out = StackNames::new();
+        let frames: Vec<(u32, Vec<u64>)> = kernel
+            .iter()
+            .filter_map(|&id| {
+                let b = maps
+                    .kstacks
+                    .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+                    .ok()??;
+                Some((id, bpfscope_bpf::stack::kernel_frames(&b)))
+            })
+            .collect();
+        let all: Vec<u64> = frames.iter().flat_map(|(_, v)| v.iter().copied()).collect();
+        let mut names = bpfscope_symbolize::kernel::symbolize_live(&all).into_iter();
+        for (id, ips) in frames {
+            let named = ips
                 .iter()
-                .zip(names)
-                .map(|(ip, n)| match n {
+                .map(|ip| match names.next().flatten() {
                     Some((name, off)) => format!("{name}+{off}"),
                     None => format!("{ip:#x}"),
                 })
                 .skip_while(|f| f.starts_with("bpf_prog_"))
                 .collect();
+            out.insert((false, id), named);
         }
-        let ids: BTreeSet<u32> = [id].into();
-        let table = stacks::resolve(
-            &maps.kstacks,
-            &maps.ustacks,
-            &BTreeSet::new(),
-            &ids,
-            &[],
-            &bpfscope_symbolize::SymbolConfig::default(),
-        );
-        table
-            .user
-            .get(&id)
-            .map(|frames| {
-                frames
+        if !user.is_empty() {
+            let table = stacks::resolve(
+                &maps.kstacks,
+                &maps.ustacks,
+                &BTreeSet::new(),
+                &user,
+                &[],
+                &bpfscope_symbolize::SymbolConfig::default(),
+            );
+            for (id, frames) in table.user {
+                let named = frames
                     .iter()
                     .map(|f| {
                         match f
@@ -378,54 +371,48 @@ impl RunCtx<'_, '_> {
                             None => f.clone(),
                         }
                     })
-                    .collect()
-            })
-            .unwrap_or_default()
+                    .collect();
+                out.insert((true, id), named);
+            }
+        }
+        out
     }
 
-    /// A map's entries, decoded, as the formatter takes them.
-    fn read_map(&mut self, id: u32) -> Result<MapData> {
-        let def = self.low.maps[id as usize].clone();
+    /// A map's entries, decoded, as the formatter takes them. Stacks in
+    /// keys are named together, in one batch.
+    fn read_map(&self, id: u32) -> Result<MapData> {
+        let def = &self.low.maps[id as usize];
+        let map = self.map_of(id);
+        let keys: Vec<Vec<u8>> = map.keys().filter(|k| map_id_of(k) == Some(id)).collect();
+        let stack_ids = keys.iter().flat_map(|k| {
+            let data = k.get(KHDR..).unwrap_or(&[]);
+            def.keys.iter().filter_map(move |p| match p.ty {
+                Ty::Stack { user } => Some((user, word(data.get(p.off..).unwrap_or(&[])))),
+                _ => None,
+            })
+        });
+        let names = self.name_stacks(stack_ids);
+        let decode_key = |k: &[u8]| -> Vec<Value> {
+            let data = k.get(KHDR..).unwrap_or(&[]);
+            def.keys
+                .iter()
+                .map(|p| value_of(p.ty, data.get(p.off..p.off + p.len).unwrap_or(&[]), &names))
+                .collect()
+        };
         let mut entries = Vec::new();
         match def.kind {
             MapKind::Plain(ty) => {
-                let map = &self.session.skel.maps.vals;
-                let keys: Vec<Vec<u8>> = map.keys().collect();
                 for k in keys {
-                    if map_id_of(&k) != Some(id) {
-                        continue;
-                    }
                     let Some(v) = map.lookup(&k, MapFlags::ANY).context("reading a map")? else {
                         continue;
                     };
-                    let val = match ty {
-                        Ty::Str => Value::Str(cstr(&v)),
-                        Ty::Int { signed } => {
-                            let w = v
-                                .get(..8)
-                                .and_then(|b| b.try_into().ok())
-                                .map_or(0, u64::from_ne_bytes);
-                            if signed {
-                                Value::Int(w as i64)
-                            } else {
-                                Value::UInt(w)
-                            }
-                        }
-                        Ty::Stack { .. } | Ty::Ptr { .. } | Ty::User => continue,
-                    };
-                    let key = self.decode_key(&def, &k);
-                    entries.push((key, Agg::Scalar(val)));
+                    entries.push((decode_key(&k), Agg::Scalar(value_of(ty, &v, &names))));
                 }
             }
             MapKind::Agg(f, signed) => {
-                let map = &self.session.skel.maps.aggs;
-                let keys: Vec<Vec<u8>> = map.keys().collect();
                 // Key data (without the bucket) -> per-bucket totals.
                 let mut acc: BTreeMap<Vec<u8>, KeyTotals> = BTreeMap::new();
                 for k in keys {
-                    if map_id_of(&k) != Some(id) {
-                        continue;
-                    }
                     let Some(per_cpu) = map
                         .lookup_percpu(&k, MapFlags::ANY)
                         .context("reading a map")?
@@ -433,11 +420,9 @@ impl RunCtx<'_, '_> {
                         continue;
                     };
                     let bucket = u32::from_ne_bytes(k[..4].try_into().unwrap_or([0; 4]));
-                    let data = k[KHDR..].to_vec();
-                    let key = self.decode_key(&def, &k);
                     let e = acc
-                        .entry(data)
-                        .or_insert_with(|| (key, BTreeMap::new(), AggVal::default()));
+                        .entry(k[KHDR..].to_vec())
+                        .or_insert_with(|| (decode_key(&k), BTreeMap::new(), AggVal::default()));
                     for c in per_cpu {
                         let v = AggVal::from_bytes(&c);
                         *e.1.entry(bucket).or_insert(0) += v.count;
@@ -474,28 +459,6 @@ impl RunCtx<'_, '_> {
             name: def.name.clone(),
             entries,
         })
-    }
-
-    fn decode_key(&self, def: &crate::script::lower::MapDef, k: &[u8]) -> Vec<Value> {
-        let data = k.get(KHDR..).unwrap_or(&[]);
-        def.keys
-            .iter()
-            .map(|p| {
-                let b = data.get(p.off..p.off + p.len).unwrap_or(&[]);
-                let w = || {
-                    b.get(..8)
-                        .and_then(|x| x.try_into().ok())
-                        .map_or(0, u64::from_ne_bytes)
-                };
-                match p.ty {
-                    Ty::Int { signed: true } => Value::Int(w() as i64),
-                    Ty::Int { signed: false } | Ty::Ptr { .. } => Value::UInt(w()),
-                    Ty::Str => Value::Str(cstr(b)),
-                    Ty::Stack { user } => Value::Stack(self.stack(w(), user)),
-                    Ty::User => Value::Str(user_name(w() as u32)),
-                }
-            })
-            .collect()
     }
 
     /// clear(): a keyed map loses its entries; a map without keys keeps
@@ -550,20 +513,25 @@ impl RunCtx<'_, '_> {
             let Some(id) = self.low.maps.iter().position(|m| m.name == name) else {
                 continue;
             };
-            let kind = agg_kind(self.low.maps[id].kind);
             let m = self.read_map(id as u32)?;
-            if self.out.json {
-                if !m.entries.is_empty() {
-                    writeln!(self.out.w, "{}", fmt::json_map(&m, 0, 1))?;
-                }
-                continue;
+            if !m.entries.is_empty() {
+                self.write_map(&m, 0, 1)?;
+            } else if !self.out.json {
+                let mut s = String::new();
+                fmt::print_empty_map(&mut s, agg_kind(self.low.maps[id].kind));
+                self.out.w.write_all(s.as_bytes())?;
             }
+        }
+        Ok(())
+    }
+
+    /// A map as print(@map, top, div) prints it, in text or JSON.
+    fn write_map(&mut self, m: &MapData, top: usize, div: u64) -> Result<()> {
+        if self.out.json {
+            writeln!(self.out.w, "{}", fmt::json_map(m, top, div))?;
+        } else {
             let mut s = String::new();
-            if m.entries.is_empty() {
-                fmt::print_empty_map(&mut s, kind);
-            } else {
-                fmt::print_map(&mut s, &m, 0, 1);
-            }
+            fmt::print_map(&mut s, m, top, div);
             self.out.w.write_all(s.as_bytes())?;
         }
         Ok(())
@@ -583,6 +551,33 @@ fn agg_kind(k: MapKind) -> fmt::AggKind {
             AggFn::Hist => fmt::AggKind::Hist,
             AggFn::Lhist { .. } => fmt::AggKind::Lhist,
         },
+    }
+}
+
+/// Stack frames by (user?, stack id).
+type StackNames = HashMap<(bool, u32), Vec<String>>;
+
+/// The first 8 bytes as a number (0 when short).
+fn word(b: &[u8]) -> u64 {
+    b.get(..8)
+        .and_then(|x| x.try_into().ok())
+        .map_or(0, u64::from_ne_bytes)
+}
+
+/// A value of type `ty` from its bytes (in a record, a key or a plain
+/// map's value); stacks by their names in `stacks`.
+fn value_of(ty: Ty, b: &[u8], stacks: &StackNames) -> Value {
+    match ty {
+        Ty::Int { signed: true } => Value::Int(word(b) as i64),
+        Ty::Int { signed: false } | Ty::Ptr { .. } => Value::UInt(word(b)),
+        Ty::Str => Value::Str(cstr(b.get(..STR_MAX).unwrap_or(b))),
+        Ty::Stack { user } => Value::Stack(
+            u32::try_from(word(b) as i64)
+                .ok()
+                .and_then(|id| stacks.get(&(user, id)).cloned())
+                .unwrap_or_default(),
+        ),
+        Ty::User => Value::Str(user_name(word(b) as u32)),
     }
 }
 
@@ -611,22 +606,6 @@ fn map_id_of(k: &[u8]) -> Option<u32> {
 fn cstr(b: &[u8]) -> String {
     let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     String::from_utf8_lossy(&b[..n]).into_owned()
-}
-
-fn lost_steps(map: &dyn MapCore) -> u64 {
-    let i = bpfscope_bpf::abi::bs_lost::BS_LOST_VM_STEPS.0;
-    map.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
-        .ok()
-        .flatten()
-        .map_or(0, |v| {
-            v.iter()
-                .filter_map(|b| {
-                    b.get(..8)
-                        .and_then(|x| x.try_into().ok())
-                        .map(u64::from_ne_bytes)
-                })
-                .sum()
-        })
 }
 
 /// Drops are never silent: what was lost goes to stderr.

@@ -221,7 +221,8 @@ struct OutFiles {
     stacks: Option<PendingFile>,
 }
 
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
+/// A reader that went away (`| head`): the run ends quietly.
+pub(crate) fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<io::Error>()
             .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)

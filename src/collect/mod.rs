@@ -47,20 +47,23 @@ pub struct Lost {
     pub missed: u64,
 }
 
+/// One lost-event counter (an `enum bs_lost` reason), summed over CPUs.
+pub fn lost_counter(map: &dyn MapCore, reason: u32) -> Result<u64> {
+    let v = map
+        .lookup_percpu(&reason.to_ne_bytes(), MapFlags::ANY)
+        .context("reading lost-event counters")?
+        .unwrap_or_default();
+    Ok(v.iter()
+        .map(|b| {
+            b.get(..8)
+                .map_or(0, |w| u64::from_ne_bytes(w.try_into().unwrap_or([0; 8])))
+        })
+        .sum())
+}
+
 impl Lost {
     pub fn read(map: &dyn MapCore) -> Result<Lost> {
-        let slot = |i: u32| -> Result<u64> {
-            let v = map
-                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
-                .context("reading lost-event counters")?
-                .unwrap_or_default();
-            Ok(v.iter()
-                .map(|b| {
-                    b.get(..8)
-                        .map_or(0, |w| u64::from_ne_bytes(w.try_into().unwrap_or([0; 8])))
-                })
-                .sum())
-        };
+        let slot = |i: u32| lost_counter(map, i);
         Ok(Lost {
             events: slot(bs_lost::BS_LOST_EVENTS.0)?,
             keys: slot(bs_lost::BS_LOST_KEYS.0)?,
