@@ -157,3 +157,35 @@ pub enum ExprKind {
         expr: Box<Expr>,
     },
 }
+
+impl Expr {
+    /// A chain of member accesses (`base->a.b`): its base, and the members
+    /// with their separators (`->`: true), in source order.
+    pub fn member_chain(&self) -> (&Expr, Vec<(&str, bool)>) {
+        let mut parts = Vec::new();
+        let mut cur = self;
+        while let ExprKind::Field { base, field, arrow } = &cur.kind {
+            parts.push((field.as_str(), *arrow));
+            cur = base;
+        }
+        parts.reverse();
+        (cur, parts)
+    }
+
+    /// For `args->a->b.c`: the field path as probes name it (`a->b.c`);
+    /// None when the chain does not start at `args`.
+    pub fn args_path(&self) -> Option<String> {
+        let (base, parts) = self.member_chain();
+        if !matches!(&base.kind, ExprKind::Ident(n) if n == "args") || parts.is_empty() {
+            return None;
+        }
+        let mut path = String::new();
+        for (i, (f, arrow)) in parts.iter().enumerate() {
+            if i > 0 {
+                path.push_str(if *arrow { "->" } else { "." });
+            }
+            path.push_str(f);
+        }
+        Some(path)
+    }
+}

@@ -435,9 +435,9 @@ impl<'a> Lower<'a> {
         Ok(())
     }
 
-    /// The probe's code, ending in a halt that `return` and `exit()` jump to.
+    /// The probe's code. `return` and `exit()` jump to its end: running
+    /// off the end ends the run, with no halt instruction to step through.
     pub fn finish(mut self) -> Vec<bs_insn> {
-        // Running off the end ends the run: no halt instruction to step through.
         for j in std::mem::take(&mut self.exits) {
             self.patch(j);
         }
@@ -1489,17 +1489,10 @@ impl<'a> Lower<'a> {
 
     /// `args->name`, `args.name`, and member paths from them.
     fn field(&mut self, e: &Expr) -> Res<Val> {
-        let mut parts: Vec<(&str, bool)> = Vec::new();
-        let mut cur = e;
-        while let ExprKind::Field { base, field, arrow } = &cur.kind {
-            parts.push((field.as_str(), *arrow));
-            cur = base;
-        }
-        parts.reverse();
-        let is_args = matches!(&cur.kind, ExprKind::Ident(n) if n == "args");
-        if !is_args {
+        let (base, parts) = e.member_chain();
+        let Some(path) = e.args_path() else {
             // A typed pointer's members: `$task->se.cfs_rq`.
-            let v = self.expr(cur)?;
+            let v = self.expr(base)?;
             let Ty::Ptr { btf } = v.ty else {
                 return err(
                     e.span,
@@ -1510,15 +1503,9 @@ impl<'a> Lower<'a> {
                 );
             };
             return self.members(v, btf, &parts, e.span);
-        }
+        };
         // `args.` keeps a field named like a builtin (kill's `pid`) a field.
-        let mut name = parts
-            .first()
-            .map_or(String::new(), |p| format!("args.{}", p.0));
-        for (f, arrow) in parts.iter().skip(1) {
-            name.push_str(if *arrow { "->" } else { "." });
-            name.push_str(f);
-        }
+        let name = format!("args.{path}");
         let direct = crate::attach::plan::source_for(self.pc.probe, self.pc.path, &name);
         if let (Err(x), true) = (&direct, parts.len() > 1) {
             // A record field that points to a struct (`args->rqtp->tv_sec`):
@@ -1534,13 +1521,15 @@ impl<'a> Lower<'a> {
                     span: e.span,
                     msg: x.to_string(),
                 })?;
-            let (mut src, _, _) =
-                crate::attach::plan::source_for(self.pc.probe, self.pc.path, first).map_err(
-                    |x| LowerError {
-                        span: e.span,
-                        msg: x.to_string(),
-                    },
-                )?;
+            let (mut src, _, _) = crate::attach::plan::source_for(
+                self.pc.probe,
+                self.pc.path,
+                &format!("args.{first}"),
+            )
+            .map_err(|x| LowerError {
+                span: e.span,
+                msg: x.to_string(),
+            })?;
             src.r#type = bs_val_type::BS_T_NUM.0 as u8;
             src.size = 8;
             src.is_signed = 0;

@@ -303,20 +303,12 @@ fn stmts_fields(body: &[Stmt], out: &mut BTreeSet<String>) {
 
 fn expr_fields(e: &Expr, out: &mut BTreeSet<String>) {
     match &e.kind {
-        ExprKind::Field { .. } => {
-            let mut parts = Vec::new();
-            let mut cur = e;
-            while let ExprKind::Field { base, field, .. } = &cur.kind {
-                parts.push(field.clone());
-                cur = base;
+        ExprKind::Field { .. } => match e.args_path() {
+            Some(path) => {
+                out.insert(path);
             }
-            if matches!(&cur.kind, ExprKind::Ident(n) if n == "args") {
-                parts.reverse();
-                out.insert(parts.join("->"));
-            } else {
-                expr_fields(cur, out);
-            }
-        }
+            None => expr_fields(e.member_chain().0, out),
+        },
         ExprKind::Map { keys, .. } => keys.iter().for_each(|k| expr_fields(k, out)),
         ExprKind::Index { base, index } => {
             expr_fields(base, out);
