@@ -1,9 +1,10 @@
 //! Software cpu-clock perf events: the profiler's sampler and a script's
 //! `profile:hz:N` probes attach their programs to these.
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use libbpf_rs::{Link, PerfEventOpts, ProgramMut};
 
 use crate::error::Error;
 
@@ -38,4 +39,20 @@ pub fn open_cpu_clock(cpu: u32, hz: u64) -> Result<OwnedFd> {
     }
     // SAFETY: the syscall returned a new descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Attaches `prog` to a cpu-clock on `cpu` at `hz`, its link carrying
+/// `cookie`. The link owns the event's descriptor from then on (libbpf
+/// closes it with the link); it is returned too, to read the event's count.
+pub fn attach(prog: &ProgramMut<'_>, cpu: u32, hz: u64, cookie: u64) -> Result<(Link, RawFd)> {
+    let fd = open_cpu_clock(cpu, hz)?;
+    let opts = PerfEventOpts {
+        cookie,
+        ..Default::default()
+    };
+    let link = prog
+        .attach_perf_event_with_opts(fd.as_raw_fd(), opts)
+        .with_context(|| format!("attaching to the cpu-clock of CPU {cpu}"))?;
+    // On failure above the descriptor was still ours, and dropped.
+    Ok((link, fd.into_raw_fd()))
 }

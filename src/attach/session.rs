@@ -407,19 +407,13 @@ impl<'obj> Session<'obj> {
                 None => bpfscope_sys::online_cpus().context("reading the online CPUs")?,
             };
             for c in cpus {
-                let fd = crate::attach::clock::open_cpu_clock(c, *hz)?;
-                let opts = libbpf_rs::PerfEventOpts {
-                    cookie: i as u64 + 1,
-                    ..Default::default()
-                };
-                let link = self
-                    .skel
-                    .progs
-                    .bpfscope_clock
-                    .attach_perf_event_with_opts(fd.as_raw_fd(), opts)
-                    .with_context(|| format!("attaching {} on CPU {c}", p.probe.name))?;
-                // The link owns the descriptor from here: libbpf closes it with the link.
-                let _ = std::os::fd::IntoRawFd::into_raw_fd(fd);
+                let (link, _) = crate::attach::clock::attach(
+                    &self.skel.progs.bpfscope_clock,
+                    c,
+                    *hz,
+                    i as u64 + 1,
+                )
+                .with_context(|| format!("attaching {}", p.probe.name))?;
                 links.push(link);
             }
         }

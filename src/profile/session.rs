@@ -5,11 +5,11 @@
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+use std::os::fd::RawFd;
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PerfEventOpts};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use crate::attach::libbpf_log;
 use crate::attach::target::Target;
@@ -231,16 +231,14 @@ impl<'obj> ProfileSession<'obj> {
                 self.period_ns = 1_000_000_000 / s.frequency.max(1);
                 let cpus = bpfscope_sys::online_cpus().context("reading the online CPUs")?;
                 for &cpu in &cpus {
-                    let fd = crate::attach::clock::open_cpu_clock(cpu, s.frequency)?;
-                    let link = self
-                        .skel
-                        .progs
-                        .bpfscope_prof
-                        .attach_perf_event_with_opts(fd.as_raw_fd(), PerfEventOpts::default())
-                        .with_context(|| format!("attaching the sampler on CPU {cpu}"))?;
-                    // The link owns the descriptor from here (libbpf closes
-                    // it with the link); on failure above it was still ours.
-                    self.perf_fds.push(fd.into_raw_fd());
+                    let (link, fd) = crate::attach::clock::attach(
+                        &self.skel.progs.bpfscope_prof,
+                        cpu,
+                        s.frequency,
+                        0,
+                    )
+                    .context("attaching the sampler")?;
+                    self.perf_fds.push(fd);
                     self.links.push(link);
                 }
                 Ok(cpus.len())
