@@ -178,7 +178,6 @@ enum bs_vm_op {
 	BS_VM_EVSTR = 24,  /* record data at arg: sv[a], 64 bytes */
 	BS_VM_JOIN = 25,   /* record data at arg: up to BS_VM_JOIN_MAX strings from the pointer array at r[a] */
 	BS_VM_EMIT = 26,   /* send the record: action arg, arg2 data bytes */
-	BS_VM_MHAS = 27,   /* r[dst] = key present in vals (BS_VMF_AGG: in aggs, bucket 0) */
 	BS_VM_READ = 28,   /* r[dst] = arg (1, 2, 4, 8) bytes at address r[a], kernel then user; BS_VMF_SIGNED extends */
 	BS_VM_STREQC = 29, /* r[dst] = sv[a] == constant string arg (strs); imm: at most this many bytes */
 	BS_VM_KEY1 = 30,   /* KEYCLR, then r[a] as the one key part (KEYNUM at 8) */

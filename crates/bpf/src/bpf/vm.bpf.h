@@ -152,11 +152,20 @@ static __noinline void bs_vm_emit(struct bs_scratch *s, u32 action, u32 size)
 	bs_event_send(s, sizeof(struct bs_event_hdr) + size);
 }
 
-/* A plain map's value for key s->key: number or string. */
-static __always_inline void *bs_vm_val(struct bs_scratch *s)
+/*
+ * The key's header for a plain map's value, or an aggregate's bucket 0
+ * (delete): no bucket, no epoch.
+ */
+static __always_inline void bs_vm_key_whole(struct bs_scratch *s)
 {
 	((struct bs_key_hdr *)s->key)->bucket = 0;
 	((struct bs_key_hdr *)s->key)->epoch = 0;
+}
+
+/* A plain map's value for key s->key: number or string. */
+static __always_inline void *bs_vm_val(struct bs_scratch *s)
+{
+	bs_vm_key_whole(s);
 	return bpf_map_lookup_elem(&vals, s->key);
 }
 
@@ -386,22 +395,10 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 			BS_SV(in->dst)[0] = 0;
 		break;
 	}
-	case BS_VM_MHAS:
-		if (!BS_ON(BS_VM_MHAS))
-			break;
-		if (in->flags & BS_VMF_AGG) {
-			((struct bs_key_hdr *)s->key)->bucket = 0;
-			((struct bs_key_hdr *)s->key)->epoch = 0;
-			BS_R(in->dst) = bpf_map_lookup_elem(&aggs, s->key) != 0;
-		} else {
-			BS_R(in->dst) = bs_vm_val(s) != 0;
-		}
-		break;
 	case BS_VM_MDEL:
 		if (!BS_ON(BS_VM_MDEL))
 			break;
-		((struct bs_key_hdr *)s->key)->bucket = 0;
-		((struct bs_key_hdr *)s->key)->epoch = 0;
+		bs_vm_key_whole(s);
 		if (in->flags & BS_VMF_AGG)
 			bpf_map_delete_elem(&aggs, s->key);
 		else
