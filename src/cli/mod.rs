@@ -487,18 +487,7 @@ fn run_settings(a: args::RunArgs) -> Result<RunSettings, Error> {
         },
         None => None,
     };
-    let pid = match a.pid {
-        Some(p) => match parse_target(&TargetArgs {
-            pid: Some(p),
-            duration: None,
-            interval: None,
-            cmd: Vec::new(),
-        })? {
-            Target::Pid(p) => Some(p),
-            _ => None,
-        },
-        None => None,
-    };
+    let pid = a.pid.map(parse_pid).transpose()?;
     if pid.is_some() && command.is_some() {
         return Err(usage!("-p and -c exclude each other; use one"));
     }
@@ -515,19 +504,22 @@ fn run_settings(a: args::RunArgs) -> Result<RunSettings, Error> {
     })
 }
 
+/// `-p PID`: a process that exists.
+fn parse_pid(pid: i64) -> Result<u32, Error> {
+    let pid = u32::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| usage!("-p {pid}: not a process id"))?;
+    if !Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(usage!("-p {pid}: no such process"));
+    }
+    Ok(pid)
+}
+
 fn parse_target(t: &TargetArgs) -> Result<Target, Error> {
     match (t.pid, t.cmd.as_slice()) {
         (Some(_), [_, ..]) => Err(usage!("-p and -- CMD exclude each other; use one")),
-        (Some(pid), []) => {
-            let pid = u32::try_from(pid)
-                .ok()
-                .filter(|&p| p > 0)
-                .ok_or_else(|| usage!("-p {pid}: not a process id"))?;
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                return Err(usage!("-p {pid}: no such process"));
-            }
-            Ok(Target::Pid(pid))
-        }
+        (Some(pid), []) => Ok(Target::Pid(parse_pid(pid)?)),
         (None, []) => Ok(Target::All),
         (None, [prog, args @ ..]) => Ok(Target::Command {
             program: find_program(prog)?,
