@@ -327,6 +327,10 @@ impl RunCtx<'_, '_> {
         }
         let maps = &self.session.skel.maps;
         let mut out = StackNames::new();
+        if kernel.is_empty() && user.is_empty() {
+            // Naming reads kallsyms: not for maps without stacks.
+            return out;
+        }
         let frames: Vec<(u32, Vec<u64>)> = kernel
             .iter()
             .filter_map(|&id| {
@@ -338,7 +342,12 @@ impl RunCtx<'_, '_> {
             })
             .collect();
         let all: Vec<u64> = frames.iter().flat_map(|(_, v)| v.iter().copied()).collect();
-        let mut names = bpfscope_symbolize::kernel::symbolize_live(&all).into_iter();
+        let mut names = if all.is_empty() {
+            Vec::new()
+        } else {
+            bpfscope_symbolize::kernel::symbolize_live(&all)
+        }
+        .into_iter();
         for (id, ips) in frames {
             let named = ips
                 .iter()
