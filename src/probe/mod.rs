@@ -148,7 +148,10 @@ impl Probe {
 type TracefsEvents = (PathBuf, Vec<(String, String)>);
 
 /// Resolution state shared across specs: tracefs listing and parsed binaries, each read once.
-struct Resolver {
+/// Resolves probe specs, keeping what it read (the tracepoint list,
+/// binaries' symbols, kernel functions) for the next specs: a script
+/// resolves its attach points one by one with one of these.
+pub struct Resolver {
     pid: Option<u32>,
     tracefs: Option<TracefsEvents>,
     elves: HashMap<PathBuf, elf::ElfProbes>,
@@ -158,7 +161,8 @@ struct Resolver {
 }
 
 impl Resolver {
-    fn new(pid: Option<u32>) -> Resolver {
+    /// `pid` lets library names be found among that process's mappings.
+    pub fn new(pid: Option<u32>) -> Resolver {
         Resolver {
             pid,
             tracefs: None,
@@ -166,6 +170,43 @@ impl Resolver {
             kfuncs: None,
             skipped: Vec::new(),
         }
+    }
+
+    /// Like the module's `resolve_all`, with this resolver's caches; what
+    /// it skipped is this call's only.
+    pub fn resolve_all(&mut self, specs: &[ProbeSpec]) -> Result<Resolved, Error> {
+        let first_skip = self.skipped.len();
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for spec in specs {
+            let before = self.skipped.len();
+            let matched = self.matches(spec)?;
+            if matched.is_empty() && self.skipped.len() == before {
+                return Err(self.unknown(spec));
+            }
+            for p in matched {
+                if seen.insert(p.name.clone()) {
+                    out.push(p);
+                }
+            }
+        }
+        let skipped = self.skipped[first_skip..].to_vec();
+        if out.is_empty() {
+            // Everything matched was skipped: say why, as attaching would.
+            let (name, why) = skipped.first().cloned().unwrap_or_default();
+            return Err(if skipped.len() == 1 {
+                usage!("{name}: {why}")
+            } else {
+                usage!(
+                    "none of the {} matching probes can be attached ({name}: {why})",
+                    skipped.len()
+                )
+            });
+        }
+        Ok(Resolved {
+            probes: out,
+            skipped,
+        })
     }
 
     fn kfuncs(&mut self) -> Result<Rc<kfunc::Catalog>, Error> {
@@ -542,37 +583,7 @@ pub struct Resolved {
 
 /// Like `resolve`, also returning what patterns matched that cannot be probed.
 pub fn resolve_all(specs: &[ProbeSpec], pid: Option<u32>) -> Result<Resolved, Error> {
-    let mut r = Resolver::new(pid);
-    let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
-    for spec in specs {
-        let before = r.skipped.len();
-        let matched = r.matches(spec)?;
-        if matched.is_empty() && r.skipped.len() == before {
-            return Err(r.unknown(spec));
-        }
-        for p in matched {
-            if seen.insert(p.name.clone()) {
-                out.push(p);
-            }
-        }
-    }
-    if out.is_empty() {
-        // Everything matched was skipped: say why, as attaching would.
-        let (name, why) = r.skipped.first().cloned().unwrap_or_default();
-        return Err(if r.skipped.len() == 1 {
-            usage!("{name}: {why}")
-        } else {
-            usage!(
-                "none of the {} matching probes can be attached ({name}: {why})",
-                r.skipped.len()
-            )
-        });
-    }
-    Ok(Resolved {
-        probes: out,
-        skipped: r.skipped,
-    })
+    Resolver::new(pid).resolve_all(specs)
 }
 
 /// Lists probes matching a pattern: any probe spec, or for tracepoints

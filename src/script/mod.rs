@@ -51,11 +51,14 @@ pub fn compile(
     let program = parse::parse(src).map_err(|e| usage!("{e}"))?;
     let at = |span: Span, msg: String| usage!("{}", LowerError { span, msg }.render(src));
     let mut skipped = Vec::new();
+    // One resolver for every attach point: the tracepoint list and binaries
+    // are read once, not once per point.
+    let mut resolver = probe::Resolver::new(pid);
     // Attach points in order of first appearance, each with the blocks naming it.
     let mut points: Vec<(String, PointDef, Vec<usize>)> = Vec::new();
     for (bi, block) in program.probes.iter().enumerate() {
         for (spec, span) in &block.specs {
-            match point(spec, pid).map_err(|e| at(*span, e))? {
+            match point(spec, &mut resolver).map_err(|e| at(*span, e))? {
                 (Point::Probes(ps), sk) => {
                     skipped.extend(sk);
                     for p in ps {
@@ -183,7 +186,7 @@ fn synthetic(name: &str) -> Probe {
 }
 
 /// An attach point as written: what it leads to, and what of a pattern was skipped.
-fn point(spec: &str, pid: Option<u32>) -> Result<(Point, Vec<(String, String)>), String> {
+fn point(spec: &str, r: &mut probe::Resolver) -> Result<(Point, Vec<(String, String)>), String> {
     let none = Vec::new();
     match spec {
         "BEGIN" => return Ok((Point::Trigger(Trigger::Begin, "BEGIN".into()), none)),
@@ -250,16 +253,18 @@ fn point(spec: &str, pid: Option<u32>) -> Result<(Point, Vec<(String, String)>),
         ["rawtracepoint", ..] => Err(format!(
             "{spec}: use tracepoint:SUBSYS:EVENT instead of rawtracepoint"
         )),
-        ["kfunc" | "f", rest @ ..] => resolve(&format!("fentry:{}", rest.join(":")), pid),
-        ["kretfunc" | "fr", rest @ ..] => resolve(&format!("fexit:{}", rest.join(":")), pid),
-        _ => resolve(spec, pid),
+        ["kfunc" | "f", rest @ ..] => resolve(&format!("fentry:{}", rest.join(":")), r),
+        ["kretfunc" | "fr", rest @ ..] => resolve(&format!("fexit:{}", rest.join(":")), r),
+        _ => resolve(spec, r),
     }
 }
 
-fn resolve(spec: &str, pid: Option<u32>) -> Result<(Point, Vec<(String, String)>), String> {
+fn resolve(spec: &str, r: &mut probe::Resolver) -> Result<(Point, Vec<(String, String)>), String> {
     let ps = ProbeSpec::parse(spec).map_err(|e| e.to_string())?;
-    let r = probe::resolve_all(std::slice::from_ref(&ps), pid).map_err(|e| e.to_string())?;
-    Ok((Point::Probes(r.probes), r.skipped))
+    let got = r
+        .resolve_all(std::slice::from_ref(&ps))
+        .map_err(|e| e.to_string())?;
+    Ok((Point::Probes(got.probes), got.skipped))
 }
 
 /// The `args` fields the blocks read, as the path choice needs them.
