@@ -72,6 +72,11 @@ fn sample(s: &crate::cli::profile::SamplingConfig) -> Result<Option<crate::profi
             // What follows (symbolizing, writing) has nothing partial worth
             // printing: from now on a signal ends the process at once.
             bpfscope_sys::signals::die_on_next();
+            if let Ok(sampled) = &r {
+                for n in &sampled.runtime_notes {
+                    eprintln!("bpfscope: {n}");
+                }
+            }
             r.map(Some)
         }
     }

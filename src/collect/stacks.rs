@@ -159,6 +159,10 @@ fn user_stacks(
                         *unresolved += 1;
                         format!("[file {id}]+{off:#x}")
                     }
+                    UserFrame::Interp(id, off) => {
+                        *unresolved += 1;
+                        format!("[code {id}]+{off:#x}")
+                    }
                 })
                 .collect();
             (id, named)

@@ -3,6 +3,7 @@
 //! frames, and the recording format that carries it all to `report`.
 
 pub mod maps;
+pub mod python;
 pub mod session;
 pub mod unwind;
 
@@ -26,7 +27,9 @@ use crate::collect::Stopper;
 use bpfscope_bpf::profile::types::{bp_note, bp_note_kind};
 use bpfscope_bpf::stack::UserFrame;
 use bpfscope_recording::bpfprog::BpfProg;
-use bpfscope_recording::{Binary, KernelSymbol, LostCounts, Meta, Recording, Stack, BPF_RUN_TIME};
+use bpfscope_recording::{
+    Binary, KernelSymbol, LostCounts, Meta, Recording, RuntimeFrame, Stack, BPF_RUN_TIME,
+};
 use bpfscope_symbolize::kernel;
 use bpfscope_sys::pod;
 use maps::Snapshots;
@@ -96,6 +99,13 @@ pub struct Sampled {
     /// What loading unwind tables cost, and the memory they took.
     pub tables: unwind::TableStats,
     pub table_bytes: u64,
+    /// Python code objects announced, to name Python frames.
+    pub codes: python::Codes,
+    /// Notes on interpreters: those found, and those whose frames could not
+    /// be read (an unsupported version).
+    pub runtime_notes: Vec<String>,
+    /// Files with a Python runtime whose frames could not be read.
+    pub python_unsupported: u64,
 }
 
 /// Runs one sampling session until the duration, Ctrl-C or the command's exit.
@@ -132,8 +142,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
         if let Target::Command { program, .. } = &s.target {
             if let Err(e) = unwind::preload_program(
                 program,
-                &session.skel.maps.files,
-                &session.skel.maps.unwind_entries,
+                unwind::FileMaps::of(&session.skel),
                 &mut session.tables,
                 &mut snapshots,
                 &mut next_id,
@@ -198,6 +207,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
         }
     }
     let duration = t0.elapsed();
+    let codes = std::mem::take(&mut session.codes);
     let mut sampled = read_out(
         s,
         &session,
@@ -207,6 +217,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
         guarded.map(|g| (g, own_progs)),
     )?;
     sampled.sideband_lost = sideband_lost;
+    sampled.codes = codes;
     sampled.start_unix_ns = start_unix_ns;
     sampled.duration = duration;
     Ok(sampled)
@@ -217,8 +228,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
 /// file ids; the first id left for the kernel side to give out.
 pub fn preload_shared(session: &mut ProfileSession<'_>, snapshots: &mut Snapshots) -> u32 {
     if let Err(e) = unwind::load_vdso(
-        &session.skel.maps.files,
-        &session.skel.maps.unwind_entries,
+        unwind::FileMaps::of(&session.skel),
         &mut session.tables,
         snapshots,
     ) {
@@ -226,8 +236,7 @@ pub fn preload_shared(session: &mut ProfileSession<'_>, snapshots: &mut Snapshot
     }
     let mut next_id = unwind::VDSO_ID + 1;
     if let Err(e) = unwind::preload_own(
-        &session.skel.maps.files,
-        &session.skel.maps.unwind_entries,
+        unwind::FileMaps::of(&session.skel),
         &mut session.tables,
         snapshots,
         &mut next_id,
@@ -263,11 +272,11 @@ fn follow_processes(
     snapshots: &mut Snapshots,
     mut blocked: Option<(&mut BlockedBpf, Option<&SideBand>, &[u32])>,
 ) -> Result<()> {
-    let fresh: RefCell<Vec<bp_note>> = RefCell::new(Vec::new());
+    let fresh: RefCell<Vec<Note>> = RefCell::new(Vec::new());
     {
         let mut builder = RingBufferBuilder::new();
         builder.add(&session.skel.maps.procs, |data: &[u8]| {
-            if let Some(n) = pod::read::<bp_note>(data) {
+            if let Some(n) = Note::parse(data) {
                 fresh.borrow_mut().push(n);
             }
             0
@@ -295,10 +304,10 @@ fn follow_processes(
             wait_readable(&[rb.epoll_fd(), stopper.wake_fd().as_raw_fd()], timeout);
             rb.consume().context("reading process notifications")?;
             let now = Instant::now();
-            let notes: Vec<bp_note> = fresh.borrow_mut().drain(..).collect();
+            let notes: Vec<Note> = fresh.borrow_mut().drain(..).collect();
             for n in notes {
-                if handle_note(session, snapshots, &n)? {
-                    again.push_back((now + RELOOK[0], n.tgid, 1));
+                if let Some(pid) = handle_note(session, snapshots, &n)? {
+                    again.push_back((now + RELOOK[0], pid, 1));
                 }
             }
             while again.front().is_some_and(|(t, _, _)| *t <= now) {
@@ -322,30 +331,60 @@ fn follow_processes(
         let _ = rb.consume();
     }
     for n in fresh.into_inner() {
-        if n.kind == bp_note_kind::BP_NOTE_FILE.0 {
-            load_noted_file(session, snapshots, &n)?;
-        } else {
-            snapshots.snapshot(n.tgid);
+        match n {
+            Note::Code(data) => session.codes.note(&data),
+            Note::Plain(n) if n.kind == bp_note_kind::BP_NOTE_FILE.0 => {
+                load_noted_file(session, snapshots, &n)?;
+            }
+            Note::Plain(n) => {
+                snapshots.snapshot(n.tgid);
+            }
         }
     }
     Ok(())
 }
 
+/// A record of the profiler's ring buffer.
+pub enum Note {
+    /// A process, a file, or a process whose mappings went stale.
+    Plain(bp_note),
+    /// A Python code object seen for the first time: the record, kept
+    /// until it is read (it is larger than the others).
+    Code(Vec<u8>),
+}
+
+impl Note {
+    pub fn parse(data: &[u8]) -> Option<Note> {
+        let kind = pod::read::<u32>(data)?;
+        if kind == bp_note_kind::BP_NOTE_CODE.0 {
+            return Some(Note::Code(data.to_vec()));
+        }
+        pod::read::<bp_note>(data).map(Note::Plain)
+    }
+}
+
 /// Acts on one announcement: a file's unwind table is loaded; a process's
-/// mappings are built for the unwinder and snapshotted. True when a new
-/// process was snapshotted, so it should be looked at again shortly (the
-/// dynamic loader may still be mapping its libraries).
+/// mappings are built for the unwinder and snapshotted; a code object is
+/// kept. The process to look at again shortly, when a new one was
+/// snapshotted (the dynamic loader may still be mapping its libraries).
 pub fn handle_note(
     session: &mut ProfileSession<'_>,
     snapshots: &mut Snapshots,
-    n: &bp_note,
-) -> Result<bool> {
+    note: &Note,
+) -> Result<Option<u32>> {
+    let n = match note {
+        Note::Code(data) => {
+            session.codes.note(data);
+            return Ok(None);
+        }
+        Note::Plain(n) => n,
+    };
     if n.kind == bp_note_kind::BP_NOTE_FILE.0 {
         load_noted_file(session, snapshots, n)?;
-        return Ok(false);
+        return Ok(None);
     }
     session.build(n.tgid);
-    Ok(n.kind == bp_note_kind::BP_NOTE_PROC.0 && snapshots.snapshot(n.tgid))
+    Ok((n.kind == bp_note_kind::BP_NOTE_PROC.0 && snapshots.snapshot(n.tgid)).then_some(n.tgid))
 }
 
 /// Loads the unwind table of a file the kernel side announced.
@@ -356,8 +395,7 @@ fn load_noted_file(
 ) -> Result<()> {
     unwind::load_file(
         n,
-        &session.skel.maps.files,
-        &session.skel.maps.unwind_entries,
+        unwind::FileMaps::of(&session.skel),
         &mut session.tables,
         snapshots,
     )
@@ -423,6 +461,9 @@ fn read_out(
             .map(|c| c.len() as u32)
             .unwrap_or(0),
         blocked_bpf_ns,
+        codes: python::Codes::default(),
+        runtime_notes: session.tables.interps.notes(s.verbose),
+        python_unsupported: session.tables.interps.unsupported.len() as u64,
     })
 }
 
@@ -723,8 +764,18 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         files_lost: sampled.lost.files,
         bpf_sampled: sampled.bpf_sampled,
         second_sampler_lost: sampled.guarded_lost,
+        python_frames: sampled.lost.python.frames,
+        python_no_thread: sampled.lost.python.no_thread,
+        python_lost_code: sampled.lost.python.lost_code,
+        python_read: sampled.lost.python.read,
+        python_unplaced: sampled.lost.python.unplaced,
+        python_unnamed: 0,
+        python_truncated_tables: sampled.codes.truncated,
+        python_unsupported: sampled.python_unsupported,
     };
     let mut stacks = Vec::with_capacity(sampled.stacks.len());
+    let mut runtime_frames: Vec<RuntimeFrame> = Vec::new();
+    let mut runtime_index: HashMap<RuntimeFrame, u32> = HashMap::new();
     for (prog, samples) in blocked_samples(s, sampled) {
         lost.bpf_estimated += samples;
         // The program's entry names it (and, with line info, its first line).
@@ -738,13 +789,43 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
             kernel: prog.subprogs.first().map(|s| s.addr).into_iter().collect(),
             user_binary: Vec::new(),
             user_offset: Vec::new(),
+            user_runtime: Vec::new(),
         });
     }
     for r in &sampled.stacks {
         let mut user_binary = Vec::with_capacity(r.user.len());
         let mut user_offset = Vec::with_capacity(r.user.len());
+        let mut user_runtime = Vec::new();
         let mut unresolved = false;
-        for f in &r.user {
+        for (i, f) in r.user.iter().enumerate() {
+            if let UserFrame::Interp(id, off) = *f {
+                let frame = match sampled.codes.frame(id, off) {
+                    Some(p) => RuntimeFrame {
+                        kind: "python".into(),
+                        function: p.function,
+                        file: p.file,
+                        line: p.line,
+                    },
+                    None => {
+                        lost.python_unnamed += 1;
+                        RuntimeFrame {
+                            kind: "python".into(),
+                            function: "[unknown python code]".into(),
+                            ..Default::default()
+                        }
+                    }
+                };
+                let n = runtime_frames.len() as u32 + 1;
+                let idx = *runtime_index.entry(frame.clone()).or_insert_with(|| {
+                    runtime_frames.push(frame);
+                    n
+                });
+                user_runtime.resize(i, 0);
+                user_runtime.push(idx);
+                user_binary.push(0);
+                user_offset.push(0);
+                continue;
+            }
             match *f {
                 UserFrame::BuildId(ref id, off) => {
                     user_binary.push(intern(id));
@@ -765,6 +846,7 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
                         user_offset.push(off);
                     }
                 },
+                UserFrame::Interp(..) => {}
                 UserFrame::Ip(ip) => match sampled.snapshots.resolve(r.tgid, ip) {
                     Some((file, off)) if file.build_id.is_some() => {
                         let id = file.build_id.as_deref().unwrap_or_default();
@@ -783,6 +865,9 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         if unresolved {
             lost.unresolved_weight += r.value;
         }
+        if !user_runtime.is_empty() {
+            user_runtime.resize(user_binary.len(), 0);
+        }
         stacks.push(Stack {
             pid: r.tgid,
             comm: r.comm.clone(),
@@ -793,6 +878,7 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
             kernel: r.kernel.clone(),
             user_binary,
             user_offset,
+            user_runtime,
         });
     }
     for b in &mut binaries {
@@ -832,6 +918,7 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         kernel_symbols,
         stacks,
         bpf_programs: sampled.bpf_programs.clone(),
+        runtime_frames,
     }
 }
 

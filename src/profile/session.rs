@@ -41,9 +41,20 @@ pub struct RawStack {
     pub user: Vec<UserFrame>,
 }
 
+/// How Python frames went (BP_PY_* counters; bp_lost says what each is).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PythonCounts {
+    pub frames: u64,
+    pub no_thread: u64,
+    pub lost_code: u64,
+    pub read: u64,
+    pub unplaced: u64,
+}
+
 /// Kernel-side drop counters.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KernelLost {
+    pub python: PythonCounts,
     pub kernel_stacks: u64,
     pub user_stacks: u64,
     /// Stacks whose 64-bit hash another stack already had.
@@ -79,6 +90,8 @@ pub struct ProfileSession<'obj> {
     pub skel: ProfileSkel<'obj>,
     /// Space in `unwind_entries`.
     pub tables: TableMemory,
+    /// Python code objects the kernel side announced.
+    pub codes: super::python::Codes,
 }
 
 /// A cgroup v2 directory's id and depth, with `--cgroup` errors as usage errors.
@@ -161,6 +174,7 @@ impl<'obj> ProfileSession<'obj> {
             period_ns: 0,
             skel,
             tables,
+            codes: Default::default(),
         })
     }
 
@@ -318,6 +332,13 @@ impl<'obj> ProfileSession<'obj> {
             sampler_runs: slot(bp_lost::BP_SEEN_RUNS.0)?,
             idle: slot(bp_lost::BP_SEEN_IDLE.0)?,
             other: slot(bp_lost::BP_SEEN_OTHER.0)?,
+            python: PythonCounts {
+                frames: slot(bp_lost::BP_PY_FRAMES.0)?,
+                no_thread: slot(bp_lost::BP_PY_NO_THREAD.0)?,
+                lost_code: slot(bp_lost::BP_PY_LOST_CODE.0)?,
+                read: slot(bp_lost::BP_PY_READ.0)?,
+                unplaced: slot(bp_lost::BP_PY_UNPLACED.0)?,
+            },
             taken: self.taken,
             kernel_stack_map_full: full && kernel_stacks > 0,
             user_stack_map_full: full && user_stacks > 0,

@@ -16,6 +16,26 @@ use bpfscope_bpf::profile::types::{bp_file, bp_file_key, bp_file_state, bp_note,
 use bpfscope_unwind::Entry;
 
 use super::maps::Snapshots;
+use super::python::Interpreters;
+
+/// The kernel side's per-file maps: `files`, `unwind_entries` and the
+/// interpreters some files hold (`interps`).
+#[derive(Clone, Copy)]
+pub struct FileMaps<'a, 'obj> {
+    pub files: &'a libbpf_rs::Map<'obj>,
+    pub entries: &'a libbpf_rs::Map<'obj>,
+    pub interps: &'a libbpf_rs::Map<'obj>,
+}
+
+impl<'a, 'obj> FileMaps<'a, 'obj> {
+    pub fn of(skel: &'a bpfscope_bpf::profile::ProfileSkel<'obj>) -> Self {
+        FileMaps {
+            files: &skel.maps.files,
+            entries: &skel.maps.unwind_entries,
+            interps: &skel.maps.interps,
+        }
+    }
+}
 
 /// How the kernel side's unwinds went (BP_UNW_* counters).
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,6 +77,8 @@ pub struct TableMemory {
     next: usize,
     by_build_id: HashMap<Vec<u8>, (u32, u32, u64)>,
     pub stats: TableStats,
+    /// The Python interpreters found in the files tables were loaded for.
+    pub interps: Interpreters,
 }
 
 /// Entries per batched update.
@@ -69,6 +91,7 @@ impl TableMemory {
             next: 0,
             by_build_id: HashMap::new(),
             stats: TableStats::default(),
+            interps: Interpreters::default(),
         }
     }
 
@@ -110,8 +133,7 @@ impl TableMemory {
 /// mapped it (or any other), then `register` it.
 pub fn load_file(
     note: &bp_note,
-    files: &libbpf_rs::Map<'_>,
-    entries: &libbpf_rs::Map<'_>,
+    maps: FileMaps<'_, '_>,
     tables: &mut TableMemory,
     snapshots: &mut Snapshots,
 ) -> Result<()> {
@@ -132,14 +154,14 @@ pub fn load_file(
                 // Forget it in the kernel: the next process that maps it
                 // announces it again, perhaps while it still lives.
                 tables.stats.unreadable += 1;
-                let _ = files.delete(pod_bytes(&note.file));
+                let _ = maps.files.delete(pod_bytes(&note.file));
                 return Ok(());
             }
         }
     } else {
         (via, path)
     };
-    register(note, key, &via, &path, files, entries, tables, snapshots)
+    register(note, key, &via, &path, maps, tables, snapshots)
 }
 
 /// Snapshots' key of a file: its device as /proc/PID/maps prints it, and
@@ -155,14 +177,12 @@ fn snapshot_key(file: &bp_file_key) -> (String, u64) {
 /// Records which file the note's id names (read through `via`, shown as
 /// `path`), compiles its table (or reuses the table of a file with the
 /// same build id) and points its `files` entry at the table.
-#[allow(clippy::too_many_arguments)]
 fn register(
     note: &bp_note,
     key: (String, u64),
     via: &str,
     path: &str,
-    files: &libbpf_rs::Map<'_>,
-    entries: &libbpf_rs::Map<'_>,
+    maps: FileMaps<'_, '_>,
     tables: &mut TableMemory,
     snapshots: &mut Snapshots,
 ) -> Result<()> {
@@ -181,32 +201,38 @@ fn register(
         .or_else(|| file.segments.iter().find(|s| s.executable))
         .map(|s| s.vaddr.wrapping_sub(s.file_offset))
         .unwrap_or(0);
+    // Through the descriptor kept open when there is one: the very file
+    // mapped, even if since deleted.
+    let open_path = Snapshots::open_path(file).unwrap_or_else(|| via.to_string());
+    let interp =
+        tables
+            .interps
+            .for_file(maps.interps, &build_id, Path::new(&open_path), path, delta)?;
     let placed = match tables.by_build_id.get(&build_id) {
         Some(&p) if !build_id.is_empty() => Some(p),
         _ => {
             let t0 = Instant::now();
-            // Through the descriptor kept open when there is one: the very
-            // file mapped, even if since deleted.
-            let open_path = Snapshots::open_path(file).unwrap_or_else(|| via.to_string());
             let compiled = bpfscope_unwind::compile(Path::new(&open_path))
                 .or_else(|_| bpfscope_unwind::compile(Path::new(path)));
             tables.stats.compile += t0.elapsed();
             match compiled {
-                Ok(t) if !t.entries().is_empty() => match tables.place(entries, t.entries())? {
-                    Some(start) => {
-                        let p = (start, t.entries().len() as u32, t.base());
-                        tables.stats.files += 1;
-                        tables.stats.entries += u64::from(p.1);
-                        if !build_id.is_empty() {
-                            tables.by_build_id.insert(build_id, p);
+                Ok(t) if !t.entries().is_empty() => {
+                    match tables.place(maps.entries, t.entries())? {
+                        Some(start) => {
+                            let p = (start, t.entries().len() as u32, t.base());
+                            tables.stats.files += 1;
+                            tables.stats.entries += u64::from(p.1);
+                            if !build_id.is_empty() {
+                                tables.by_build_id.insert(build_id, p);
+                            }
+                            Some(p)
                         }
-                        Some(p)
+                        None => {
+                            tables.stats.no_room += 1;
+                            None
+                        }
                     }
-                    None => {
-                        tables.stats.no_room += 1;
-                        None
-                    }
-                },
+                }
                 _ => {
                     tables.stats.without_table += 1;
                     None
@@ -215,15 +241,28 @@ fn register(
         }
     };
     match placed {
-        Some((start, len, base)) => set_file(
-            files,
-            note,
-            bp_file_state::BP_FILE_TABLE.0,
-            start,
-            len,
-            delta.wrapping_sub(base) as i64,
-        ),
-        None => set_file(files, note, bp_file_state::BP_FILE_NO_TABLE.0, 0, 0, 0),
+        Some((start, len, base)) => {
+            let bias = delta.wrapping_sub(base) as i64;
+            let v = bp_file {
+                id: note.file_id,
+                state: bp_file_state::BP_FILE_TABLE.0,
+                table_start: start,
+                table_len: len,
+                bias,
+                interp,
+                pad: 0,
+            };
+            set_file(maps.files, note, &v)
+        }
+        None => {
+            let v = bp_file {
+                id: note.file_id,
+                state: bp_file_state::BP_FILE_NO_TABLE.0,
+                interp,
+                ..Default::default()
+            };
+            set_file(maps.files, note, &v)
+        }
     }
 }
 
@@ -236,14 +275,13 @@ pub const VDSO_ID: u32 = 1;
 /// same image every process maps. Written to a file so the table compiler
 /// and the symbolizer can read it, kept open and unlinked.
 pub fn load_vdso(
-    files: &libbpf_rs::Map<'_>,
-    entries: &libbpf_rs::Map<'_>,
+    maps: FileMaps<'_, '_>,
     tables: &mut TableMemory,
     snapshots: &mut Snapshots,
 ) -> Result<()> {
     use std::io::{Read, Seek, SeekFrom};
-    let maps = bpfscope_sys::procfs::maps("self").context("reading /proc/self/maps")?;
-    let Some(v) = maps.iter().find(|m| m.path == "[vdso]") else {
+    let own = bpfscope_sys::procfs::maps("self").context("reading /proc/self/maps")?;
+    let Some(v) = own.iter().find(|m| m.path == "[vdso]") else {
         return Ok(());
     };
     let mut image = vec![0u8; (v.end - v.start) as usize];
@@ -267,8 +305,7 @@ pub fn load_vdso(
         ("vdso".into(), 1),
         &via,
         "[vdso]",
-        files,
-        entries,
+        maps,
         tables,
         snapshots,
     );
@@ -281,16 +318,15 @@ pub fn load_vdso(
 /// starts: most processes map the same files, so their first samples
 /// unwind through them without waiting for an announcement.
 pub fn preload_own(
-    files: &libbpf_rs::Map<'_>,
-    entries: &libbpf_rs::Map<'_>,
+    maps: FileMaps<'_, '_>,
     tables: &mut TableMemory,
     snapshots: &mut Snapshots,
     next_id: &mut u32,
 ) -> Result<()> {
-    let maps = bpfscope_sys::procfs::maps("self").context("reading /proc/self/maps")?;
+    let own = bpfscope_sys::procfs::maps("self").context("reading /proc/self/maps")?;
     let exe = std::fs::read_link("/proc/self/exe").ok();
     let mut done = std::collections::HashSet::new();
-    for m in maps.iter().filter(|m| m.executable() && m.is_file()) {
+    for m in own.iter().filter(|m| m.executable() && m.is_file()) {
         if exe.as_deref() == Some(Path::new(&m.path)) || !done.insert((m.dev.clone(), m.inode)) {
             continue;
         }
@@ -314,7 +350,7 @@ pub fn preload_own(
             },
             ..Default::default()
         };
-        load_file(&note, files, entries, tables, snapshots)?;
+        load_file(&note, maps, tables, snapshots)?;
         *next_id += 1;
     }
     Ok(())
@@ -326,8 +362,7 @@ pub fn preload_own(
 /// (python3.11's: tens of ms).
 pub fn preload_program(
     program: &Path,
-    files: &libbpf_rs::Map<'_>,
-    entries: &libbpf_rs::Map<'_>,
+    maps: FileMaps<'_, '_>,
     tables: &mut TableMemory,
     snapshots: &mut Snapshots,
     next_id: &mut u32,
@@ -363,7 +398,7 @@ pub fn preload_program(
     // No process maps it yet: read by its path.
     let path = exe.to_string_lossy().into_owned();
     let key = snapshot_key(&note.file);
-    register(&note, key, &path, &path, files, entries, tables, snapshots)?;
+    register(&note, key, &path, &path, maps, tables, snapshots)?;
     *next_id += 1;
     Ok(())
 }
@@ -381,27 +416,13 @@ fn find_mapping(key: &(String, u64)) -> Option<(String, String)> {
     })
 }
 
-fn set_file(
-    files: &libbpf_rs::Map<'_>,
-    note: &bp_note,
-    state: u32,
-    table_start: u32,
-    table_len: u32,
-    bias: i64,
-) -> Result<()> {
-    let v = bp_file {
-        id: note.file_id,
-        state,
-        table_start,
-        table_len,
-        bias,
-    };
+fn set_file(files: &libbpf_rs::Map<'_>, note: &bp_note, v: &bp_file) -> Result<()> {
     let k = bp_file_key {
         dev: note.file.dev,
         ino: note.file.ino,
     };
     files
-        .update(pod_bytes(&k), pod_bytes(&v), MapFlags::ANY)
+        .update(pod_bytes(&k), pod_bytes(v), MapFlags::ANY)
         .context("loading an unwind table")
 }
 

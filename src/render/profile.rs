@@ -33,6 +33,17 @@ impl Profile {
     /// Frame names of one location, outer function first.
     fn names(&self, loc: &Location) -> Vec<String> {
         let kernel = self.mappings.get(loc.mapping).is_some_and(|m| m.kernel);
+        let python = self
+            .mappings
+            .get(loc.mapping)
+            .is_some_and(|m| m.name == crate::report::PYTHON_MAPPING);
+        if let (true, Some(l)) = (python, loc.lines.first()) {
+            // As Python tracebacks and py-spy name them: the function, then
+            // where in which file.
+            let file = l.file.as_deref().unwrap_or("?");
+            let base = file.rsplit('/').next().unwrap_or(file);
+            return vec![format!("{} ({base}:{})", l.function, l.line)];
+        }
         if loc.lines.is_empty() {
             let n = loc.fallback_name(&self.mappings);
             return vec![if kernel { format!("{n}_[k]") } else { n }];

@@ -114,6 +114,24 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
             locs.push(id);
         }
         for (i, (&b, &o)) in s.user_binary.iter().zip(&s.user_offset).enumerate() {
+            let runtime = s.user_runtime.get(i).copied().unwrap_or(0);
+            if let Some(f) = rec.runtime_frames.get((runtime as usize).wrapping_sub(1)) {
+                let m = runtime_mapping(&mut p, &f.kind);
+                let id = *loc_index.entry((m, u64::from(runtime))).or_insert_with(|| {
+                    p.locations.push(Location {
+                        mapping: m,
+                        address: u64::from(runtime),
+                        lines: vec![FuncLine {
+                            function: f.function.clone(),
+                            file: (!f.file.is_empty()).then(|| f.file.clone()),
+                            line: f.line,
+                        }],
+                    });
+                    p.locations.len() - 1
+                });
+                locs.push(id);
+                continue;
+            }
             let m = if b == 0 { unknown } else { b as usize };
             let o = if b == 0 { o } else { call_site(i, o) };
             let id = *loc_index.entry((m, o)).or_insert_with(|| {
@@ -145,6 +163,24 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
     p.notes.extend(sample_accounting(rec));
     (p, reports)
 }
+
+/// The mapping of frames a runtime named (`[python]`, `[jit]`), added
+/// at first use.
+fn runtime_mapping(p: &mut Profile, kind: &str) -> usize {
+    let name = format!("[{kind}]");
+    if let Some(i) = p.mappings.iter().position(|m| m.name == name) {
+        return i;
+    }
+    p.mappings.push(Mapping {
+        name,
+        build_id: String::new(),
+        kernel: false,
+    });
+    p.mappings.len() - 1
+}
+
+/// Mapping name of Python frames: named `function (file.py:LINE)`.
+pub const PYTHON_MAPPING: &str = "[python]";
 
 /// The kernel, each binary (index + 1 as in the recording) and [unknown]
 /// last, whose index is returned.
@@ -358,6 +394,7 @@ pub fn loss_notes(l: &LostCounts, mode: &str) -> Vec<String> {
         }
     }
     notes.extend(unwind_line(l));
+    notes.extend(python_line(l));
     if l.bpf_estimated > 0 {
         notes.push(format!(
             "{} samples are estimated from BPF run-time statistics: time in kprobe, tracepoint and perf_event BPF programs, during which the kernel runs no sampling program (shown under [bpf run time])",
@@ -420,6 +457,44 @@ fn unwind_line(l: &LostCounts) -> Option<String> {
             "; stacks ended before their outermost frame: {}",
             ends.join(", ")
         ));
+    }
+    Some(s)
+}
+
+/// How Python frames went (recordings since 1.5), when there were any.
+fn python_line(l: &LostCounts) -> Option<String> {
+    if l.python_frames + l.python_no_thread + l.python_lost_code + l.python_unsupported == 0 {
+        return None;
+    }
+    let mut s = format!("python: {} frames", l.python_frames);
+    let issues = [
+        (
+            l.python_no_thread,
+            "eval-loop frames whose thread state was not found (their Python frames are missing)",
+        ),
+        (
+            l.python_lost_code,
+            "frames whose code could not be announced (ring buffer full; shown as [unknown python code])",
+        ),
+        (l.python_unnamed, "frames of code never named"),
+        (l.python_read, "frame chains cut short by a failed read"),
+        (
+            l.python_unplaced,
+            "stacks whose outer Python frames came after the native walk ended",
+        ),
+        (
+            l.python_truncated_tables,
+            "line tables cut short (lines past the cut show as 0)",
+        ),
+        (
+            l.python_unsupported,
+            "interpreters of an unsupported version (their frames show as the interpreter's)",
+        ),
+    ];
+    for (n, what) in issues {
+        if n > 0 {
+            s.push_str(&format!("; {n} {what}"));
+        }
     }
     Some(s)
 }

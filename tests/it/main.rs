@@ -32,6 +32,7 @@ mod kfunc;
 mod parsers;
 mod profile;
 mod run;
+mod runtimes;
 mod targets;
 mod trace;
 mod unwind;

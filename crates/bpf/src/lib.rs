@@ -62,3 +62,7 @@ unsafe impl Pod for profile::types::bp_note {}
 unsafe impl Pod for profile::types::bp_file {}
 // SAFETY: as above.
 unsafe impl Pod for profile::types::bp_file_key {}
+// SAFETY: as above.
+unsafe impl Pod for profile::types::bp_interp {}
+// SAFETY: as above.
+unsafe impl Pod for profile::types::bp_code_note {}

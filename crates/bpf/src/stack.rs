@@ -18,6 +18,10 @@ pub enum UserFrame {
     /// `bp_note`), the file offset, and whether the offset is where the
     /// frame was interrupted (a signal) rather than a return address.
     File(u32, u64, bool),
+    /// An interpreter frame (a Python function): the id of its code as
+    /// the kernel side announced it (0: never announced) and the byte
+    /// offset of its current instruction in the code.
+    Interp(u32, u64),
 }
 
 /// A `stack_map` value of the profiler: `struct bp_stack_head` (frame
@@ -40,15 +44,19 @@ pub fn stored_frames(b: &[u8]) -> Vec<u64> {
 
 /// One user frame of the profiler's unwinder (`enum bp_frame`): bit 63
 /// set is a file id (bits 40-61), file offset (bits 0-39) and bit 62 for
-/// an interrupted (not returned-to) frame; bit 63 clear is a raw address.
+/// an interrupted (not returned-to) frame; bit 63 clear is a raw address,
+/// or with bit 62 set an interpreter frame (code id, instruction offset).
 pub fn unwound_frame(f: u64) -> UserFrame {
     use crate::profile::types::bp_frame;
     let file_bit = 1u64 << bp_frame::BP_FRAME_FILE_BIT.0;
     let shift = bp_frame::BP_FRAME_ID_SHIFT.0;
+    let id = (f >> shift) & ((1u64 << bp_frame::BP_FRAME_ID_BITS.0) - 1);
     if f & file_bit == 0 {
+        if f & (1u64 << bp_frame::BP_FRAME_INTERP_BIT.0) != 0 {
+            return UserFrame::Interp(id as u32, f & ((1u64 << shift) - 1));
+        }
         return UserFrame::Ip(f);
     }
-    let id = (f >> shift) & ((1u64 << bp_frame::BP_FRAME_ID_BITS.0) - 1);
     let exact = f & (1u64 << bp_frame::BP_FRAME_EXACT_BIT.0) != 0;
     UserFrame::File(id as u32, f & ((1u64 << shift) - 1), exact)
 }
@@ -146,6 +154,10 @@ mod tests {
             UserFrame::File(5, 0x1234, true)
         );
         assert_eq!(unwound_frame(0x7fff_1234), UserFrame::Ip(0x7fff_1234));
+        assert_eq!(
+            unwound_frame((1 << 62) | (9u64 << 40) | 0x2e),
+            UserFrame::Interp(9, 0x2e)
+        );
         let mut b = 2u32.to_ne_bytes().to_vec();
         b.extend(9u32.to_ne_bytes());
         for v in [f, 7u64, 8u64] {

@@ -23,7 +23,7 @@ pub const BPF_RUN_TIME: &str = "[bpf run time]";
 pub const MAGIC: &[u8; 8] = b"BPFSCOPE";
 /// Readers refuse other major versions; minor versions only add fields or sections.
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 4;
+pub const VERSION_MINOR: u16 = 5;
 const HEADER_LEN: usize = 16;
 const SECTION_HEADER_LEN: usize = 24;
 /// A section that a reader must understand to use the file.
@@ -42,6 +42,9 @@ pub enum SectionKind {
     /// BPF programs whose JIT code the kernel frames hit: id, tag, name,
     /// JIT ranges, BTF line info with source text (optional).
     BpfPrograms = 5,
+    /// Since 1.5: frames no ELF file names (interpreted functions, JIT
+    /// code), named while their process lived.
+    RuntimeFrames = 6,
     End = 0xffff,
 }
 
@@ -168,6 +171,30 @@ pub struct LostCounts {
     /// Samples the second sampler dropped (its ring full, or no room).
     #[prost(uint64, tag = "28")]
     pub second_sampler_lost: u64,
+    /// Since 1.5, Python frames: stored; eval-loop frames whose thread
+    /// state was not found (their Python frames are missing); frames whose
+    /// code could not be announced (ring buffer full); frame chains cut by
+    /// a failed read; frames stored after the native walk ended (not placed
+    /// beside their eval loop); frames whose code was never named; line
+    /// tables cut short (lines past the cut are unknown).
+    #[prost(uint64, tag = "29")]
+    pub python_frames: u64,
+    #[prost(uint64, tag = "30")]
+    pub python_no_thread: u64,
+    #[prost(uint64, tag = "31")]
+    pub python_lost_code: u64,
+    #[prost(uint64, tag = "32")]
+    pub python_read: u64,
+    #[prost(uint64, tag = "33")]
+    pub python_unplaced: u64,
+    #[prost(uint64, tag = "34")]
+    pub python_unnamed: u64,
+    #[prost(uint64, tag = "35")]
+    pub python_truncated_tables: u64,
+    /// Files with a Python runtime whose frames cannot be read (an
+    /// unsupported version): their processes show the interpreter's frames.
+    #[prost(uint64, tag = "36")]
+    pub python_unsupported: u64,
 }
 
 /// One ELF file seen in user stacks.
@@ -256,6 +283,34 @@ pub struct Stack {
     pub thread: String,
     #[prost(uint64, tag = "9")]
     pub cgroup_id: u64,
+    /// Since 1.5: per user frame, index + 1 into RuntimeFrames where a
+    /// runtime named the frame (its user_binary and user_offset are then
+    /// 0), else 0; empty when no frame of the stack is one.
+    #[prost(uint32, repeated, tag = "10")]
+    pub user_runtime: Vec<u32>,
+}
+
+/// A frame a language runtime named: a Python function at a line, or JIT
+/// code named by the runtime's perf map or jitdump.
+#[derive(Clone, PartialEq, Eq, Hash, Message)]
+pub struct RuntimeFrame {
+    /// "python" or "jit".
+    #[prost(string, tag = "1")]
+    pub kind: String,
+    #[prost(string, tag = "2")]
+    pub function: String,
+    /// Source file, "" when unknown.
+    #[prost(string, tag = "3")]
+    pub file: String,
+    /// Source line, 0 when unknown.
+    #[prost(uint32, tag = "4")]
+    pub line: u32,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct RuntimeFrames {
+    #[prost(message, repeated, tag = "1")]
+    pub frames: Vec<RuntimeFrame>,
 }
 
 /// A whole recording in memory.
@@ -266,6 +321,7 @@ pub struct Recording {
     pub kernel_symbols: Vec<KernelSymbol>,
     pub stacks: Vec<Stack>,
     pub bpf_programs: Vec<crate::bpfprog::BpfProg>,
+    pub runtime_frames: Vec<RuntimeFrame>,
 }
 
 /// Why a recording could not be read.
@@ -335,6 +391,13 @@ pub fn encode(r: &Recording) -> Vec<u8> {
         };
         // Not required: a reader that does not know it still reports the rest.
         section(&mut out, SectionKind::BpfPrograms, 0, &bp.encode_to_vec());
+    }
+    if !r.runtime_frames.is_empty() {
+        let rf = RuntimeFrames {
+            frames: r.runtime_frames.clone(),
+        };
+        // Not required: an older reader shows these frames as [unknown].
+        section(&mut out, SectionKind::RuntimeFrames, 0, &rf.encode_to_vec());
     }
     // Since 1.2, END's body is the CRC-32 of every byte before END: the
     // section checksums cover bodies only, and a flipped section kind or
@@ -448,6 +511,11 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<Recording, ReadError> {
                 rec.bpf_programs = crate::bpfprog::BpfProgs::decode(body)
                     .map_err(|e| bad("BPF programs", e))?
                     .programs;
+            }
+            k if k == SectionKind::RuntimeFrames as u32 => {
+                rec.runtime_frames = RuntimeFrames::decode(body)
+                    .map_err(|e| bad("runtime frames", e))?
+                    .frames;
             }
             k if k == SectionKind::End as u32 => {
                 // Every writer has written END required and reserved 0:

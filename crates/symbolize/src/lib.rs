@@ -7,6 +7,7 @@
 pub mod debuginfod;
 pub mod elf;
 pub mod kernel;
+pub mod pylines;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -20,11 +20,10 @@ use crate::bpfmeta::sideband::SideBand;
 use crate::cli::agent::ProfileConfig;
 use crate::profile::maps::Snapshots;
 use crate::profile::session::{KernelLost, ProfileSession, RawStack, StackCache};
+use crate::profile::Note;
 use crate::profile::{Mode, Sampled, SamplingConfig};
-use bpfscope_bpf::profile::types::bp_note;
 use bpfscope_recording::bpfprog::BpfProg;
 use bpfscope_symbolize::{kernel, Resolver, SymbolConfig};
-use bpfscope_sys::pod;
 
 /// When an announced process's mappings are read again (as `profile` does).
 const RELOOK: Duration = crate::profile::RELOOK[0];
@@ -74,7 +73,7 @@ pub struct Profiler {
     pub cfg: ProfileConfig,
     sampling: SamplingConfig,
     session: ProfileSession<'static>,
-    notes: Rc<RefCell<Vec<bp_note>>>,
+    notes: Rc<RefCell<Vec<Note>>>,
     ring: RingBuffer<'static>,
     snapshots: Snapshots,
     cache: StackCache,
@@ -139,11 +138,11 @@ impl Profiler {
                 None
             }
         };
-        let notes: Rc<RefCell<Vec<bp_note>>> = Rc::default();
+        let notes: Rc<RefCell<Vec<Note>>> = Rc::default();
         let sink = notes.clone();
         let mut builder = RingBufferBuilder::new();
         builder.add(&session.skel.maps.procs, move |data: &[u8]| {
-            if let Some(n) = pod::read::<bp_note>(data) {
+            if let Some(n) = Note::parse(data) {
                 sink.borrow_mut().push(n);
             }
             0
@@ -186,11 +185,13 @@ impl Profiler {
         self.ring
             .consume()
             .context("reading process notifications")?;
-        let notes: Vec<bp_note> = self.notes.borrow_mut().drain(..).collect();
+        let notes: Vec<Note> = self.notes.borrow_mut().drain(..).collect();
         let now = Instant::now();
         for n in notes {
-            if crate::profile::handle_note(&mut self.session, &mut self.snapshots, &n)? {
-                self.again.push_back((now + RELOOK, n.tgid));
+            if let Some(pid) =
+                crate::profile::handle_note(&mut self.session, &mut self.snapshots, &n)?
+            {
+                self.again.push_back((now + RELOOK, pid));
             }
         }
         while self.again.front().is_some_and(|(t, _)| *t <= now) {
@@ -358,9 +359,13 @@ impl Profiler {
             guarded_lost: 0,
             tables: Default::default(),
             table_bytes: 0,
+            codes: std::mem::take(&mut self.session.codes),
+            runtime_notes: Vec::new(),
+            python_unsupported: self.session.tables.interps.unsupported.len() as u64,
         };
         let mut rec = crate::profile::to_recording(&self.sampling, &sampled, true);
         self.snapshots = sampled.snapshots;
+        self.session.codes = sampled.codes;
         rec.meta.lost = None;
         // A resolver per profile: one kept for the run would keep every
         // binary ever sampled mapped and its debug info parsed (tens of MiB

@@ -56,6 +56,11 @@ struct bp_abi {
 	struct bp_file_key file_key;
 	struct bp_proc proc;
 	struct bp_build_args build_args;
+	struct bp_interp interp;
+	struct bp_code_note code_note;
+	enum bp_interp_kind interp_kind;
+	enum bp_interp_limits interp_limits;
+	enum bp_py_none py_none;
 };
 const volatile struct bp_abi bp_abi_types = {};
 

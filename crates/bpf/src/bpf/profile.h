@@ -34,6 +34,10 @@ enum bp_frame {
 	BP_FRAME_EXACT_BIT = 62,
 	BP_FRAME_ID_SHIFT = 40,
 	BP_FRAME_ID_BITS = 22,
+	/* With bit 63 clear (user addresses never have it): an interpreter
+	 * frame, the code's id (bits 40-61, announced by BP_NOTE_CODE) and
+	 * the byte offset of its instruction in the code (bits 0-39). */
+	BP_FRAME_INTERP_BIT = 62,
 };
 
 /* The vDSO's key in `files` (it has no inode), registered by user space. */
@@ -107,6 +111,105 @@ struct bp_file {
 	__u32 table_len;
 	/* Table address = file offset + bias (ELF vaddr - offset - table base). */
 	__s64 bias;
+	/* The file holds an interpreter: its index in `interps` (0: none). */
+	__u32 interp;
+	__u32 pad;
+};
+
+enum bp_interp_limits {
+	/* Interpreter files the unwinder knows (indexes 1..BP_MAX_INTERPS-1). */
+	BP_MAX_INTERPS = 64,
+	/* Bytes of a code object's name, file name and line table that its
+	 * announcement carries (user space reads longer tables while the
+	 * process lives). */
+	BP_CODE_NAME = 128,
+	BP_CODE_FILE = 256,
+	BP_CODE_TABLE = 2048,
+	/* Threads searched for the sampled one's interpreter state. */
+	BP_MAX_PY_THREADS = 256,
+};
+
+enum bp_interp_kind {
+	BP_INTERP_NONE = 0,
+	BP_INTERP_PYTHON = 1,
+};
+
+/*
+ * Where CPython keeps what the unwinder reads, for one version (byte
+ * offsets; BP_PY_NONE where the version has no such field). user space
+ * fills them from its per-version table (src/runtime/python).
+ */
+enum bp_py_none {
+	BP_PY_NONE = 0xffffffff,
+};
+
+struct bp_py_offsets {
+	__u32 runtime_interpreters_head;
+	__u32 interp_threads_head;
+	__u32 tstate_next;
+	__u32 tstate_thread_id;
+	/* 3.9/3.10: PyFrameObject *frame; 3.11/3.12: _PyCFrame *cframe;
+	 * 3.13: _PyInterpreterFrame *current_frame. */
+	__u32 tstate_frame;
+	__u32 cframe_current_frame;
+	__u32 frame_previous;
+	__u32 frame_code;
+	/* 3.9/3.10: int f_lasti; 3.11+: a pointer into the code's bytecode. */
+	__u32 frame_lasti;
+	/* 3.11: bool is_entry; 3.12+: char owner (entry frames: owner_cstack). */
+	__u32 frame_is_entry;
+	__u32 frame_owner;
+	__u32 owner_cstack;
+	__u32 code_filename;
+	__u32 code_name;
+	__u32 code_qualname;
+	__u32 code_firstlineno;
+	__u32 code_linetable;
+	__u32 code_code_adaptive;
+	__u32 unicode_state;
+	__u32 unicode_length;
+	__u32 unicode_ascii_data;
+	__u32 unicode_compact_data;
+	__u32 bytes_size;
+	__u32 bytes_data;
+};
+
+/* An interpreter in a file, as the unwinder uses it. */
+struct bp_interp {
+	__u32 kind;
+	/* major << 8 | minor */
+	__u32 version;
+	/* The eval loop's code, as file offsets [start, end): its function
+	 * and, where the symbols show one, its cold part. */
+	__u64 eval_start[2];
+	__u64 eval_end[2];
+	/* The runtime state's address is the address of file offset 0 in the
+	 * executable mapping plus this. */
+	__s64 runtime_rel;
+	struct bp_py_offsets o;
+};
+
+/* A code object announcement (BP_NOTE_CODE). */
+struct bp_code_note {
+	__u32 kind;
+	__u32 tgid;
+	__u32 code_id;
+	__u32 version;
+	__u64 code;
+	__u32 firstlineno;
+	/* Characters' width (1, 2 or 4 bytes) and the length in characters
+	 * of the name and file name; bytes copied are length * width, at most
+	 * the buffer. */
+	__u32 name_kind;
+	__u32 name_len;
+	__u32 file_kind;
+	__u32 file_len;
+	/* The line table's full length in bytes (its first BP_CODE_TABLE
+	 * bytes are copied). */
+	__u32 table_len;
+	char name[BP_CODE_NAME];
+	char file[BP_CODE_FILE];
+	__u8 table[BP_CODE_TABLE];
 };
 
 /* One executable mapping of a process. */
@@ -146,6 +249,9 @@ enum bp_note_kind {
 	BP_NOTE_FILE = 2,
 	/* A sample's frame fell outside the process's known mappings. */
 	BP_NOTE_STALE = 3,
+	/* An interpreter's code object was seen for the first time
+	 * (struct bp_code_note). */
+	BP_NOTE_CODE = 4,
 };
 
 /* bpfscope_build's context: the process whose mappings to read. */
@@ -205,7 +311,13 @@ enum bp_lost {
 	BP_UNW_PROC_BUSY = 17,    /* mappings could not be read (the iterator refused) */
 	BP_UNW_NO_PROC = 18,      /* samples unwound without the process's mappings */
 	BP_UNW_REBUILDS = 19,     /* process mapping tables built or rebuilt */
-	BP_LOST_NR = 20,
+	/* Interpreter frames (not losses, except where said). */
+	BP_PY_FRAMES = 20,        /* interpreter frames stored */
+	BP_PY_NO_THREAD = 21,     /* eval-loop frames whose thread state was not found */
+	BP_PY_LOST_CODE = 22,     /* frames whose code could not be announced (ring full) */
+	BP_PY_READ = 23,          /* interpreter frame chains cut by a failed read */
+	BP_PY_UNPLACED = 24,      /* interpreter frames after the native walk ended */
+	BP_LOST_NR = 25,
 };
 
 enum bp_target_mode {

@@ -148,6 +148,18 @@ struct bp_unwind {
 	/* Binary search bounds, kept in memory so that the verifier does not
 	 * follow every path of a search with concrete bounds. */
 	u32 lo, hi;
+	/* Python frames (python.bpf.h): the thread, its innermost frame not
+	 * yet stored, whether it was looked for, whether the walk is storing
+	 * an activation's frames, and in which interpreter. */
+	u32 tid;
+	u32 py_state;
+	u64 fsbase;
+	u64 py_frame;
+	u32 py_emit;
+	u32 py_interp;
+	u32 py_frames;
+	/* The native walk has ended: only Python frames are left. */
+	u32 native_done;
 	/* The first frame's registers, in struct pt_regs order. */
 	u64 regs[21];
 };
@@ -645,6 +657,83 @@ static __always_inline void bp_record(struct bp_unwind *u, struct bp_stack_buf *
 	bp_hash(u, frame);
 }
 
+#include "python.bpf.h"
+
+/*
+ * Whether the frame at file offset fo of mapping m (file f) is an eval
+ * loop whose Python frames are stored in its place.
+ */
+static __always_inline int bp_interp_frame(struct bp_unwind *u, struct bp_mapping *m,
+					   struct bp_file *f, u64 fo)
+{
+	u32 idx = f->interp & (BP_MAX_INTERPS - 1);
+	struct bp_interp *in;
+
+	if (!idx)
+		return 0;
+	in = bpf_map_lookup_elem(&interps, &idx);
+	if (!in || in->kind != BP_INTERP_PYTHON)
+		return 0;
+	if (!((fo >= in->eval_start[0] && fo < in->eval_end[0]) ||
+	      (fo >= in->eval_start[1] && fo < in->eval_end[1])))
+		return 0;
+	return bp_py_enter(u, idx, in, m->start - m->pgoff + in->runtime_rel, 1);
+}
+
+/*
+ * The native walk ended before it met an eval loop (a frame it could not
+ * step through): a Python thread's frames are still read, through the
+ * first interpreter among the process's mappings, and stored after the
+ * native ones, so the sample keeps its Python stack.
+ */
+static __always_inline void bp_py_late(struct bp_unwind *u, struct bp_proc *p)
+{
+	if (u->py_state != BP_PY_UNKNOWN || !p)
+		return;
+	for (int i = 0; i < BP_MAX_MAPPINGS; i++) {
+		struct bp_mapping *m;
+		struct bp_interp *in;
+		u32 idx;
+
+		if (i >= p->n)
+			return;
+		m = &p->m[i & (BP_MAX_MAPPINGS - 1)];
+		if (!m->has_cached || !m->cached.interp)
+			continue;
+		idx = m->cached.interp & (BP_MAX_INTERPS - 1);
+		in = bpf_map_lookup_elem(&interps, &idx);
+		if (in && in->kind == BP_INTERP_PYTHON)
+			bp_py_enter(u, idx, in, m->start - m->pgoff + in->runtime_rel, 0);
+		return;
+	}
+}
+
+/* After the native walk: the Python frames no eval frame took (1: none left). */
+static __always_inline int bp_py_tail(struct bp_unwind *u, struct bp_stack_buf *buf)
+{
+	if (!u->py_frame || u->py_state != BP_PY_READY)
+		return 1;
+	if (!u->native_done) {
+		u->native_done = 1;
+		bs_count(&lost, BP_PY_UNPLACED);
+	}
+	bp_py_frame(u, buf);
+	return 0;
+}
+
+/* A native step's end: Python frames left over are stored after it. */
+static __always_inline int bp_native_end(struct bp_unwind *u, struct bp_proc *p, int ended)
+{
+	if (ended)
+		bp_py_late(u, p);
+	if (ended && u->py_frame && u->py_state == BP_PY_READY) {
+		u->native_done = 1;
+		bs_count(&lost, BP_PY_UNPLACED);
+		return 0;
+	}
+	return ended;
+}
+
 /* One frame: record pc, then step to the caller. */
 static int bp_unwind_step(u64 i, struct bp_uctx *c)
 {
@@ -654,9 +743,17 @@ static int bp_unwind_step(u64 i, struct bp_uctx *c)
 	struct bp_file *f = NULL;
 	u64 pc = u->pc, frame = pc, fo = 0, e;
 	u32 d = u->depth;
+	int interp = 0;
 
+	if (u->native_done)
+		return bp_py_tail(u, buf);
+	/* Storing the Python frames of the eval activation just stepped over. */
+	if (u->py_emit) {
+		bp_py_frame(u, buf);
+		return 0;
+	}
 	if (!pc)
-		return 1;
+		return bp_native_end(u, c->p, 1);
 	if (d >= max_depth || d >= BP_DEPTH_LIMIT) {
 		bs_count(&lost, BP_UNW_END_DEPTH);
 		return 1;
@@ -685,6 +782,12 @@ static int bp_unwind_step(u64 i, struct bp_uctx *c)
 	if (f && u->exact && d)
 		frame |= BP_FRAME_EXACT;
 	u->depth = d + 1;
+	/* An eval loop running Python frames: they take its place, stored
+	 * after the step to its caller. */
+	if (f && f->interp && bp_interp_frame(u, m, f, fo - (u->exact ? 0 : 1))) {
+		interp = 1;
+		u->depth = d;
+	}
 	if (f && f->state == BP_FILE_TABLE) {
 		/* A return address is one past its call, which may be the
 		 * function's last instruction: look up the call. */
@@ -694,13 +797,19 @@ static int bp_unwind_step(u64 i, struct bp_uctx *c)
 			 * first instruction, not a call, is what names it. */
 			if (((e >> 48) & K_SIGNAL_FRAME) && d)
 				frame |= BP_FRAME_EXACT;
-			bp_record(u, buf, d, frame);
-			return bp_table_step(u, e);
+			if (interp)
+				u->py_emit = 1;
+			else
+				bp_record(u, buf, d, frame);
+			return bp_native_end(u, c->p, bp_table_step(u, e));
 		}
 		/* No FDE covers it (hand-written code): try the frame pointer. */
 	}
-	bp_record(u, buf, d, frame);
-	return bp_fp_step(u);
+	if (interp)
+		u->py_emit = 1;
+	else
+		bp_record(u, buf, d, frame);
+	return bp_native_end(u, c->p, bp_fp_step(u));
 }
 
 /* The current task's user stack, unwound and stored; 0 when there is none. */
@@ -727,6 +836,14 @@ static __always_inline u64 bp_user_stack(struct task_struct *t, u32 tgid)
 	u->table_frames = 0;
 	u->fp_frames = 0;
 	u->tgid = tgid;
+	u->tid = t->pid;
+	u->py_state = BP_PY_UNKNOWN;
+	u->py_frame = 0;
+	u->py_emit = 0;
+	u->py_interp = 0;
+	u->py_frames = 0;
+	u->native_done = 0;
+	u->fsbase = BPF_CORE_READ((struct task_struct___fs *)t, thread.fsbase);
 	u->h1 = 0x84222325cbf29ce4ULL;
 	u->h2 = 2;
 	p = bpf_map_lookup_elem(&procmaps, &tgid);
@@ -738,6 +855,7 @@ static __always_inline u64 bp_user_stack(struct task_struct *t, u32 tgid)
 	bpf_loop(BP_DEPTH_LIMIT, bp_unwind_step, &c, 0);
 	bs_add(&lost, BP_UNW_TABLE_FRAMES, u->table_frames);
 	bs_add(&lost, BP_UNW_FP_FRAMES, u->fp_frames);
+	bs_add(&lost, BP_PY_FRAMES, u->py_frames);
 	if (!u->depth)
 		return 0;
 	return bp_store(buf, u, u->depth, BP_LOST_USTACK);

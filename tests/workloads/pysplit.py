@@ -1,0 +1,29 @@
+"""A known 3:1 split between two Python functions (tests/it/runtimes.rs).
+
+heavy() and light() call the same leaf with 3x and 1x the work, so their
+shares of the samples are 75% and 25%. Line numbers are asserted by the
+tests: keep the lines where they are.
+"""
+import sys
+import time
+
+def work(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+def heavy():
+    return work(30000)
+
+def light():
+    return work(10000)
+
+def main(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        heavy()
+        light()
+
+if __name__ == "__main__":
+    main(float(sys.argv[1]) if len(sys.argv) > 1 else 3.0)
