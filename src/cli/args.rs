@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -377,6 +377,12 @@ pub struct SampleArgs {
     #[arg(long, value_name = "MIB", default_value_t = 32)]
     pub unwind_memory: u32,
 
+    /// Language runtimes whose frames to name: python (CPython 3.9-3.13
+    /// frames read in the kernel), jit (perf maps and jitdump files), none;
+    /// comma-separated [default: every one detected]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
+    pub lang: Vec<Lang>,
+
     /// Say what is happening
     #[arg(short, long)]
     pub verbose: bool,
@@ -502,4 +508,12 @@ pub struct AgentArgs {
     /// File holding the bearer token every endpoint but /healthz requires
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+}
+
+/// A language runtime `--lang` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Lang {
+    Python,
+    Jit,
+    None,
 }

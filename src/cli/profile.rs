@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::args::{SampleArgs, SymbolArgs, SymbolizeArgs, TargetArgs};
 use super::{parse_target, seconds};
 use crate::error::Error;
-pub use crate::profile::{Mode, SamplingConfig};
+pub use crate::profile::{Mode, Runtimes, SamplingConfig};
 use crate::usage;
 use bpfscope_symbolize::SymbolConfig;
 
@@ -117,7 +117,20 @@ pub fn sampling_config(a: SampleArgs) -> Result<SamplingConfig, Error> {
         max_depth: a.max_depth,
         unwind_entries: a.unwind_memory * (1 << 20) / 8,
         labels: false,
+        runtimes: runtimes(&a.lang)?,
         verbose: a.verbose,
+    })
+}
+
+/// `--lang`: every runtime when not given.
+fn runtimes(lang: &[crate::cli::args::Lang]) -> Result<Runtimes, Error> {
+    use crate::cli::args::Lang;
+    if lang.contains(&Lang::None) && lang.len() > 1 {
+        return Err(usage!("--lang none: give it alone"));
+    }
+    Ok(Runtimes {
+        python: lang.is_empty() || lang.contains(&Lang::Python),
+        jit: lang.is_empty() || lang.contains(&Lang::Jit),
     })
 }
 

@@ -70,7 +70,27 @@ pub struct SamplingConfig {
     pub unwind_entries: u32,
     /// Key samples by thread name and cgroup as well (the agent's labels).
     pub labels: bool,
+    /// Which language runtimes' frames to name.
+    pub runtimes: Runtimes,
     pub verbose: bool,
+}
+
+/// Language runtimes whose frames are named (`--lang`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Runtimes {
+    /// CPython frames, read in the kernel.
+    pub python: bool,
+    /// JIT code named from perf maps and jitdump files.
+    pub jit: bool,
+}
+
+impl Default for Runtimes {
+    fn default() -> Self {
+        Runtimes {
+            python: true,
+            jit: true,
+        }
+    }
 }
 
 /// What a sampling run gathered, before it becomes a recording.

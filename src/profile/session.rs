@@ -166,7 +166,8 @@ impl<'obj> ProfileSession<'obj> {
                 libbpf_log::last_error_hint()
             ))
         })?;
-        let tables = TableMemory::new(&skel.maps.unwind_entries);
+        let mut tables = TableMemory::new(&skel.maps.unwind_entries);
+        tables.interps.disabled = !s.runtimes.python;
         Ok(ProfileSession {
             links: Vec::new(),
             perf_fds: Vec::new(),

@@ -109,6 +109,7 @@ impl Profiler {
     /// Loads and attaches the sampler on every CPU.
     pub fn start(cfg: &ProfileConfig) -> Result<Profiler> {
         let sampling = SamplingConfig {
+            runtimes: Default::default(),
             mode: Mode::Cpu,
             frequency: cfg.hz,
             duration: Duration::MAX,

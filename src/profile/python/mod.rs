@@ -143,6 +143,8 @@ pub struct Interpreters {
     pub found: Vec<String>,
     /// Files with a Python runtime whose frames cannot be read.
     pub unsupported: Vec<String>,
+    /// `--lang` left Python out: no file is looked at.
+    pub disabled: bool,
 }
 
 impl Interpreters {
@@ -168,6 +170,9 @@ impl Interpreters {
         name: &str,
         delta: u64,
     ) -> Result<u32> {
+        if self.disabled {
+            return Ok(0);
+        }
         if let Some(&i) = self.by_build_id.get(build_id) {
             return Ok(i);
         }
