@@ -14,6 +14,7 @@ use bpfscope_sys::procfs::{self, MapsEntry};
 
 use bpfscope_recording::Segment;
 use bpfscope_symbolize::elf;
+use bpfscope_symbolize::jit::{self, JitSym, JitSymbols};
 
 #[derive(Debug, Clone)]
 struct Mapping {
@@ -49,12 +50,26 @@ pub struct Snapshots {
     /// The kernel side's file ids -> index into files.
     by_id: HashMap<u32, usize>,
     open_files: usize,
+    /// Names of JIT code by process, from its perf map and jitdump files
+    /// (read with its mappings: the process may be gone by the end).
+    jit: HashMap<u32, JitSymbols>,
+    /// `--lang` includes jit.
+    pub jit_enabled: bool,
 }
 
 impl Snapshots {
+    /// Snapshots that read JIT symbol files too, or not (`--lang`).
+    pub fn with_jit(jit_enabled: bool) -> Snapshots {
+        Snapshots {
+            jit_enabled,
+            ..Default::default()
+        }
+    }
+
     /// Forgets a process (gone, and no longer referred to by any kept sample).
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
+        self.jit.remove(&pid);
     }
 
     /// The processes whose mappings are kept.
@@ -70,6 +85,14 @@ impl Snapshots {
     /// /proc/PID/map_files, which works for deleted files and other mount
     /// namespaces too). False when the process is gone.
     pub fn snapshot(&mut self, pid: u32) -> bool {
+        if self.jit_enabled {
+            // The files only grow while the runtime lives, and outlive it
+            // (runtimes leave /tmp/perf-PID.map behind): the newest read
+            // holds everything the earlier ones did.
+            if let Ok(Some(t)) = jit::load(pid) {
+                self.jit.insert(pid, t);
+            }
+        }
         let Ok(entries) = procfs::maps(pid) else {
             return false;
         };
@@ -152,6 +175,16 @@ impl Snapshots {
     /// The file the kernel side calls `id`.
     pub fn file_by_id(&self, id: u32) -> Option<&MappedFile> {
         self.files.get(*self.by_id.get(&id)?)
+    }
+
+    /// The JIT code a raw user address of `pid` is in, as its runtime named it.
+    pub fn jit_symbol(&self, pid: u32, ip: u64) -> Option<JitSym<'_>> {
+        self.jit.get(&pid)?.lookup(ip)
+    }
+
+    /// Whether a process had a perf map or jitdump file.
+    pub fn has_jit(&self, pid: u32) -> bool {
+        self.jit.contains_key(&pid)
     }
 
     /// The file and file offset behind a raw user address of `pid`.

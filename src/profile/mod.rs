@@ -156,7 +156,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     };
     // Tables that every process needs, before any hook can hand out file
     // ids (the counter is set once, here, while no program is attached).
-    let mut snapshots = Snapshots::default();
+    let mut snapshots = Snapshots::with_jit(s.runtimes.jit);
     if s.user {
         let mut next_id = preload_shared(&mut session, &mut snapshots);
         if let Target::Command { program, .. } = &s.target {
@@ -792,10 +792,14 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         python_unnamed: 0,
         python_truncated_tables: sampled.codes.truncated,
         python_unsupported: sampled.python_unsupported,
+        jit_frames: 0,
+        jit_no_map: 0,
     };
     let mut stacks = Vec::with_capacity(sampled.stacks.len());
     let mut runtime_frames: Vec<RuntimeFrame> = Vec::new();
     let mut runtime_index: HashMap<RuntimeFrame, u32> = HashMap::new();
+    // Processes with frames in anonymous memory and no perf map to name them.
+    let mut no_jit_map: BTreeSet<u32> = BTreeSet::new();
     for (prog, samples) in blocked_samples(s, sampled) {
         lost.bpf_estimated += samples;
         // The program's entry names it (and, with line info, its first line).
@@ -818,6 +822,31 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         let mut user_runtime = Vec::new();
         let mut unresolved = false;
         for (i, f) in r.user.iter().enumerate() {
+            let jit = match *f {
+                UserFrame::Ip(ip) if sampled.snapshots.resolve(r.tgid, ip).is_none() => {
+                    sampled.snapshots.jit_symbol(r.tgid, ip)
+                }
+                _ => None,
+            };
+            if let Some(j) = jit {
+                lost.jit_frames += 1;
+                let frame = RuntimeFrame {
+                    kind: "jit".into(),
+                    function: j.name.to_string(),
+                    file: j.source.map(|s| s.file.to_string()).unwrap_or_default(),
+                    line: j.source.map_or(0, |s| s.line),
+                };
+                let n = runtime_frames.len() as u32 + 1;
+                let idx = *runtime_index.entry(frame.clone()).or_insert_with(|| {
+                    runtime_frames.push(frame);
+                    n
+                });
+                user_runtime.resize(i, 0);
+                user_runtime.push(idx);
+                user_binary.push(0);
+                user_offset.push(0);
+                continue;
+            }
             if let UserFrame::Interp(id, off) = *f {
                 let frame = match sampled.codes.frame(id, off) {
                     Some(p) => RuntimeFrame {
@@ -875,6 +904,9 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
                     }
                     _ => {
                         lost.unresolved_frames += 1;
+                        if !sampled.snapshots.has_jit(r.tgid) {
+                            no_jit_map.insert(r.tgid);
+                        }
                         unresolved = true;
                         user_binary.push(0);
                         user_offset.push(ip);
@@ -900,6 +932,9 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
             user_offset,
             user_runtime,
         });
+    }
+    if s.runtimes.jit {
+        lost.jit_no_map = no_jit_map.len() as u64;
     }
     for b in &mut binaries {
         if let Some(p) = paths.get(&b.build_id) {

@@ -395,6 +395,18 @@ pub fn loss_notes(l: &LostCounts, mode: &str) -> Vec<String> {
     }
     notes.extend(unwind_line(l));
     notes.extend(python_line(l));
+    if l.jit_frames > 0 {
+        notes.push(format!(
+            "jit: {} frames named from perf maps and jitdump files",
+            l.jit_frames
+        ));
+    }
+    if l.jit_no_map > 0 {
+        notes.push(format!(
+            "jit: {} processes ran code in anonymous memory without a /tmp/perf-PID.map or jitdump to name it (node --perf-basic-prof, jcmd PID Compiler.perfmap, DOTNET_PerfMapEnabled=1)",
+            l.jit_no_map
+        ));
+    }
     if l.bpf_estimated > 0 {
         notes.push(format!(
             "{} samples are estimated from BPF run-time statistics: time in kprobe, tracepoint and perf_event BPF programs, during which the kernel runs no sampling program (shown under [bpf run time])",

@@ -271,3 +271,183 @@ fn unsupported_python_is_reported_not_misunwound() {
     );
     assert!(lines.iter().map(|(_, n)| n).sum::<u64>() > 200);
 }
+
+/// Removes the perf maps a test's runtime left in /tmp (runtimes never
+/// delete them), recognised by the workload they name.
+fn remove_perf_maps(naming: &str) {
+    for e in std::fs::read_dir("/tmp").into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("perf-") && name.ends_with(".map") {
+            let names_it = std::fs::read(e.path())
+                .map(|b| String::from_utf8_lossy(&b).contains(naming))
+                .unwrap_or(false);
+            if names_it {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Samples whose leaf is JIT code: named from the perf map, and [unknown].
+fn jit_leaves(lines: &[(Vec<String>, u64)], comm: &str, prefix: &str) -> (u64, u64) {
+    let (mut named, mut unknown) = (0, 0);
+    for (stack, n) in lines.iter().filter(|(s, _)| s[0] == comm) {
+        match stack.last().map(String::as_str) {
+            Some(l) if l.starts_with(prefix) => named += n,
+            Some("[unknown]") => unknown += n,
+            _ => {}
+        }
+    }
+    (named, unknown)
+}
+
+fn share_of(lines: &[(Vec<String>, u64)], a: &str, b: &str) -> (f64, u64, u64) {
+    let with = |f: &str| -> u64 {
+        lines
+            .iter()
+            .filter(|(s, _)| s.iter().any(|x| x.contains(f)))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (x, y) = (with(a), with(b));
+    (x as f64 / (x + y).max(1) as f64, x, y)
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn node_jit_frames_named_from_its_perf_map() {
+    require_root();
+    if std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        skip("node is not installed (scripts/install-deps installs nodejs)");
+        return;
+    }
+    let dir = scratch_dir("runtimes-node");
+    let out = dir.join("node.folded");
+    let js = script("jssplit.js");
+    let o = run(&[
+        "profile",
+        "-F",
+        "499",
+        "--user-only",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "node",
+        "--perf-basic-prof",
+        "--interpreted-frames-native-stack",
+        js.to_str().unwrap(),
+        "2",
+    ]);
+    remove_perf_maps("jssplit.js");
+    ok(&o);
+    let err = stderr(&o);
+    assert!(
+        err.contains("jit: ") && err.contains("frames named from perf maps"),
+        "{err}"
+    );
+    let lines = folded(&out);
+    let (named, unknown) = jit_leaves(&lines, "node", "JS:");
+    assert!(named > 500, "named {named}, unknown {unknown}\n{lines:?}");
+    assert!(
+        named as f64 >= 0.95 * (named + unknown) as f64,
+        "named {named}, unknown {unknown}"
+    );
+    // The JavaScript callers are named too (interpreted frames get their
+    // own trampoline copies, which the map names).
+    let (share, h, l) = share_of(&lines, "JS:~heavyJs ", "JS:~lightJs ");
+    assert!(
+        (0.68..=0.82).contains(&share),
+        "heavyJs share {share:.3} ({h} vs {l})\n{lines:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn node_without_a_perf_map_is_said() {
+    require_root();
+    if std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        skip("node is not installed (scripts/install-deps installs nodejs)");
+        return;
+    }
+    let dir = scratch_dir("runtimes-node-nomap");
+    let out = dir.join("node.folded");
+    let js = script("jssplit.js");
+    let o = run(&[
+        "profile",
+        "-F",
+        "499",
+        "--user-only",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "node",
+        js.to_str().unwrap(),
+        "1",
+    ]);
+    ok(&o);
+    let err = stderr(&o);
+    assert!(
+        err.contains("jit: 1 processes ran code in anonymous memory without a /tmp/perf-PID.map"),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn java_jit_frames_named_from_its_perf_map() {
+    require_root();
+    let javac = std::process::Command::new("javac").arg("-version").output();
+    if javac.map(|o| !o.status.success()).unwrap_or(true) {
+        skip("no JDK (scripts/install-deps installs openjdk-17-jdk-headless)");
+        return;
+    }
+    let dir = scratch_dir("runtimes-java");
+    let st = std::process::Command::new("javac")
+        .arg("-d")
+        .arg(&dir)
+        .arg(script("JitSplit.java"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = dir.join("java.folded");
+    let o = run(&[
+        "profile",
+        "-F",
+        "499",
+        "--user-only",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "java",
+        "-XX:+UnlockDiagnosticVMOptions",
+        "-XX:+DumpPerfMapAtExit",
+        "-XX:+PreserveFramePointer",
+        "-cp",
+        dir.to_str().unwrap(),
+        "JitSplit",
+        "3",
+    ]);
+    remove_perf_maps("JitSplit");
+    ok(&o);
+    let lines = folded(&out);
+    let (share, h, l) = share_of(&lines, "JitSplit.heavyJava()", "JitSplit.lightJava()");
+    assert!(
+        (0.68..=0.82).contains(&share),
+        "heavyJava share {share:.3} ({h} vs {l})\n{lines:?}"
+    );
+    let work: u64 = lines
+        .iter()
+        .filter(|(s, _)| s.last().is_some_and(|f| f.contains("JitSplit.work(int)")))
+        .map(|(_, n)| n)
+        .sum();
+    let total: u64 = lines.iter().map(|(_, n)| n).sum();
+    assert!(work as f64 > 0.8 * total as f64, "work {work} of {total}");
+}

@@ -195,6 +195,12 @@ pub struct LostCounts {
     /// unsupported version): their processes show the interpreter's frames.
     #[prost(uint64, tag = "36")]
     pub python_unsupported: u64,
+    /// Since 1.5: frames in JIT code named from the runtime's perf map or
+    /// jitdump; processes with frames in anonymous memory and neither file.
+    #[prost(uint64, tag = "37")]
+    pub jit_frames: u64,
+    #[prost(uint64, tag = "38")]
+    pub jit_no_map: u64,
 }
 
 /// One ELF file seen in user stacks.

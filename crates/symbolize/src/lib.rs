@@ -6,6 +6,7 @@
 
 pub mod debuginfod;
 pub mod elf;
+pub mod jit;
 pub mod kernel;
 pub mod pylines;
 

@@ -129,7 +129,7 @@ impl Profiler {
             Box::leak(Box::new(MaybeUninit::uninit()));
         let mut session =
             ProfileSession::load(storage, &sampling).map_err(crate::error::refused)?;
-        let mut snapshots = Snapshots::default();
+        let mut snapshots = Snapshots::with_jit(true);
         let next_id = crate::profile::preload_shared(&mut session, &mut snapshots);
         session.reserve_file_ids(next_id);
         let sideband = match SideBand::start() {
