@@ -339,6 +339,9 @@ fn node_jit_frames_named_from_its_perf_map() {
         "node",
         "--perf-basic-prof",
         "--interpreted-frames-native-stack",
+        // That flag also writes a V8 log to the working directory.
+        "--logfile=/dev/null",
+        "--no-logfile-per-isolate",
         js.to_str().unwrap(),
         "2",
     ]);

@@ -118,6 +118,8 @@ fn node_perf_basic_prof() {
     }
     let out = Command::new("node")
         .args(["--perf-basic-prof", "-e", &node_script(1000, false)])
+        // --perf-basic-prof also writes a V8 log to the working directory.
+        .current_dir(std::env::temp_dir())
         .output()
         .unwrap();
     assert!(
