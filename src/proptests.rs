@@ -263,12 +263,19 @@ fn sample_recording() -> bpfscope_recording::Recording {
             count: 7 + u64::from(i),
             value: 7 + u64::from(i),
             kernel: vec![0xffff_ffff_8100_0000 + u64::from(i)],
-            user_binary: vec![1, 0],
-            user_offset: vec![0x1234 + u64::from(i), 0x7fff_0000],
+            user_binary: vec![1, 0, 0],
+            user_offset: vec![0x1234 + u64::from(i), 0x7fff_0000, 0],
+            user_runtime: vec![0, 0, 1],
             thread: format!("t{i}"),
             cgroup_id: 1000 + u64::from(i),
         });
     }
+    r.runtime_frames.push(bpfscope_recording::RuntimeFrame {
+        kind: "python".into(),
+        function: "handle".into(),
+        file: "/srv/app.py".into(),
+        line: 42,
+    });
     r
 }
 

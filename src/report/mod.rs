@@ -659,12 +659,21 @@ mod tests {
                     count: 1,
                     value: 1,
                     kernel: Vec::new(),
-                    user_binary: vec![2],
-                    user_offset: vec![0x10],
+                    // A native frame, a Python frame in place of the eval
+                    // loop, and its native caller.
+                    user_binary: vec![2, 0, 2],
+                    user_offset: vec![0x10, 0, 0x20],
+                    user_runtime: vec![0, 1, 0],
                     ..Default::default()
                 },
             ],
             bpf_programs: vec![prog],
+            runtime_frames: vec![bpfscope_recording::RuntimeFrame {
+                kind: "python".into(),
+                function: "App.handle".into(),
+                file: "/srv/app.py".into(),
+                line: 42,
+            }],
         }
     }
 
@@ -679,6 +688,27 @@ mod tests {
                     .unwrap_or_else(|| l.fallback_name(&p.mappings))
             })
             .collect()
+    }
+
+    #[test]
+    fn runtime_frames_keep_their_place_and_name() {
+        let mut r = Resolver::new(&SymbolConfig::default(), false);
+        let (p, _) = super::recording(&recording(), &mut r);
+        let s = &p.samples[1];
+        assert_eq!(s.locations.len(), 3);
+        let py = &p.locations[s.locations[1]];
+        assert_eq!(p.mappings[py.mapping].name, PYTHON_MAPPING);
+        let l = &py.lines[0];
+        assert_eq!(
+            (l.function.as_str(), l.file.as_deref(), l.line),
+            ("App.handle", Some("/srv/app.py"), 42)
+        );
+        let folded = p.folded();
+        assert!(
+            folded.iter().any(|f| f
+                .starts_with("b;libnothing.so+0x1f;App.handle (app.py:42);libnothing.so+0x10 ")),
+            "{folded:?}"
+        );
     }
 
     #[test]
@@ -698,7 +728,10 @@ mod tests {
         assert_eq!(p.samples[0].kernel_frames, 3);
         let bpf = &p.locations[p.samples[0].locations[0]].lines[0];
         assert_eq!((bpf.file.as_deref(), bpf.line), (Some("/src/x.bpf.c"), 12));
-        assert_eq!(names(&p, &p.samples[1]), ["libnothing.so+0x10"]);
+        assert_eq!(
+            names(&p, &p.samples[1]),
+            ["libnothing.so+0x10", "App.handle", "libnothing.so+0x1f"]
+        );
         assert_eq!(reports.len(), 2);
         assert_eq!((reports[0].frames, reports[0].symbolized), (1, 1));
         assert!(reports[1].found.is_none());

@@ -454,3 +454,127 @@ fn java_jit_frames_named_from_its_perf_map() {
     let total: u64 = lines.iter().map(|(_, n)| n).sum();
     assert!(work as f64 > 0.8 * total as f64, "work {work} of {total}");
 }
+
+/// tests/workloads/gosplit built stripped (`-ldflags=-s -w`); None (with a
+/// SKIP) without a Go toolchain.
+fn go_split() -> Option<PathBuf> {
+    let Ok(v) = std::process::Command::new("go").arg("version").output() else {
+        skip("no Go toolchain (scripts/install-deps installs golang-go)");
+        return None;
+    };
+    assert!(v.status.success());
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let out = tmp.join(format!("gosplit-stripped-{}", std::process::id()));
+    let st = std::process::Command::new("go")
+        .args(["build", "-ldflags=-s -w", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(script("gosplit"))
+        .env("GOCACHE", tmp.join("gocache"))
+        .env("GOPATH", tmp.join("gopath"))
+        .env("GOFLAGS", "-buildvcs=false")
+        .status()
+        .unwrap();
+    assert!(st.success(), "go build");
+    Some(out)
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn go_stripped_binary_named_with_every_caller() {
+    require_root();
+    let Some(bin) = go_split() else { return };
+    let dir = scratch_dir("runtimes-go");
+    let out = dir.join("go.folded");
+    let o = run(&[
+        "profile",
+        "-F",
+        "499",
+        "--user-only",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        bin.to_str().unwrap(),
+        "2",
+    ]);
+    let _ = std::fs::remove_file(&bin);
+    ok(&o);
+    let lines = folded(&out);
+    let chain = |f: &str| -> u64 {
+        lines
+            .iter()
+            .filter(|(s, _)| {
+                s.windows(3)
+                    .any(|w| w[0] == "main.main" && w[1] == f && w[2] == "main.(*worker).spin")
+            })
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (heavy, light) = (chain("main.heavyGo"), chain("main.lightGo"));
+    let total: u64 = lines.iter().map(|(_, n)| n).sum();
+    // The leaf has no frame: its caller comes from Go's own stack-pointer
+    // table, not from frame pointers.
+    assert!(
+        (heavy + light) as f64 > 0.95 * total as f64,
+        "heavy {heavy} light {light} of {total}\n{lines:?}"
+    );
+    let share = heavy as f64 / (heavy + light) as f64;
+    assert!((0.72..=0.78).contains(&share), "heavyGo share {share:.3}");
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn debian_gofmt_is_named_from_gopclntab() {
+    require_root();
+    let gofmt = ["/usr/lib/go/bin/gofmt", "/usr/lib/go-1.19/bin/gofmt"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    let src = [
+        "/usr/share/go/src/cmd/compile",
+        "/usr/share/go-1.19/src/cmd/compile",
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists());
+    let (Some(gofmt), Some(src)) = (gofmt, src) else {
+        skip("Debian's gofmt and Go sources are not installed (golang-go)");
+        return;
+    };
+    let dir = scratch_dir("runtimes-gofmt");
+    let out = dir.join("gofmt.folded");
+    let o = run(&[
+        "profile",
+        "-F",
+        "499",
+        "--user-only",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        gofmt.to_str().unwrap(),
+        "-l",
+        src.to_str().unwrap(),
+    ]);
+    ok(&o);
+    let lines = folded(&out);
+    let total: u64 = lines.iter().map(|(_, n)| n).sum();
+    let unnamed: u64 = lines
+        .iter()
+        .filter(|(s, _)| {
+            s.iter()
+                .any(|f| f == "[unknown]" || f.starts_with("gofmt+0x"))
+        })
+        .map(|(_, n)| n)
+        .sum();
+    let printer: u64 = lines
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f.starts_with("go/printer.")))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(total > 300, "{total}");
+    assert!(
+        (unnamed as f64) < 0.02 * total as f64,
+        "{unnamed} of {total} samples have unnamed frames"
+    );
+    assert!(printer > 50, "go/printer in {printer} samples of {total}");
+}

@@ -606,10 +606,17 @@ mod tests {
                 count: 3,
                 value: 3,
                 kernel: vec![0xffff_ffff_8100_0000],
-                user_binary: vec![1, 0],
-                user_offset: vec![0x1234, 0x7fff_0000],
+                user_binary: vec![1, 0, 0],
+                user_offset: vec![0x1234, 0x7fff_0000, 0],
+                user_runtime: vec![0, 0, 1],
                 thread: "worker".into(),
                 cgroup_id: 4242,
+            }],
+            runtime_frames: vec![RuntimeFrame {
+                kind: "python".into(),
+                function: "main".into(),
+                file: "/srv/app.py".into(),
+                line: 7,
             }],
         }
     }

@@ -364,11 +364,30 @@ impl Resolver {
         } else {
             elf_batch(&self.symbolizer, path, &vaddrs)
         };
-        let found: HashMap<u64, Resolved> = vaddrs
+        let mut found: HashMap<u64, Resolved> = vaddrs
             .iter()
             .zip(results)
             .filter_map(|(&v, r)| r.map(|r| (v, r)))
             .collect();
+        // Stripped Go binaries keep their own table (.gopclntab): it names
+        // what the symbol tables no longer do. Read only when needed.
+        let missing: Vec<u64> = vaddrs
+            .iter()
+            .copied()
+            .filter(|v| !found.contains_key(v))
+            .collect();
+        if !missing.is_empty() {
+            if let Some(go) = std::fs::read(path)
+                .ok()
+                .and_then(|b| bpfscope_gopclntab::GoTable::parse(&b))
+            {
+                for v in missing {
+                    if let Some(f) = go.lookup(v) {
+                        found.insert(v, go_resolved(&f, v));
+                    }
+                }
+            }
+        }
         offsets
             .iter()
             .map(|&o| elf::file_to_virt(segments, o).and_then(|v| found.get(&v).cloned()))
@@ -385,6 +404,29 @@ impl Resolver {
                 .collect(),
             Err(_) => vec![None; addrs.len()],
         }
+    }
+}
+
+/// A Go frame as a resolved address: the physical function, then the
+/// functions inlined into it, each at the position of the next one's call.
+fn go_resolved(f: &bpfscope_gopclntab::GoFrame<'_>, vaddr: u64) -> Resolved {
+    let at = |file: &Option<String>, line: Option<u32>| (file.clone(), line.unwrap_or(0));
+    // Positions innermost first: the pc's own, then each inlined call site.
+    let mut positions = vec![at(&f.file, f.line)];
+    positions.extend(f.inlined.iter().map(|i| at(&i.call_file, i.call_line)));
+    let names = std::iter::once(f.name.to_string())
+        .chain(f.inlined.iter().rev().map(|i| i.name.to_string()));
+    let lines = names
+        .zip(positions.into_iter().rev())
+        .map(|(function, (file, line))| FuncLine {
+            function,
+            file,
+            line,
+        })
+        .collect();
+    Resolved {
+        lines,
+        offset: vaddr.checked_sub(f.func_start),
     }
 }
 

@@ -165,6 +165,8 @@ pub struct Stats {
     pub overlaps: usize,
     /// .plt.sec/.plt.got stubs without an FDE, given CFA = RSP + 8.
     pub synthesized_plt: usize,
+    /// Rows of Go functions, from their stack-pointer deltas (.gopclntab).
+    pub go_rows: usize,
     /// CFI rows (address ranges with one rule) of the FDEs compiled.
     pub rows: usize,
     pub plt_rows: usize,
@@ -301,7 +303,8 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         }
         _ => None,
     };
-    if eh.is_none() && debug.is_none() {
+    let go = go_rows(&elf, data);
+    if eh.is_none() && debug.is_none() && go.is_empty() {
         return Err(UnwindError::NoUnwindInfo {
             path: path.to_owned(),
         });
@@ -358,6 +361,19 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         stats.debug_frame_fdes = stats.fdes - before;
     }
 
+    // Go code has no CFI (only a cgo binary's C code does): its functions'
+    // stack-pointer deltas give the rule wherever no FDE does.
+    if !go.is_empty() {
+        let fde = RangeSet::new(ranges.clone());
+        for r in go {
+            if in_code(r.start, r.end) && !fde.meets(r.start, r.end) {
+                stats.go_rows += 1;
+                rows.push(r);
+            }
+        }
+        ranges.extend(rows.iter().map(|r| (r.start, r.end)));
+    }
+
     // Stubs that only jump (.plt.sec, .plt.got) with no FDE of their own
     // (linkers other than GNU ld, or --no-ld-generated-unwind-info): the
     // return address is on top of the stack at every instruction.
@@ -401,6 +417,69 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         stats,
         invalid_cfi,
     })
+}
+
+/// Rows of a Go binary's functions from `.gopclntab` (none for other
+/// files). On amd64 the CFA is RSP + delta + 8, and a function with a
+/// frame keeps its caller's RBP right below the return address, where
+/// Go's prologue saves it.
+fn go_rows<'a, R: ReadRef<'a>>(elf: &ElfFile64<'a, Endianness, R>, data: R) -> Vec<Row> {
+    let has_table = [".gopclntab", ".data.rel.ro.gopclntab"]
+        .iter()
+        .any(|n| elf.section_by_name(n).is_some());
+    if !has_table {
+        return Vec::new();
+    }
+    let Some(bytes) = data.len().ok().and_then(|n| data.read_bytes_at(0, n).ok()) else {
+        return Vec::new();
+    };
+    let Some(t) = bpfscope_gopclntab::GoTable::parse(bytes) else {
+        return Vec::new();
+    };
+    // Where Go's own traceback stops: a goroutine's first frame, a thread's,
+    // and the switches to the scheduler's stack (what is above them on that
+    // stack is not a caller).
+    let outermost: std::collections::HashSet<u64> = t
+        .functions()
+        .filter(|(_, n)| {
+            matches!(
+                n.as_ref(),
+                "runtime.goexit"
+                    | "runtime.mstart"
+                    | "runtime.rt0_go"
+                    | "runtime.mcall"
+                    | "runtime.morestack"
+                    | "runtime.systemstack"
+            )
+        })
+        .map(|(e, _)| e)
+        .collect();
+    t.sp_deltas()
+        .into_iter()
+        .filter_map(|r| {
+            let delta = u32::try_from(r.sp_delta).ok()?;
+            Some(Row {
+                start: r.start,
+                end: r.end,
+                rule: Rule {
+                    cfa: Cfa::Rsp(delta.checked_add(8)?),
+                    rbp: if delta > 0 {
+                        SavedRbp::AtCfa(-16)
+                    } else {
+                        SavedRbp::Unchanged
+                    },
+                    ra: if outermost.contains(&r.func) {
+                        ReturnAddress::Undefined
+                    } else {
+                        ReturnAddress::AtCfaMinus8
+                    },
+                    signal_frame: false,
+                },
+                unsupported: None,
+                rbp_dropped: false,
+            })
+        })
+        .collect()
 }
 
 /// Address ranges, for "does [s, e) meet any of them".

@@ -446,7 +446,16 @@ mod tests {
     #[test]
     fn finds_the_installed_interpreters() {
         let mut seen = 0;
-        for p in installed_interpreters() {
+        for exe in installed_interpreters() {
+            // A shared build keeps the runtime in libpython3.X.so.
+            let lib = exe.parent().and_then(|bin| {
+                let v = exe.file_name()?.to_string_lossy().into_owned();
+                Some(bin.join(format!("../lib/lib{v}.so.1.0")))
+            });
+            let p = match detect(&exe, &exe.to_string_lossy()) {
+                Found::None => lib.filter(|l| l.exists()).unwrap_or(exe),
+                _ => exe,
+            };
             let name = p.to_string_lossy().into_owned();
             match detect(&p, &name) {
                 Found::Python(py) => {

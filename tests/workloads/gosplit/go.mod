@@ -1,0 +1,3 @@
+module gosplit
+
+go 1.19
