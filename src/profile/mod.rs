@@ -822,48 +822,7 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         let mut user_runtime = Vec::new();
         let mut unresolved = false;
         for (i, f) in r.user.iter().enumerate() {
-            let jit = match *f {
-                UserFrame::Ip(ip) if sampled.snapshots.resolve(r.tgid, ip).is_none() => {
-                    sampled.snapshots.jit_symbol(r.tgid, ip)
-                }
-                _ => None,
-            };
-            if let Some(j) = jit {
-                lost.jit_frames += 1;
-                let frame = RuntimeFrame {
-                    kind: "jit".into(),
-                    function: j.name.to_string(),
-                    file: j.source.map(|s| s.file.to_string()).unwrap_or_default(),
-                    line: j.source.map_or(0, |s| s.line),
-                };
-                let n = runtime_frames.len() as u32 + 1;
-                let idx = *runtime_index.entry(frame.clone()).or_insert_with(|| {
-                    runtime_frames.push(frame);
-                    n
-                });
-                user_runtime.resize(i, 0);
-                user_runtime.push(idx);
-                user_binary.push(0);
-                user_offset.push(0);
-                continue;
-            }
-            if let UserFrame::Interp(id, off) = *f {
-                let frame = match sampled.codes.frame(id, off) {
-                    Some(p) => RuntimeFrame {
-                        kind: "python".into(),
-                        function: p.function,
-                        file: p.file,
-                        line: p.line,
-                    },
-                    None => {
-                        lost.python_unnamed += 1;
-                        RuntimeFrame {
-                            kind: "python".into(),
-                            function: "[unknown python code]".into(),
-                            ..Default::default()
-                        }
-                    }
-                };
+            if let Some(frame) = runtime_frame(sampled, r.tgid, f, &mut lost) {
                 let n = runtime_frames.len() as u32 + 1;
                 let idx = *runtime_index.entry(frame.clone()).or_insert_with(|| {
                     runtime_frames.push(frame);
@@ -974,6 +933,45 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         stacks,
         bpf_programs: sampled.bpf_programs.clone(),
         runtime_frames,
+    }
+}
+
+/// A frame a runtime named: Python code, or JIT code that no file mapping
+/// explains but the process's perf map or jitdump does (counted in `lost`).
+fn runtime_frame(
+    sampled: &Sampled,
+    pid: u32,
+    f: &UserFrame,
+    lost: &mut LostCounts,
+) -> Option<RuntimeFrame> {
+    match *f {
+        UserFrame::Interp(id, off) => Some(match sampled.codes.frame(id, off) {
+            Some(p) => RuntimeFrame {
+                kind: "python".into(),
+                function: p.function,
+                file: p.file,
+                line: p.line,
+            },
+            None => {
+                lost.python_unnamed += 1;
+                RuntimeFrame {
+                    kind: "python".into(),
+                    function: "[unknown python code]".into(),
+                    ..Default::default()
+                }
+            }
+        }),
+        UserFrame::Ip(ip) if sampled.snapshots.resolve(pid, ip).is_none() => {
+            let j = sampled.snapshots.jit_symbol(pid, ip)?;
+            lost.jit_frames += 1;
+            Some(RuntimeFrame {
+                kind: "jit".into(),
+                function: j.name.to_string(),
+                file: j.source.map(|s| s.file.to_string()).unwrap_or_default(),
+                line: j.source.map_or(0, |s| s.line),
+            })
+        }
+        _ => None,
     }
 }
 

@@ -1204,3 +1204,42 @@ fn series_that_stop_changing_expire() {
     agent.terminate();
     no_program_of(pid);
 }
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn python_frames_reach_the_agents_pprof() {
+    require_root();
+    let Some(py) = ["/usr/bin/python3.11", "/usr/bin/python3"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        skip("no Debian CPython (scripts/install-deps installs python3.11)");
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/pysplit.py");
+    let agent = start_agent(&["--listen", "127.0.0.1:0", "--profile-hz", "199"]);
+    let mut wl = Command::new(py).arg(&script).arg("8").spawn().unwrap();
+    let (st, _, body) = agent.get(&format!("/debug/pprof/profile?seconds=3&pid={}", wl.id()));
+    let _ = wl.kill();
+    let _ = wl.wait();
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
+    let p = decode_pprof(&body);
+    let name_of = |f: &bpfscope::render::pprof::proto::Function| {
+        (
+            p.string_table[f.name as usize].clone(),
+            p.string_table[f.filename as usize].clone(),
+        )
+    };
+    let funcs: Vec<(String, String)> = p.function.iter().map(name_of).collect();
+    for want in ["heavy", "light", "work", "main", "<module>"] {
+        assert!(
+            funcs
+                .iter()
+                .any(|(n, f)| n == want && f.ends_with("pysplit.py")),
+            "{want} missing: {funcs:?}"
+        );
+    }
+    let pid = agent.run.pid();
+    agent.terminate();
+    no_program_of(pid);
+}

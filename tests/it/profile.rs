@@ -642,6 +642,11 @@ fn bad_input_is_one_line_and_exit_2() {
             "conflicting frames",
         ),
         (vec!["profile", "--", "/nonexistent/cmd"], "missing command"),
+        (vec!["profile", "--lang", "ruby"], "unknown runtime"),
+        (
+            vec!["profile", "--lang", "none,python"],
+            "none with a runtime",
+        ),
         (vec!["symbolize", "--elf", "/bin/true", "zz"], "bad address"),
         (vec!["symbolize", "0x10"], "no source"),
         (

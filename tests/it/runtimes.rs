@@ -49,6 +49,21 @@ fn py_frames(stack: &[String], file: &str) -> Vec<String> {
     stack.iter().filter(|f| f.contains(&tag)).cloned().collect()
 }
 
+/// Runs `bpfscope profile -F 499 --user-only -o OUT -- CMD...` to completion.
+fn profile_cmd(out: &Path, cmd: &[&str]) -> std::process::Output {
+    let mut argv = vec![
+        "profile",
+        "-F",
+        "499",
+        "--user-only",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+    ];
+    argv.extend(cmd);
+    run(&argv)
+}
+
 /// Profiles `python script args` at 499 Hz, user stacks only.
 fn profile_python(
     python: &Path,
@@ -60,20 +75,9 @@ fn profile_python(
         "{}.folded",
         python.to_string_lossy().replace('/', "_")
     ));
-    let mut argv = vec![
-        "profile",
-        "-F",
-        "499",
-        "--user-only",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        python.to_str().unwrap(),
-        script.to_str().unwrap(),
-    ];
-    argv.extend(args);
-    let o = run(&argv);
-    ok(&o);
+    let mut cmd = vec![python.to_str().unwrap(), script.to_str().unwrap()];
+    cmd.extend(args);
+    ok(&profile_cmd(&out, &cmd));
     folded(&out)
 }
 
@@ -239,18 +243,7 @@ fn unsupported_python_is_reported_not_misunwound() {
     let dir = scratch_dir("runtimes-unsupported");
     let out = dir.join("old.folded");
     let s = script("pysplit.py");
-    let o = run(&[
-        "profile",
-        "-F",
-        "499",
-        "--user-only",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        py.to_str().unwrap(),
-        s.to_str().unwrap(),
-        "1",
-    ]);
+    let o = profile_cmd(&out, &[py.to_str().unwrap(), s.to_str().unwrap(), "1"]);
     ok(&o);
     let err = stderr(&o);
     assert!(
@@ -328,23 +321,19 @@ fn node_jit_frames_named_from_its_perf_map() {
     let dir = scratch_dir("runtimes-node");
     let out = dir.join("node.folded");
     let js = script("jssplit.js");
-    let o = run(&[
-        "profile",
-        "-F",
-        "499",
-        "--user-only",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        "node",
-        "--perf-basic-prof",
-        "--interpreted-frames-native-stack",
-        // That flag also writes a V8 log to the working directory.
-        "--logfile=/dev/null",
-        "--no-logfile-per-isolate",
-        js.to_str().unwrap(),
-        "2",
-    ]);
+    let o = profile_cmd(
+        &out,
+        &[
+            "node",
+            "--perf-basic-prof",
+            "--interpreted-frames-native-stack",
+            // That flag also writes a V8 log to the working directory.
+            "--logfile=/dev/null",
+            "--no-logfile-per-isolate",
+            js.to_str().unwrap(),
+            "2",
+        ],
+    );
     remove_perf_maps("jssplit.js");
     ok(&o);
     let err = stderr(&o);
@@ -383,18 +372,7 @@ fn node_without_a_perf_map_is_said() {
     let dir = scratch_dir("runtimes-node-nomap");
     let out = dir.join("node.folded");
     let js = script("jssplit.js");
-    let o = run(&[
-        "profile",
-        "-F",
-        "499",
-        "--user-only",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        "node",
-        js.to_str().unwrap(),
-        "1",
-    ]);
+    let o = profile_cmd(&out, &["node", js.to_str().unwrap(), "1"]);
     ok(&o);
     let err = stderr(&o);
     assert!(
@@ -421,23 +399,19 @@ fn java_jit_frames_named_from_its_perf_map() {
         .unwrap();
     assert!(st.success());
     let out = dir.join("java.folded");
-    let o = run(&[
-        "profile",
-        "-F",
-        "499",
-        "--user-only",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        "java",
-        "-XX:+UnlockDiagnosticVMOptions",
-        "-XX:+DumpPerfMapAtExit",
-        "-XX:+PreserveFramePointer",
-        "-cp",
-        dir.to_str().unwrap(),
-        "JitSplit",
-        "3",
-    ]);
+    let o = profile_cmd(
+        &out,
+        &[
+            "java",
+            "-XX:+UnlockDiagnosticVMOptions",
+            "-XX:+DumpPerfMapAtExit",
+            "-XX:+PreserveFramePointer",
+            "-cp",
+            dir.to_str().unwrap(),
+            "JitSplit",
+            "3",
+        ],
+    );
     remove_perf_maps("JitSplit");
     ok(&o);
     let lines = folded(&out);
@@ -486,17 +460,7 @@ fn go_stripped_binary_named_with_every_caller() {
     let Some(bin) = go_split() else { return };
     let dir = scratch_dir("runtimes-go");
     let out = dir.join("go.folded");
-    let o = run(&[
-        "profile",
-        "-F",
-        "499",
-        "--user-only",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        bin.to_str().unwrap(),
-        "2",
-    ]);
+    let o = profile_cmd(&out, &[bin.to_str().unwrap(), "2"]);
     let _ = std::fs::remove_file(&bin);
     ok(&o);
     let lines = folded(&out);
@@ -543,18 +507,10 @@ fn debian_gofmt_is_named_from_gopclntab() {
     };
     let dir = scratch_dir("runtimes-gofmt");
     let out = dir.join("gofmt.folded");
-    let o = run(&[
-        "profile",
-        "-F",
-        "499",
-        "--user-only",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        gofmt.to_str().unwrap(),
-        "-l",
-        src.to_str().unwrap(),
-    ]);
+    let o = profile_cmd(
+        &out,
+        &[gofmt.to_str().unwrap(), "-l", src.to_str().unwrap()],
+    );
     ok(&o);
     let lines = folded(&out);
     let total: u64 = lines.iter().map(|(_, n)| n).sum();
@@ -577,4 +533,49 @@ fn debian_gofmt_is_named_from_gopclntab() {
         "{unnamed} of {total} samples have unnamed frames"
     );
     assert!(printer > 50, "go/printer in {printer} samples of {total}");
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn lang_none_keeps_the_interpreters_own_frames() {
+    require_root();
+    let Some((_, py)) = pythons(11..=11).into_iter().next() else {
+        skip("no CPython 3.11 (scripts/install-deps installs Debian's)");
+        return;
+    };
+    let dir = scratch_dir("runtimes-lang-none");
+    let out = dir.join("none.folded");
+    let s = script("pysplit.py");
+    let mut argv = vec![
+        "profile",
+        "--lang",
+        "none",
+        "-F",
+        "499",
+        "--user-only",
+        "-o",
+    ];
+    argv.extend([
+        out.to_str().unwrap(),
+        "--",
+        py.to_str().unwrap(),
+        s.to_str().unwrap(),
+        "1",
+    ]);
+    let o = run(&argv);
+    ok(&o);
+    assert!(!stderr(&o).contains("python: "), "{}", stderr(&o));
+    let lines = folded(&out);
+    assert!(lines
+        .iter()
+        .all(|(s, _)| py_frames(s, "pysplit.py").is_empty()));
+    let eval: u64 = lines
+        .iter()
+        .filter(|(s, _)| {
+            s.iter()
+                .any(|f| f.contains("_PyEval_EvalFrameDefault") || f == "PyEval_EvalCode")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(eval > 200, "{eval}\n{lines:?}");
 }

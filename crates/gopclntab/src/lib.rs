@@ -85,6 +85,53 @@ pub struct GoInlined<'a> {
     pub call_line: Option<u32>,
 }
 
+/// Iterator over a pc-value table (`GoTable::pcvalue_steps`).
+struct PcValueSteps<'a> {
+    b: &'a [u8],
+    pos: usize,
+    val: i32,
+    cur: u64,
+    first: bool,
+    quantum: u64,
+    done: bool,
+}
+
+impl Iterator for PcValueSteps<'_> {
+    type Item = Option<(u64, u64, i32)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let step = (|| {
+            let uv = varint(self.b, &mut self.pos)?;
+            if uv == 0 && !self.first {
+                return Some(None);
+            }
+            self.first = false;
+            let delta = ((uv >> 1) as i32) ^ -((uv & 1) as i32);
+            self.val = self.val.wrapping_add(delta);
+            let pcd = u64::from(varint(self.b, &mut self.pos)?);
+            let start = self.cur;
+            self.cur = self.cur.checked_add(pcd.checked_mul(self.quantum)?)?;
+            Some(Some((start, self.cur, self.val)))
+        })();
+        match step {
+            Some(Some(s)) => Some(Some(s)),
+            // The end marker.
+            Some(None) => {
+                self.done = true;
+                None
+            }
+            // Malformed: said once, then nothing more.
+            None => {
+                self.done = true;
+                Some(None)
+            }
+        }
+    }
+}
+
 /// A pc range of a function and its stack-pointer delta (pcsp).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SpRange {
@@ -374,40 +421,22 @@ impl GoTable {
         end: u64,
         out: &mut Vec<SpRange>,
     ) -> Option<()> {
-        if table_off == 0 {
-            return None;
-        }
-        let b = self.tab.get(
-            self.pctab_off
-                .checked_add(usize_of(u64::from(table_off))?)?..,
-        )?;
-        let mut pos = 0usize;
-        let mut val: i32 = -1;
-        let mut cur = entry;
-        let mut first = true;
-        // A table has at most one step per byte of code.
-        for _ in 0..=end.saturating_sub(entry) {
-            if cur >= end {
-                return Some(());
+        for step in self.pcvalue_steps(table_off, entry)? {
+            let (start, next, val) = step?;
+            if start >= end {
+                break;
             }
-            let uv = varint(b, &mut pos)?;
-            if uv == 0 && !first {
-                return Some(());
-            }
-            first = false;
-            let delta = ((uv >> 1) as i32) ^ -((uv & 1) as i32);
-            val = val.wrapping_add(delta);
-            let pcd = u64::from(varint(b, &mut pos)?);
-            let next = cur.checked_add(pcd.checked_mul(self.quantum)?)?.min(end);
-            if next > cur {
+            if next > start {
                 out.push(SpRange {
                     func: entry,
-                    start: cur,
-                    end: next,
+                    start,
+                    end: next.min(end),
                     sp_delta: val,
                 });
             }
-            cur = next;
+            if next >= end {
+                break;
+            }
         }
         Some(())
     }
@@ -744,9 +773,21 @@ impl GoTable {
     }
 
     /// Value of the pc-value table at `table_off` for `pc` in a function
-    /// starting at `entry`. Values start at -1; each step adds a zig-zag
-    /// delta and advances pc by `delta * quantum`.
+    /// starting at `entry`.
     fn pcvalue(&self, table_off: u32, entry: u64, pc: u64) -> Option<i32> {
+        for step in self.pcvalue_steps(table_off, entry)? {
+            let (_, end, val) = step?;
+            if pc < end {
+                return Some(val);
+            }
+        }
+        None // end of table before reaching pc
+    }
+
+    /// The steps of a pc-value table as `[start, end, value)`: values start
+    /// at -1; each step adds a zig-zag delta and advances the pc by `delta
+    /// * quantum`. An item is None where the table is malformed.
+    fn pcvalue_steps(&self, table_off: u32, entry: u64) -> Option<PcValueSteps<'_>> {
         if table_off == 0 {
             return None; // no table
         }
@@ -754,24 +795,15 @@ impl GoTable {
             self.pctab_off
                 .checked_add(usize_of(u64::from(table_off))?)?..,
         )?;
-        let mut pos = 0usize;
-        let mut val: i32 = -1;
-        let mut cur = entry;
-        let mut first = true;
-        loop {
-            let uv = varint(b, &mut pos)?;
-            if uv == 0 && !first {
-                return None; // end of table before reaching pc
-            }
-            first = false;
-            let delta = ((uv >> 1) as i32) ^ -((uv & 1) as i32);
-            val = val.wrapping_add(delta);
-            let pcd = u64::from(varint(b, &mut pos)?);
-            cur = cur.checked_add(pcd.checked_mul(self.quantum)?)?;
-            if pc < cur {
-                return Some(val);
-            }
-        }
+        Some(PcValueSteps {
+            b,
+            pos: 0,
+            val: -1,
+            cur: entry,
+            first: true,
+            quantum: self.quantum,
+            done: false,
+        })
     }
 
     fn file_name(&self, f: &Func, fileno: i32) -> Option<String> {
