@@ -97,7 +97,7 @@ fn python_split_and_lines_under_each_cpython() {
     let dir = scratch_dir("runtimes-split");
     let s = script("pysplit.py");
     for (minor, py) in &all {
-        let lines = profile_python(py, &dir, &s, &["2"]);
+        let lines = profile_python(py, &dir, &s, &["3"]);
         let what = format!("{} (3.{minor})", py.display());
         let total: u64 = lines.iter().map(|(_, n)| n).sum();
         let (mut heavy, mut light, mut with_py) = (0u64, 0u64, 0u64);
@@ -147,9 +147,11 @@ fn python_split_and_lines_under_each_cpython() {
             with_py as f64 >= 0.9 * total as f64,
             "{what}: {with_py} of {total} samples have Python frames\n{lines:?}"
         );
+        // About 1500 samples: the share's binomial error is 1.1 points;
+        // bench/python_vs_pyspy.py holds it to 3 points with 2500.
         let share = heavy as f64 / (heavy + light) as f64;
         assert!(
-            (0.72..=0.78).contains(&share),
+            (0.70..=0.80).contains(&share),
             "{what}: heavy share {share:.3} (heavy {heavy}, light {light}), expected 0.75"
         );
         eprintln!("{what}: heavy share {share:.3}, {with_py}/{total} samples with Python frames");
@@ -483,7 +485,7 @@ fn go_stripped_binary_named_with_every_caller() {
         "heavy {heavy} light {light} of {total}\n{lines:?}"
     );
     let share = heavy as f64 / (heavy + light) as f64;
-    assert!((0.72..=0.78).contains(&share), "heavyGo share {share:.3}");
+    assert!((0.70..=0.80).contains(&share), "heavyGo share {share:.3}");
 }
 
 #[test]
