@@ -295,7 +295,8 @@ impl Codes {
         };
         let major = (n.version >> 8) as u8;
         let minor = n.version as u8;
-        let copied = (n.table_len as usize).min(n.table.len());
+        // The kernel side copies at most one byte less than the buffer.
+        let copied = (n.table_len as usize).min(n.table.len() - 1);
         let mut table = n.table[..copied].to_vec();
         let mut complete = true;
         if (n.table_len as usize) > copied {

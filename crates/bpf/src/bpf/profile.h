@@ -197,15 +197,15 @@ struct bp_code_note {
 	__u32 version;
 	__u64 code;
 	__u32 firstlineno;
-	/* Characters' width (1, 2 or 4 bytes) and the length in characters
-	 * of the name and file name; bytes copied are length * width, at most
-	 * the buffer. */
+	/* Characters' width (1, 2 or 4 bytes) and the characters copied of
+	 * the name and file name (length * width bytes, under the buffer's
+	 * size). */
 	__u32 name_kind;
 	__u32 name_len;
 	__u32 file_kind;
 	__u32 file_len;
-	/* The line table's full length in bytes (its first BP_CODE_TABLE
-	 * bytes are copied). */
+	/* The line table's full length in bytes (at most its first
+	 * BP_CODE_TABLE - 1 bytes are copied). */
 	__u32 table_len;
 	char name[BP_CODE_NAME];
 	char file[BP_CODE_FILE];

@@ -144,14 +144,22 @@ static __always_inline void bp_py_string(struct bp_interp *in, u64 s, char *dst,
 	if (!(state & (1 << BP_PY_COMPACT_BIT)))
 		return;
 	*kind = (state >> BP_PY_KIND_SHIFT) & 7;
+	if (!*kind)
+		return;
 	data = s + ((state & (1 << BP_PY_ASCII_BIT)) ? in->o.unicode_ascii_data :
 						      in->o.unicode_compact_data);
 	if (length > cap)
 		length = cap;
-	*len = length;
-	n = length * *kind;
-	if (n > cap)
-		n = cap;
+	n = (u32)length * *kind;
+	/* cap is a power of two: the mask is a bound every verifier (6.1
+	 * on) follows, where a comparison alone is lost to the compiler
+	 * (which drops the mask unless the barrier hides what it knows). */
+	if (n > cap - 1)
+		n = cap - 1;
+	asm volatile("" : "+r"(n));
+	n &= cap - 1;
+	/* Whole characters only: the rest of the record is not zeroed. */
+	*len = n / *kind;
 	if (n)
 		bpf_probe_read_user(dst, n, (void *)data);
 }
@@ -178,11 +186,15 @@ static __noinline int bp_py_announce(struct bp_interp *in, struct bp_code_key *k
 	n->table_len = 0;
 	if (!bp_read_ptr(&table, code, in->o.code_linetable) && table &&
 	    !bp_read_ptr(&size, table, in->o.bytes_size)) {
+		u32 copy;
+
 		n->table_len = size;
-		if (size > BP_CODE_TABLE)
-			size = BP_CODE_TABLE;
-		if (size)
-			bpf_probe_read_user(n->table, size, (void *)(table + in->o.bytes_data));
+		/* At most BP_CODE_TABLE - 1 bytes: a mask keeps the bound. */
+		copy = size > BP_CODE_TABLE - 1 ? BP_CODE_TABLE - 1 : size;
+		asm volatile("" : "+r"(copy));
+		copy &= BP_CODE_TABLE - 1;
+		if (copy)
+			bpf_probe_read_user(n->table, copy, (void *)(table + in->o.bytes_data));
 	}
 	bpf_ringbuf_submit(n, 0);
 	return 0;

@@ -653,6 +653,9 @@ read_failed:
 static __always_inline void bp_record(struct bp_unwind *u, struct bp_stack_buf *buf, u32 d,
 				      u64 frame)
 {
+	/* The callers have checked d; the compiler would drop the mask for
+	 * it, and older verifiers (6.1) lose that check across a spill. */
+	asm volatile("" : "+r"(d));
 	buf->frames[d & (BP_DEPTH_LIMIT - 1)] = frame;
 	bp_hash(u, frame);
 }
