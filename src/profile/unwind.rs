@@ -368,7 +368,6 @@ pub fn preload_program(
     next_id: &mut u32,
 ) -> Result<()> {
     use std::io::Read;
-    use std::os::unix::fs::MetadataExt;
     let mut head = [0u8; 256];
     let n = std::fs::File::open(program)
         .and_then(|mut f| f.read(&mut head))
@@ -385,7 +384,29 @@ pub fn preload_program(
         }
         None => program.to_path_buf(),
     };
-    let meta = std::fs::metadata(&exe).with_context(|| format!("reading {}", exe.display()))?;
+    preload_path(&exe, maps, tables, snapshots, next_id)?;
+    // Its own libraries found through its run path (an interpreter built
+    // shared keeps its runtime in libpython, under the run path), and any
+    // libpython: their tables and interpreters are then ready for the
+    // first sample too, where the announcement would be tens of ms late.
+    for lib in own_libraries(&exe) {
+        if let Err(e) = preload_path(&lib, maps, tables, snapshots, next_id) {
+            eprintln!("bpfscope: {} loads on first use: {e:#}", lib.display());
+        }
+    }
+    Ok(())
+}
+
+/// Registers a file no process maps yet, read by its path, under id `*next_id`.
+fn preload_path(
+    exe: &Path,
+    maps: FileMaps<'_, '_>,
+    tables: &mut TableMemory,
+    snapshots: &mut Snapshots,
+    next_id: &mut u32,
+) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(exe).with_context(|| format!("reading {}", exe.display()))?;
     let dev = meta.dev();
     let note = bp_note {
         file_id: *next_id,
@@ -395,12 +416,83 @@ pub fn preload_program(
         },
         ..Default::default()
     };
-    // No process maps it yet: read by its path.
     let path = exe.to_string_lossy().into_owned();
     let key = snapshot_key(&note.file);
     register(&note, key, &path, &path, maps, tables, snapshots)?;
     *next_id += 1;
     Ok(())
+}
+
+/// The libraries an executable needs that its run path (RUNPATH or RPATH,
+/// `$ORIGIN` expanded) holds, and libpython wherever the system keeps it.
+/// Other system libraries are left to load on first use: the C library is
+/// preloaded already, and big ones would only delay the start.
+fn own_libraries(exe: &Path) -> Vec<std::path::PathBuf> {
+    use object::read::elf::{Dyn, ElfFile64, FileHeader};
+    let Ok(data) = std::fs::read(exe) else {
+        return Vec::new();
+    };
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data) else {
+        return Vec::new();
+    };
+    let endian = elf.endian();
+    let Ok(sections) = elf.elf_header().sections(endian, &*data) else {
+        return Vec::new();
+    };
+    let Ok(Some((dynamic, link))) = sections.dynamic(endian, &*data) else {
+        return Vec::new();
+    };
+    let Ok(strings) = sections.strings(endian, &*data, link) else {
+        return Vec::new();
+    };
+    let text = |v: u64| {
+        u32::try_from(v)
+            .ok()
+            .and_then(|o| strings.get(o).ok())
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    };
+    let (mut needed, mut run_path) = (Vec::new(), Vec::new());
+    for d in dynamic {
+        let tag = d.d_tag(endian);
+        let Some(v) = text(d.d_val(endian)) else {
+            continue;
+        };
+        if tag == object::elf::DT_NEEDED {
+            needed.push(v);
+        } else if tag == object::elf::DT_RUNPATH || tag == object::elf::DT_RPATH {
+            run_path.push(v);
+        }
+    }
+    let origin = exe
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let dirs: Vec<std::path::PathBuf> = run_path
+        .iter()
+        .flat_map(|p| p.split(':').map(str::to_string).collect::<Vec<_>>())
+        .map(|d| std::path::PathBuf::from(d.replace("$ORIGIN", &origin.to_string_lossy())))
+        .collect();
+    let system = [
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib",
+        "/lib",
+    ];
+    needed
+        .iter()
+        .filter_map(|n| {
+            let elsewhere = if n.starts_with("libpython") {
+                &system[..]
+            } else {
+                &[]
+            };
+            dirs.iter()
+                .map(|d| d.join(n))
+                .chain(elsewhere.iter().map(|d| Path::new(d).join(n)))
+                .find(|p| p.exists())
+        })
+        .collect()
 }
 
 /// A live process's map_files path and the path of a file by (device,
@@ -428,4 +520,48 @@ fn set_file(files: &libbpf_rs::Map<'_>, note: &bp_note, v: &bp_file) -> Result<(
 
 fn pod_bytes<T: bpfscope_sys::pod::Pod>(v: &T) -> &[u8] {
     bpfscope_sys::pod::bytes(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shared CPython finds its libpython through its run path; a static
+    /// one (Debian's) needs nothing preloaded.
+    #[test]
+    fn an_interpreters_own_libraries() {
+        let root = std::env::var("PYENV_ROOT").unwrap_or_else(|_| "/root/.pyenv".into());
+        let shared = std::fs::read_dir(format!("{root}/versions"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find_map(|v| {
+                let mm = v
+                    .file_name()?
+                    .to_string_lossy()
+                    .rsplit_once('.')?
+                    .0
+                    .to_string();
+                let lib = v.join(format!("lib/libpython{mm}.so.1.0"));
+                lib.exists()
+                    .then(|| (v.join(format!("bin/python{mm}")), lib))
+            });
+        match shared {
+            Some((exe, lib)) => {
+                let found = own_libraries(&exe);
+                assert!(
+                    found
+                        .iter()
+                        .any(|p| p.canonicalize().ok() == lib.canonicalize().ok()),
+                    "{}: {found:?}",
+                    exe.display()
+                );
+            }
+            None => println!("SKIP: no shared CPython build in a pyenv tree"),
+        }
+        if Path::new("/usr/bin/python3.11").exists() {
+            assert!(own_libraries(Path::new("/usr/bin/python3.11")).is_empty());
+        }
+    }
 }

@@ -142,9 +142,10 @@ fn python_split_and_lines_under_each_cpython() {
             }
         }
         assert!(total > 500, "{what}: too few samples: {total}");
-        // Every sample but interpreter start-up and exit has Python frames.
+        // Every sample but interpreter start-up and exit has Python frames
+        // (a shared build's libpython is ready before the command starts).
         assert!(
-            with_py as f64 >= 0.9 * total as f64,
+            with_py as f64 >= 0.95 * total as f64,
             "{what}: {with_py} of {total} samples have Python frames\n{lines:?}"
         );
         // About 1500 samples: the share's binomial error is 1.1 points;
