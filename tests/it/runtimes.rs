@@ -137,7 +137,9 @@ fn python_split_and_lines_under_each_cpython() {
                 // Line 10 (`def`) is a call caught at its first instruction.
                 assert!(
                     w.starts_with("work (pysplit.py:1")
-                        && ["10)", "11)", "12)", "13)", "14)"].iter().any(|l| w.ends_with(l)),
+                        && ["10)", "11)", "12)", "13)", "14)"]
+                            .iter()
+                            .any(|l| w.ends_with(l)),
                     "{what}: {stack:?}"
                 );
             }
