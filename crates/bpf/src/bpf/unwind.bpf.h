@@ -711,15 +711,12 @@ static __always_inline void bp_py_late(struct bp_unwind *u, struct bp_proc *p)
 	}
 }
 
-/* After the native walk: the Python frames no eval frame took (1: none left). */
+/* After the native walk (bp_native_end set native_done and counted it):
+ * the Python frames no eval frame took (1: none left). */
 static __always_inline int bp_py_tail(struct bp_unwind *u, struct bp_stack_buf *buf)
 {
 	if (!u->py_frame || u->py_state != BP_PY_READY)
 		return 1;
-	if (!u->native_done) {
-		u->native_done = 1;
-		bs_count(&lost, BP_PY_UNPLACED);
-	}
 	bp_py_frame(u, buf);
 	return 0;
 }
