@@ -11,11 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use anyhow::{anyhow, Context, Result};
+use bpfscope_sys::eventfd::EventFd;
 use libbpf_rs::{MapHandle, MapType};
 use libbpf_sys::perf_event_header;
 
 /// What the thread calls: on each record, and after each poll (returning
-/// how long the next poll may wait, in ms).
+/// how long the next poll may wait, in ms; -1 for until a record or `stop`).
 pub struct Handlers<S> {
     pub record: fn(&mut S, &[u8]),
     pub after_poll: fn(&mut S) -> i32,
@@ -60,6 +61,8 @@ impl Drop for RawBuffer {
 /// The reading thread; stopping it (or dropping) reads what is left.
 pub struct Reader {
     stop: Arc<AtomicBool>,
+    /// Wakes the thread for `stop`, so it need not wake up to check.
+    wake: Arc<EventFd>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -74,8 +77,10 @@ impl Reader {
         handlers: Handlers<S>,
     ) -> Result<Reader> {
         let stop = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(EventFd::new().context("creating an eventfd")?);
         let (tx, rx) = mpsc::channel::<Result<()>>();
         let sp = stop.clone();
+        let twake = wake.clone();
         let thread = std::thread::spawn(move || {
             let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
             let map = match MapHandle::create(
@@ -124,10 +129,28 @@ impl Reader {
             }
             let pb = RawBuffer(pb);
             let _ = tx.send(Ok(()));
+            // SAFETY: pb is a live perf buffer owned by this thread.
+            let epfd = unsafe { libbpf_sys::perf_buffer__epoll_fd(pb.0) };
             let mut ms = 100;
             while !sp.load(Ordering::Relaxed) {
-                // SAFETY: pb is a live perf buffer owned by this thread.
-                unsafe { libbpf_sys::perf_buffer__poll(pb.0, ms) };
+                // libbpf's epoll descriptor is readable while any CPU's ring
+                // has data; consuming reads every ring.
+                let mut pfds = [
+                    libc::pollfd {
+                        fd: epfd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: twake.raw(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                // SAFETY: pfds is a valid array of two pollfds.
+                unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
+                // SAFETY: as above.
+                unsafe { libbpf_sys::perf_buffer__consume(pb.0) };
                 if let Ok(mut s) = state.lock() {
                     ms = (handlers.after_poll)(&mut s);
                 }
@@ -148,6 +171,7 @@ impl Reader {
             .with_context(|| format!("the {what} reader stopped"))??;
         Ok(Reader {
             stop,
+            wake,
             thread: Some(thread),
         })
     }
@@ -155,6 +179,7 @@ impl Reader {
     /// Stops the thread after it has read what is left.
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.wake.notify();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+
+use bpfscope_sys::eventfd::EventFd;
 
 use super::info;
 use super::perfbuf::{Handlers, Reader};
@@ -26,6 +28,9 @@ struct State {
     lost: u64,
     /// Loads whose program could not be read yet: (id, tag, first try).
     pending: Vec<(u32, Option<String>, Instant)>,
+    /// Readable once a program was loaded (its info read, or given up on):
+    /// a profiler waiting for one sleeps on it instead of looking every so often.
+    loads: Option<Arc<EventFd>>,
 }
 
 impl State {
@@ -82,6 +87,7 @@ impl State {
                         match info::fetch(id) {
                             Ok(prog) => {
                                 self.progs.insert(id, prog);
+                                self.loaded();
                             }
                             Err(_) => self.pending.push((id, tag, Instant::now())),
                         }
@@ -111,6 +117,12 @@ impl State {
         }
     }
 
+    fn loaded(&self) {
+        if let Some(l) = &self.loads {
+            l.notify();
+        }
+    }
+
     /// Tries the pending loads again; gives up on those older than PENDING_MAX.
     fn retry_pending(&mut self) {
         let pending = std::mem::take(&mut self.pending);
@@ -118,10 +130,12 @@ impl State {
             match info::fetch(id) {
                 Ok(prog) => {
                     self.progs.insert(id, prog);
+                    self.loaded();
                 }
                 Err(_) if since.elapsed() > PENDING_MAX => {
                     let prog = self.gone_prog(id, tag);
                     self.progs.insert(id, prog);
+                    self.loaded();
                 }
                 Err(_) => self.pending.push((id, tag, since)),
             }
@@ -166,6 +180,7 @@ impl State {
 /// The side-band reader, running in its own thread until stopped.
 pub struct SideBand {
     state: Arc<Mutex<State>>,
+    loads: Arc<EventFd>,
     reader: Reader,
 }
 
@@ -196,7 +211,11 @@ fn attr() -> libbpf_sys::perf_event_attr {
 impl SideBand {
     /// Starts following loads and unloads, then reads the programs already loaded.
     pub fn start() -> Result<SideBand> {
-        let state = Arc::new(Mutex::new(State::default()));
+        let loads = Arc::new(EventFd::new().context("creating an eventfd")?);
+        let state = Arc::new(Mutex::new(State {
+            loads: Some(loads.clone()),
+            ..State::default()
+        }));
         let reader = Reader::spawn(
             "BPF side-band events",
             attr(),
@@ -206,9 +225,10 @@ impl SideBand {
                 record: State::on_record,
                 after_poll: |s| {
                     s.retry_pending();
-                    // Short waits while a load waits to be readable.
+                    // Short waits while a load waits to be readable; else
+                    // sleep until a record comes (each one wakes the reader).
                     if s.pending.is_empty() {
-                        100
+                        -1
                     } else {
                         2
                     }
@@ -231,7 +251,22 @@ impl SideBand {
                 s.progs.entry(p.id).or_insert(p);
             }
         }
-        Ok(SideBand { state, reader })
+        Ok(SideBand {
+            state,
+            loads,
+            reader,
+        })
+    }
+
+    /// Becomes readable when a program is loaded; `loads_seen` resets it.
+    pub fn loads_fd(&self) -> i32 {
+        self.loads.raw()
+    }
+
+    /// Called before looking at the programs, so a load after the look
+    /// makes the descriptor readable again.
+    pub fn loads_seen(&self) {
+        self.loads.drain();
     }
 
     /// Whether a program that is loaded now, not one of `own`, has one of

@@ -15,6 +15,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use bpfscope_bpf::abi::bs_lost;
+use bpfscope_sys::eventfd::EventFd;
 
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,12 +88,6 @@ impl Lost {
     }
 }
 
-fn notify(fd: &OwnedFd) {
-    let one = 1u64;
-    // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
-    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
-}
-
 /// Gathers the reasons a run can stop: signals, the traced command's
 /// exit and the --duration deadline.
 pub struct Stopper {
@@ -100,7 +95,7 @@ pub struct Stopper {
     rx: Receiver<StopReason>,
     /// Readable once a reason was sent: lets a loop sleep in poll(2) on its
     /// own descriptors and this one instead of waking up to check.
-    wake: Arc<OwnedFd>,
+    wake: Arc<EventFd>,
     /// Set by `start`: the --duration counts from when the run really
     /// starts, not from before loading (slow on emulated or busy machines).
     deadline: std::cell::Cell<Option<Instant>>,
@@ -116,13 +111,7 @@ impl Stopper {
             signal_hook::consts::SIGHUP,
         ])
         .context("installing signal handlers")?;
-        // SAFETY: eventfd has no memory-safety preconditions.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error()).context("creating an eventfd");
-        }
-        // SAFETY: eventfd returned a new descriptor that nothing else owns.
-        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let wake = Arc::new(EventFd::new().context("creating an eventfd")?);
         let stx = tx.clone();
         let swake = wake.clone();
         std::thread::spawn(move || {
@@ -130,13 +119,13 @@ impl Stopper {
                 if stx.send(StopReason::Signal).is_err() {
                     break;
                 }
-                notify(&swake);
+                swake.notify();
             }
         });
         // A signal that came before this Stopper existed (while resolving) counts too.
         if bpfscope_sys::signals::interrupted() {
             let _ = tx.send(StopReason::Signal);
-            notify(&wake);
+            wake.notify();
         }
         Ok(Stopper {
             tx,
@@ -203,7 +192,7 @@ impl Stopper {
             }
             eprintln!("note: process {pid} exited");
             let _ = tx.send(StopReason::TargetExited);
-            notify(&wake);
+            wake.notify();
         });
         Ok(())
     }
@@ -222,7 +211,7 @@ impl Stopper {
                 }
             }
             let _ = tx.send(StopReason::ChildExited);
-            notify(&wake);
+            wake.notify();
         });
     }
 

@@ -39,9 +39,6 @@ use session::{KernelLost, ProfileSession, RawStack};
 /// CPU, and libraries opened later in long-lived processes are caught by
 /// the last look at the end).
 pub const RELOOK: [Duration; 1] = [Duration::from_millis(50)];
-/// How often a profile looks for BPF programs that block sampling, while
-/// there are none (their loads are seen by the side-band thread).
-const LOOK_FOR_BPF: Duration = Duration::from_millis(100);
 
 /// What is sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,19 +306,24 @@ fn follow_processes(
             let due = again
                 .front()
                 .map(|(t, _, _)| t.saturating_duration_since(Instant::now()));
-            let mut timeout = match (stopper.remaining(), due) {
+            let timeout = match (stopper.remaining(), due) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            // While no program that blocks sampling is loaded, look for one
-            // every 100 ms.
+            // While no program that blocks sampling is loaded, look again
+            // whenever the side-band sees a load.
+            let mut fds = vec![rb.epoll_fd(), stopper.wake_fd().as_raw_fd()];
             if let Some((b, sb, own)) = blocked.as_mut() {
+                if let Some(sb) = sb {
+                    sb.loads_seen();
+                }
                 b.check(*sb, own);
-                if b.waiting() {
-                    timeout = Some(timeout.map_or(LOOK_FOR_BPF, |t| t.min(LOOK_FOR_BPF)));
+                // (Without a side-band, `check` never leaves it waiting.)
+                if let (true, Some(sb)) = (b.waiting(), sb) {
+                    fds.push(sb.loads_fd());
                 }
             }
-            wait_readable(&[rb.epoll_fd(), stopper.wake_fd().as_raw_fd()], timeout);
+            wait_readable(&fds, timeout);
             rb.consume().context("reading process notifications")?;
             let now = Instant::now();
             let notes: Vec<Note> = fresh.borrow_mut().drain(..).collect();

@@ -7,6 +7,7 @@
 
 pub mod buildid;
 pub mod cgroup;
+pub mod eventfd;
 pub mod outfile;
 pub mod pod;
 pub mod procfs;
