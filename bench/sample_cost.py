@@ -29,9 +29,13 @@ Per configuration, interleaved, BENCH_REPS times (default 3), BENCH_SECS
 (default 5) seconds: the share of time in gaps on both CPUs (median), the
 points lost against no profiler, and that loss per sample taken. The same
 figures are printed for gaps under 100 us alone: every sample's interrupt
-is such a gap, while the few long gaps (the host preempting this VM) vary
-by a point between runs of the same configuration. perf dwarf's long gaps
-(perf writing its data) are real cost, so its "short" figure flatters it.
+is such a gap. The long gaps are other tasks and the host: on this VM a
+DAMON reclaim thread (kdamond, ~1 ms every 0.5 s), the VM's init process
+(~2 ms about every second) and the host preempting the VM, in every
+configuration alike; and each profiler's own process. perf dwarf's long
+gaps (perf writing its data) and bpfscope's (its user space handling the
+work's new process and files) are real cost, so the "short" figure
+flatters them.
 Targets: bpfscope <= perf -g + 0.5 point, and <= 1/4 of perf dwarf's loss.
 """
 import os

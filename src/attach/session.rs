@@ -1139,39 +1139,16 @@ fn uprobe_refusal(
 /// A binary mapped executable, read-only and private, into this process
 /// while its uprobes are registered (see `attach`); unmapped on drop.
 struct ExecView {
-    addr: *mut libc::c_void,
-    len: usize,
+    _map: bpfscope_sys::mmap::Mapping,
 }
 
 impl ExecView {
     fn new(path: &std::path::Path) -> Option<ExecView> {
-        use std::os::fd::AsRawFd;
+        use std::os::fd::AsFd;
         let f = std::fs::File::open(path).ok()?;
         let len = usize::try_from(f.metadata().ok()?.len()).ok()?;
-        if len == 0 {
-            return None;
-        }
-        // SAFETY: a new private read+exec mapping of an open file at an
-        // address the kernel picks; nothing in this process uses it (it is
-        // never read or run), and Drop unmaps exactly this range.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        (addr != libc::MAP_FAILED).then_some(ExecView { addr, len })
-    }
-}
-
-impl Drop for ExecView {
-    fn drop(&mut self) {
-        // SAFETY: addr/len are the mapping made in `new`, unmapped once.
-        unsafe { libc::munmap(self.addr, self.len) };
+        let map = bpfscope_sys::mmap::Mapping::exec_view(f.as_fd(), len).ok()?;
+        Some(ExecView { _map: map })
     }
 }
 

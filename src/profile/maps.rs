@@ -85,15 +85,17 @@ impl Snapshots {
     /// /proc/PID/map_files, which works for deleted files and other mount
     /// namespaces too). False when the process is gone.
     pub fn snapshot(&mut self, pid: u32) -> bool {
+        let entries = procfs::maps(pid);
         if self.jit_enabled {
             // The files only grow while the runtime lives, and outlive it
             // (runtimes leave /tmp/perf-PID.map behind): the newest read
             // holds everything the earlier ones did.
-            if let Ok(Some(t)) = jit::load(pid) {
+            let mapped = entries.iter().flatten().map(|m| m.path.as_str());
+            if let Ok(Some(t)) = jit::load_files(jit::find_files_among(pid, mapped)) {
                 self.jit.insert(pid, t);
             }
         }
-        let Ok(entries) = procfs::maps(pid) else {
+        let Ok(entries) = entries else {
             return false;
         };
         let maps: Vec<Mapping> = entries

@@ -1,11 +1,12 @@
 //! Unwind tables for the profiler's in-kernel unwinder (unwind.bpf.h): when
 //! the kernel side sees a file for the first time it announces it; here the
 //! file's `.eh_frame` is compiled (bpfscope-unwind), written into the
-//! `unwind_entries` array with batched updates, and the file's entry in
+//! `unwind_entries` array through a mapping of its pages, and the file's entry in
 //! `files` is switched from pending to its table. One table per build id,
 //! shared by every process and every inode with that content.
 
 use std::collections::HashMap;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use bpfscope_bpf::profile::types::{bp_file, bp_file_key, bp_file_state, bp_note, bp_vdso};
+use bpfscope_sys::mmap::Mapping;
 use bpfscope_unwind::Entry;
 
 use super::maps::Snapshots;
@@ -70,8 +72,9 @@ pub struct TableStats {
 }
 
 /// Space in `unwind_entries`, filled from the front; tables are never
-/// freed during a run. Written with batched updates, not through mmap: a
-/// mapping of the array would count all of it in bpfscope's resident set.
+/// freed during a run. Each table is written through a mapping of its own
+/// pages, unmapped at once: a lasting mapping of the whole array would count
+/// all of it in bpfscope's resident set.
 pub struct TableMemory {
     entries: usize,
     next: usize,
@@ -81,8 +84,8 @@ pub struct TableMemory {
     pub interps: Interpreters,
 }
 
-/// Entries per batched update.
-const BATCH: usize = 1 << 16;
+/// Bytes per entry of `unwind_entries` (a u64: offset, then the rule word).
+const ENTRY: usize = 8;
 
 impl TableMemory {
     pub fn new(map: &libbpf_rs::Map<'_>) -> TableMemory {
@@ -101,31 +104,21 @@ impl TableMemory {
         if table.is_empty() || start + table.len() > self.entries {
             return Ok(None);
         }
-        for (n, chunk) in table.chunks(BATCH).enumerate() {
-            let first = start + n * BATCH;
-            let keys: Vec<u8> = (first..first + chunk.len())
-                .flat_map(|i| (i as u32).to_ne_bytes())
-                .collect();
-            let values: Vec<u8> = chunk
-                .iter()
-                .flat_map(|e| (u64::from(e.offset) | (u64::from(e.word) << 32)).to_ne_bytes())
-                .collect();
-            map.update_batch(
-                &keys,
-                &values,
-                chunk.len() as u32,
-                MapFlags::ANY,
-                MapFlags::ANY,
-            )
-            .context("loading an unwind table")?;
+        // Only the new slice's pages are mapped, and only while it is
+        // written: the array itself is never resident in bpfscope.
+        let mut window = Mapping::shared_window(map.as_fd(), start * ENTRY, table.len() * ENTRY)
+            .context("mapping the unwind table array")?;
+        for (e, out) in table.iter().zip(window.bytes_mut().chunks_exact_mut(ENTRY)) {
+            out.copy_from_slice(&(u64::from(e.offset) | (u64::from(e.word) << 32)).to_ne_bytes());
         }
+        drop(window);
         self.next += table.len();
         Ok(u32::try_from(start).ok())
     }
 
     /// Entries in use, in bytes.
     pub fn used_bytes(&self) -> u64 {
-        self.next as u64 * 8
+        (self.next * ENTRY) as u64
     }
 }
 
@@ -137,6 +130,14 @@ pub fn load_file(
     tables: &mut TableMemory,
     snapshots: &mut Snapshots,
 ) -> Result<()> {
+    if note.file.dev == u64::from(bp_vdso::BP_VDSO_DEV.0)
+        && note.file.ino == u64::from(bp_vdso::BP_VDSO_INO.0)
+    {
+        // The vDSO is no file: its table is bpfscope's own copy, loaded
+        // at the start or not at all. Left pending, it is not announced
+        // again (a search of every process for it would find nothing).
+        return Ok(());
+    }
     let key = snapshot_key(&note.file);
     let via = format!(
         "/proc/{}/map_files/{:x}-{:x}",

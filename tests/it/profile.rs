@@ -137,6 +137,42 @@ fn cpu_split_three_to_one_with_caller_chains() {
     }
 }
 
+/// `--kernel-only` while processes are born and die: the kernel frames of
+/// fork, exec and exit are there, no user frame is, and no unwinding line
+/// (user space no longer reads each new process's mappings and files in
+/// this mode; that is measured in bench/sample_cost.py, not here).
+#[test]
+#[ignore = "needs root and BPF"]
+fn kernel_only_profiles_new_processes_without_user_frames() {
+    require_root();
+    let dir = scratch("kernel-only");
+    let out = dir.join("k.folded");
+    let w = workload("forker");
+    let o = sample(
+        "profile",
+        &["--kernel-only", "--duration", "30"],
+        &out,
+        &[w.to_str().unwrap(), "3000", "2"],
+    );
+    ok(&o);
+    let lines = folded(&out);
+    let total: u64 = lines.iter().map(|(_, n)| n).sum();
+    assert!(total > 100, "too few samples: {total}\n{lines:?}");
+    for (f, n) in &lines {
+        assert!(
+            f[1..].iter().all(|x| x.ends_with("_[k]")),
+            "a user frame in a kernel-only profile ({n}): {f:?}"
+        );
+    }
+    let in_exec = lines
+        .iter()
+        .filter(|(f, _)| f.iter().any(|x| x.contains("execve")))
+        .map(|(_, n)| n)
+        .sum::<u64>();
+    assert!(in_exec > 0, "no sample in execve: {lines:?}");
+    assert!(!stderr(&o).contains("unwinding:"), "{}", stderr(&o));
+}
+
 #[test]
 #[ignore = "needs root and BPF"]
 fn process_that_exits_mid_profile_is_symbolized_even_with_its_binary_deleted() {

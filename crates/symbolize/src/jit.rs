@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// One range of the table. `start..end` is the part this entry still owns
 /// after newer overlapping entries took theirs; `code_start`/`code_size` are
@@ -791,12 +792,18 @@ fn read_debug_info(r: &mut Rd<'_>, b: &mut Builder, bias: u64) -> Option<(u64, (
 /// through `/proc/PID/root`. Any mapped `jit-<digits>.dump` is taken: inside
 /// a pid namespace the digits are the inner pid, not `pid`.
 pub fn find_files(pid: u32) -> Vec<PathBuf> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    find_files_among(pid, maps.lines().filter_map(maps_path))
+}
+
+/// `find_files`, given the paths of the process's mappings (a caller that
+/// has read /proc/PID/maps already saves reading it again).
+pub fn find_files_among<'a>(pid: u32, mapped: impl Iterator<Item = &'a str>) -> Vec<PathBuf> {
+    static OWN_MNT_NS: OnceLock<Option<PathBuf>> = OnceLock::new();
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-    let other_mnt_ns = match (
-        std::fs::read_link("/proc/self/ns/mnt"),
-        std::fs::read_link(proc_dir.join("ns/mnt")),
-    ) {
-        (Ok(a), Ok(b)) => a != b,
+    let own = OWN_MNT_NS.get_or_init(|| std::fs::read_link("/proc/self/ns/mnt").ok());
+    let other_mnt_ns = match (own, std::fs::read_link(proc_dir.join("ns/mnt"))) {
+        (Some(a), Ok(b)) => *a != b,
         _ => false, // can't tell: assume ours
     };
     let in_proc_root = |p: &Path| -> PathBuf {
@@ -818,21 +825,16 @@ pub fn find_files(pid: u32) -> Vec<PathBuf> {
             out.push(m);
         }
     }
-    if let Ok(maps) = std::fs::read_to_string(proc_dir.join("maps")) {
-        for line in maps.lines() {
-            let Some(path) = maps_path(line) else {
-                continue;
-            };
-            let is_dump = path.rsplit('/').next().is_some_and(|f| {
-                f.strip_prefix("jit-")
-                    .and_then(|f| f.strip_suffix(".dump"))
-                    .is_some_and(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit()))
-            });
-            if is_dump {
-                let p = in_proc_root(Path::new(path));
-                if p.is_file() && !out.contains(&p) {
-                    out.push(p);
-                }
+    for path in mapped {
+        let is_dump = path.rsplit('/').next().is_some_and(|f| {
+            f.strip_prefix("jit-")
+                .and_then(|f| f.strip_suffix(".dump"))
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit()))
+        });
+        if is_dump {
+            let p = in_proc_root(Path::new(path));
+            if p.is_file() && !out.contains(&p) {
+                out.push(p);
             }
         }
     }
@@ -860,10 +862,15 @@ fn innermost_nspid(proc_dir: &Path) -> Option<u32> {
 /// on top (same code, but jitdumps can carry source lines). A file that fails
 /// is skipped while others succeed; if all fail the first error is returned.
 pub fn load(pid: u32) -> Result<Option<JitSymbols>, JitError> {
+    load_files(find_files(pid))
+}
+
+/// `load` of the files `find_files` or `find_files_among` found.
+pub fn load_files(files: Vec<PathBuf>) -> Result<Option<JitSymbols>, JitError> {
     let mut table: Option<JitSymbols> = None;
     let mut first_err = None;
     let mut any_ok = false;
-    for path in find_files(pid) {
+    for path in files {
         let io_err = |source| JitError::Io {
             path: path.clone(),
             source,

@@ -8,6 +8,7 @@
 pub mod buildid;
 pub mod cgroup;
 pub mod eventfd;
+pub mod mmap;
 pub mod outfile;
 pub mod pod;
 pub mod procfs;

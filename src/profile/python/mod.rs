@@ -14,7 +14,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
-use object::{Object, ObjectSection, ObjectSymbol};
+use object::{Object, ObjectSection};
 
 use bpfscope_bpf::profile::types::{
     bp_code_note, bp_interp, bp_interp_kind, bp_interp_limits, bp_py_offsets,
@@ -54,31 +54,52 @@ pub fn detect(open: &Path, name: &str) -> Found {
     if !base.contains("python") {
         return Found::None;
     }
-    let Ok(data) = std::fs::read(open) else {
+    // Read on demand: the symbol tables and one word of data, not the
+    // whole file (libpython with debug info is over 20 MB).
+    let Ok(file) = std::fs::File::open(open) else {
         return Found::None;
     };
-    detect_in(&data, base)
+    let cache = object::ReadCache::new(file);
+    detect_in(&cache, base)
 }
 
-fn detect_in(data: &[u8], base: &str) -> Found {
+fn detect_in<'d, R: object::ReadRef<'d>>(data: R, base: &str) -> Found {
     let Ok(obj) = object::File::parse(data) else {
         return Found::None;
     };
+    if obj.format() != object::BinaryFormat::Elf || !obj.is_64() || !obj.is_little_endian() {
+        return Found::None;
+    }
     let mut runtime = None;
     let mut eval = Vec::new();
-    let mut py_version = None;
-    for sym in obj.dynamic_symbols().chain(obj.symbols()) {
-        let Ok(n) = sym.name() else { continue };
-        match n {
-            RUNTIME => runtime = Some(sym.address()),
-            EVAL => eval.push((sym.address(), sym.address() + sym.size().max(1))),
-            "Py_Version" => py_version = read_u32(&obj, sym.address()),
-            _ if n.starts_with(EVAL) && n[EVAL.len()..].starts_with(".cold") => {
-                eval.push((sym.address(), sym.address() + sym.size().max(1)))
+    let mut py_version_at = None;
+    // Each symbol table and its strings in one read each: object's own
+    // symbol iterator reads every name separately, which through a read
+    // cache is a pair of system calls per symbol (35,000 for libpython).
+    for (table, strings) in [(".dynsym", ".dynstr"), (".symtab", ".strtab")] {
+        let (Some(t), Some(st)) = (obj.section_by_name(table), obj.section_by_name(strings)) else {
+            continue;
+        };
+        let (Ok(t), Ok(st)) = (t.data(), st.data()) else {
+            continue;
+        };
+        for sym in elf64_symbols(t) {
+            let Some(n) = c_str_at(st, sym.name) else {
+                continue;
+            };
+            let range = (sym.value, sym.value + sym.size.max(1));
+            match n {
+                RUNTIME => runtime = Some(sym.value),
+                EVAL => eval.push(range),
+                "Py_Version" => py_version_at = Some(sym.value),
+                _ if n.starts_with(EVAL) && n[EVAL.len()..].starts_with(".cold") => {
+                    eval.push(range)
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
+    let py_version = py_version_at.and_then(|a| read_u32(&obj, data, a));
     let Some(runtime) = runtime else {
         return Found::None;
     };
@@ -112,16 +133,50 @@ fn detect_in(data: &[u8], base: &str) -> Found {
     })
 }
 
-/// A u32 at a virtual address of the file's data.
-fn read_u32(obj: &object::File<'_>, addr: u64) -> Option<u32> {
+/// A u32 at a virtual address of the file's data (read alone, not with
+/// its section).
+fn read_u32<'d, R: object::ReadRef<'d>>(
+    obj: &object::File<'d, R>,
+    data: R,
+    addr: u64,
+) -> Option<u32> {
     obj.sections().find_map(|s| {
         if addr < s.address() || addr + 4 > s.address() + s.size() {
             return None;
         }
-        let d = s.data().ok()?;
-        let at = usize::try_from(addr - s.address()).ok()?;
-        Some(u32::from_ne_bytes(d.get(at..at + 4)?.try_into().ok()?))
+        let (off, _) = s.file_range()?;
+        let b = data.read_bytes_at(off + (addr - s.address()), 4).ok()?;
+        Some(u32::from_ne_bytes(b.try_into().ok()?))
     })
+}
+
+/// The fields of an ELF64 symbol that detection needs.
+struct Sym {
+    name: u32,
+    value: u64,
+    size: u64,
+}
+
+/// The symbols of an x86-64 (little-endian ELF64) symbol table's bytes.
+fn elf64_symbols(table: &[u8]) -> impl Iterator<Item = Sym> + '_ {
+    // Elf64_Sym: st_name u32, st_info, st_other, st_shndx u16, st_value
+    // u64, st_size u64; 24 bytes.
+    table.chunks_exact(24).map(|e| {
+        let u32_at = |o: usize| u32::from_le_bytes([e[o], e[o + 1], e[o + 2], e[o + 3]]);
+        let u64_at = |o: usize| u64::from(u32_at(o)) | (u64::from(u32_at(o + 4)) << 32);
+        Sym {
+            name: u32_at(0),
+            value: u64_at(8),
+            size: u64_at(16),
+        }
+    })
+}
+
+/// The NUL-terminated string at `off` of a string table.
+fn c_str_at(strings: &[u8], off: u32) -> Option<&str> {
+    let rest = strings.get(usize::try_from(off).ok()?..)?;
+    let end = rest.iter().position(|&b| b == 0)?;
+    std::str::from_utf8(&rest[..end]).ok()
 }
 
 /// `python3.10`, `libpython3.9.so.1.0` -> (3, 10), (3, 9).
@@ -469,6 +524,49 @@ mod tests {
                     );
                 }
                 other => panic!("{name}: {other:?}"),
+            }
+        }
+        if seen == 0 {
+            println!("SKIP: no CPython 3.9-3.13 on this machine");
+        }
+    }
+
+    /// The symbol tables read whole give what object's reader gives, for
+    /// the runtime and every part of the eval loop.
+    #[test]
+    fn symbol_tables_agree_with_objects_reader() {
+        use object::ObjectSymbol;
+        let mut seen = 0;
+        for exe in installed_interpreters() {
+            let v = exe
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let lib = exe.with_file_name(format!("../lib/lib{v}.so.1.0"));
+            for p in [exe.clone(), lib] {
+                let Ok(data) = std::fs::read(&p) else {
+                    continue;
+                };
+                let name = p.to_string_lossy().into_owned();
+                let Found::Python(py) = detect(&p, &name) else {
+                    continue;
+                };
+                let obj = object::File::parse(&*data).unwrap();
+                let mut runtime = None;
+                let mut eval = Vec::new();
+                for sym in obj.dynamic_symbols().chain(obj.symbols()) {
+                    let n = sym.name().unwrap_or_default();
+                    if n == RUNTIME {
+                        runtime = Some(sym.address());
+                    } else if n == EVAL || n.starts_with(&format!("{EVAL}.cold")) {
+                        eval.push((sym.address(), sym.address() + sym.size().max(1)));
+                    }
+                }
+                eval.sort_unstable();
+                eval.dedup();
+                assert_eq!(Some(py.runtime), runtime, "{name}");
+                assert_eq!(py.eval, eval, "{name}");
+                seen += 1;
             }
         }
         if seen == 0 {

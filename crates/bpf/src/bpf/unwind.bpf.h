@@ -96,9 +96,11 @@ extern void bpf_iter_task_vma_destroy(struct bpf_iter_task_vma *it) __weak __ksy
 /* Frames deeper than this are cut (and counted); at most BP_DEPTH_LIMIT. */
 const volatile u32 max_depth = BP_MAX_DEPTH;
 
-/* Every file's table, one slice each (sized and filled by user space). */
+/* Every file's table, one slice each (sized and filled by user space,
+ * which writes a new slice through a mapping of just its pages). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1); /* sized at load time */
 	__type(key, u32);
 	__type(value, u64);
