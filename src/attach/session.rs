@@ -246,7 +246,7 @@ impl<'obj> Session<'obj> {
             // file. Mapped here too, the file gets that check now, where a
             // refusal can be reported, not at a later exec where the kernel
             // drops it silently (a `-- CMD` not started yet).
-            let _view = (pid < 0).then(|| ExecView::new(binary)).flatten();
+            let _view = (pid < 0).then(|| exec_view(binary)).flatten();
             let failed = if self.uprobe_multi {
                 self.attach_umulti(binary, ret, &items, pid)
             } else {
@@ -1138,18 +1138,11 @@ fn uprobe_refusal(
 
 /// A binary mapped executable, read-only and private, into this process
 /// while its uprobes are registered (see `attach`); unmapped on drop.
-struct ExecView {
-    _map: bpfscope_sys::mmap::Mapping,
-}
-
-impl ExecView {
-    fn new(path: &std::path::Path) -> Option<ExecView> {
-        use std::os::fd::AsFd;
-        let f = std::fs::File::open(path).ok()?;
-        let len = usize::try_from(f.metadata().ok()?.len()).ok()?;
-        let map = bpfscope_sys::mmap::Mapping::exec_view(f.as_fd(), len).ok()?;
-        Some(ExecView { _map: map })
-    }
+fn exec_view(path: &std::path::Path) -> Option<bpfscope_sys::mmap::Mapping> {
+    use std::os::fd::AsFd;
+    let f = std::fs::File::open(path).ok()?;
+    let len = usize::try_from(f.metadata().ok()?.len()).ok()?;
+    bpfscope_sys::mmap::Mapping::exec_view(f.as_fd(), len).ok()
 }
 
 /// Drops links in parallel: each tracepoint detach waits for an RCU grace

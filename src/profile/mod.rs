@@ -405,11 +405,6 @@ pub fn handle_note(
         load_noted_file(session, snapshots, n)?;
         return Ok(None);
     }
-    if !session.user {
-        // Kernel stacks only: a process's mappings and files serve nothing
-        // (reading them cost each new process a few ms here).
-        return Ok(None);
-    }
     session.build(n.tgid);
     Ok((n.kind == bp_note_kind::BP_NOTE_PROC.0 && snapshots.snapshot(n.tgid)).then_some(n.tgid))
 }

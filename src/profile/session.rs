@@ -88,8 +88,6 @@ pub struct ProfileSession<'obj> {
     /// Sampling period in ns (software clocks sample at a fixed period).
     period_ns: u64,
     pub skel: ProfileSkel<'obj>,
-    /// User stacks are sampled: processes' mappings and files are wanted.
-    pub user: bool,
     /// Space in `unwind_entries`.
     pub tables: TableMemory,
     /// Python code objects the kernel side announced.
@@ -172,7 +170,6 @@ impl<'obj> ProfileSession<'obj> {
         tables.interps.disabled = !s.runtimes.python;
         Ok(ProfileSession {
             links: Vec::new(),
-            user: s.user,
             perf_fds: Vec::new(),
             taken: 0,
             period_ns: 0,

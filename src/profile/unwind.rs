@@ -104,8 +104,6 @@ impl TableMemory {
         if table.is_empty() || start + table.len() > self.entries {
             return Ok(None);
         }
-        // Only the new slice's pages are mapped, and only while it is
-        // written: the array itself is never resident in bpfscope.
         let mut window = Mapping::shared_window(map.as_fd(), start * ENTRY, table.len() * ENTRY)
             .context("mapping the unwind table array")?;
         for (e, out) in table.iter().zip(window.bytes_mut().chunks_exact_mut(ENTRY)) {

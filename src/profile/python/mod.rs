@@ -64,42 +64,50 @@ pub fn detect(open: &Path, name: &str) -> Found {
 }
 
 fn detect_in<'d, R: object::ReadRef<'d>>(data: R, base: &str) -> Found {
-    let Ok(obj) = object::File::parse(data) else {
+    use object::read::elf::{ElfFile64, FileHeader, SectionHeader, Sym};
+    let Ok(elf) = ElfFile64::<object::Endianness, R>::parse(data) else {
         return Found::None;
     };
-    if obj.format() != object::BinaryFormat::Elf || !obj.is_64() || !obj.is_little_endian() {
+    let endian = elf.endian();
+    let Ok(sections) = elf.elf_header().sections(endian, data) else {
         return Found::None;
-    }
+    };
     let mut runtime = None;
     let mut eval = Vec::new();
     let mut py_version_at = None;
-    // Each symbol table and its strings in one read each: object's own
-    // symbol iterator reads every name separately, which through a read
-    // cache is a pair of system calls per symbol (35,000 for libpython).
-    for (table, strings) in [(".dynsym", ".dynstr"), (".symtab", ".strtab")] {
-        let (Some(t), Some(st)) = (obj.section_by_name(table), obj.section_by_name(strings)) else {
+    for kind in [object::elf::SHT_DYNSYM, object::elf::SHT_SYMTAB] {
+        let Ok(table) = sections.symbols(endian, data, kind) else {
             continue;
         };
-        let (Ok(t), Ok(st)) = (t.data(), st.data()) else {
+        // Its strings in one read: the table's own string table reads each
+        // name on its own, through a read cache a pair of system calls per
+        // symbol (35,000 for libpython).
+        let Ok(strings) = sections
+            .section(table.string_section())
+            .and_then(|s| s.data(endian, data))
+        else {
             continue;
         };
-        for sym in elf64_symbols(t) {
-            let Some(n) = c_str_at(st, sym.name) else {
+        let strings = object::StringTable::new(strings, 0, strings.len() as u64);
+        for sym in table.symbols() {
+            let Ok(n) = sym.name(endian, strings) else {
                 continue;
             };
-            let range = (sym.value, sym.value + sym.size.max(1));
-            match n {
-                RUNTIME => runtime = Some(sym.value),
-                EVAL => eval.push(range),
-                "Py_Version" => py_version_at = Some(sym.value),
-                _ if n.starts_with(EVAL) && n[EVAL.len()..].starts_with(".cold") => {
-                    eval.push(range)
-                }
-                _ => {}
+            let (value, size) = (sym.st_value(endian), sym.st_size(endian));
+            let range = (value, value + size.max(1));
+            if n == RUNTIME.as_bytes() {
+                runtime = Some(value);
+            } else if n == b"Py_Version" {
+                py_version_at = Some(value);
+            } else if n
+                .strip_prefix(EVAL.as_bytes())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(b".cold"))
+            {
+                eval.push(range);
             }
         }
     }
-    let py_version = py_version_at.and_then(|a| read_u32(&obj, data, a));
+    let py_version = py_version_at.and_then(|a| read_u32(&elf, data, a));
     let Some(runtime) = runtime else {
         return Found::None;
     };
@@ -136,7 +144,7 @@ fn detect_in<'d, R: object::ReadRef<'d>>(data: R, base: &str) -> Found {
 /// A u32 at a virtual address of the file's data (read alone, not with
 /// its section).
 fn read_u32<'d, R: object::ReadRef<'d>>(
-    obj: &object::File<'d, R>,
+    obj: &object::read::elf::ElfFile64<'d, object::Endianness, R>,
     data: R,
     addr: u64,
 ) -> Option<u32> {
@@ -148,35 +156,6 @@ fn read_u32<'d, R: object::ReadRef<'d>>(
         let b = data.read_bytes_at(off + (addr - s.address()), 4).ok()?;
         Some(u32::from_ne_bytes(b.try_into().ok()?))
     })
-}
-
-/// The fields of an ELF64 symbol that detection needs.
-struct Sym {
-    name: u32,
-    value: u64,
-    size: u64,
-}
-
-/// The symbols of an x86-64 (little-endian ELF64) symbol table's bytes.
-fn elf64_symbols(table: &[u8]) -> impl Iterator<Item = Sym> + '_ {
-    // Elf64_Sym: st_name u32, st_info, st_other, st_shndx u16, st_value
-    // u64, st_size u64; 24 bytes.
-    table.chunks_exact(24).map(|e| {
-        let u32_at = |o: usize| u32::from_le_bytes([e[o], e[o + 1], e[o + 2], e[o + 3]]);
-        let u64_at = |o: usize| u64::from(u32_at(o)) | (u64::from(u32_at(o + 4)) << 32);
-        Sym {
-            name: u32_at(0),
-            value: u64_at(8),
-            size: u64_at(16),
-        }
-    })
-}
-
-/// The NUL-terminated string at `off` of a string table.
-fn c_str_at(strings: &[u8], off: u32) -> Option<&str> {
-    let rest = strings.get(usize::try_from(off).ok()?..)?;
-    let end = rest.iter().position(|&b| b == 0)?;
-    std::str::from_utf8(&rest[..end]).ok()
 }
 
 /// `python3.10`, `libpython3.9.so.1.0` -> (3, 10), (3, 9).

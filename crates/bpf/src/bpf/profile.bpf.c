@@ -134,6 +134,9 @@ static __always_inline void bp_announce(u32 tgid)
 	struct bp_note *n;
 	u8 one = 1;
 
+	/* User space reads a process's mappings for its user frames only. */
+	if (!(stacks & BP_STACKS_USER))
+		return;
 	if (bpf_map_lookup_elem(&seen, &tgid))
 		return;
 	if (bpf_map_update_elem(&seen, &tgid, &one, BPF_NOEXIST))
