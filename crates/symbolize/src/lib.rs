@@ -377,10 +377,7 @@ impl Resolver {
             .filter(|v| !found.contains_key(v))
             .collect();
         if !missing.is_empty() {
-            if let Some(go) = std::fs::read(path)
-                .ok()
-                .and_then(|b| bpfscope_gopclntab::GoTable::parse(&b))
-            {
+            if let Some(go) = go_table(path) {
                 for v in missing {
                     if let Some(f) = go.lookup(v) {
                         found.insert(v, go_resolved(&f, v));
@@ -405,6 +402,17 @@ impl Resolver {
             Err(_) => vec![None; addrs.len()],
         }
     }
+}
+
+/// A file's Go table, if it has one. The file is mapped, not read: deciding
+/// that a 200 MB library (LLVM's, a compiler's) has none then costs its
+/// headers' pages, where reading it cost its size in memory.
+fn go_table(path: &Path) -> Option<bpfscope_gopclntab::GoTable> {
+    use std::os::fd::AsFd;
+    let f = std::fs::File::open(path).ok()?;
+    let len = usize::try_from(f.metadata().ok()?.len()).ok()?;
+    let map = bpfscope_sys::mmap::Mapping::read_only(f.as_fd(), len).ok()?;
+    bpfscope_gopclntab::GoTable::parse(map.bytes())
 }
 
 /// A Go frame as a resolved address: the physical function, then the

@@ -2,7 +2,7 @@
 //! window on part of a BPF array created with BPF_F_MMAPABLE (writing
 //! through it costs a page fault per page, where a batched map update costs
 //! a copy and a map update per element, 40 times more for an unwind table
-//! here), and a private executable view of a whole file.
+//! here), a private executable view of a whole file, and a read-only one.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -31,6 +31,13 @@ impl Mapping {
     pub fn exec_view(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
         let prot = libc::PROT_READ | libc::PROT_EXEC;
         Mapping::new(fd, 0, len, prot, libc::MAP_PRIVATE)
+    }
+
+    /// The first `len` bytes of a file, private and read-only: its pages are
+    /// read as they are touched, so looking through a large file's headers
+    /// costs those pages, not the file's size in memory.
+    pub fn read_only(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        Mapping::new(fd, 0, len, libc::PROT_READ, libc::MAP_PRIVATE)
     }
 
     fn new(
@@ -73,6 +80,13 @@ impl Mapping {
             skip,
             len,
         })
+    }
+
+    /// The bytes asked for.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is map_len >= skip + len bytes, readable, and
+        // alive as long as self; writes through it need `&mut self`.
+        unsafe { std::slice::from_raw_parts(self.addr.cast::<u8>().add(self.skip), self.len) }
     }
 
     /// The bytes asked for, of a mapping made writable (`shared_window`).
