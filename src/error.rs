@@ -79,3 +79,11 @@ pub fn refused(err: anyhow::Error) -> Error {
     };
     Error::Environment(format!("{err:#}{hint}"))
 }
+
+/// A reader that went away (`| head`): the run ends quietly.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

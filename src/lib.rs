@@ -7,11 +7,12 @@
 //! lost counts) -> `render` (text, JSON). `cmd` runs them per subcommand.
 //! Profiling adds `profile` (sampling with in-kernel stack aggregation,
 //! recordings) and `symbolize` (build ids and addresses to names, offline).
-//! `cmd::agent` runs the profiler and the tracing engine continuously and
+//! `agent` runs the profiler and the tracing engine continuously and
 //! serves what they gather over HTTP. `script` is `bpfscope run`'s front
 //! end: a bpftrace-language script parsed, typed and lowered into code for
 //! the in-kernel script machine, then attached like the verbs' probes.
 
+pub mod agent;
 pub mod attach;
 pub mod bpfmeta;
 pub mod cli;

@@ -487,6 +487,17 @@ impl<'obj> Session<'obj> {
         self.missed_at_detach + live + recursion
     }
 
+    /// Moves the programs on to `epoch`: their runs from now on update
+    /// keys of the new epoch, and the old one can be read once runs in
+    /// flight have finished (`collect::EPOCH_GRACE`).
+    pub fn set_epoch(&mut self, epoch: u32) {
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            // SAFETY: bss is the mmap'd .bss of the loaded object, valid for the
+            // skeleton's lifetime; a volatile write keeps the store visible to the kernel.
+            unsafe { std::ptr::write_volatile(&mut bss.epoch, epoch) };
+        }
+    }
+
     /// Detaches every probe; maps stay readable (and a script's END can still run).
     pub fn detach(&mut self) {
         self.missed_at_detach = self.kprobe_misses();
@@ -1215,6 +1226,40 @@ fn recursion_misses(fd: BorrowedFd<'_>) -> Option<u64> {
     // SAFETY: info and len are valid for writes of len bytes for the call.
     let r = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
     (r == 0).then_some(info.recursion_misses)
+}
+
+/// Says which probes could not be attached (with -v, why, and how
+/// kernel functions ended up attached).
+pub fn report_skipped(att: &Attached, verbose: bool) {
+    if verbose {
+        for n in &att.notes {
+            eprintln!("{n}");
+        }
+    }
+    if att.skipped.is_empty() {
+        return;
+    }
+    let n = att.skipped.len();
+    if verbose {
+        eprintln!("skipped {n} probe{}:", if n == 1 { "" } else { "s" });
+        for (name, why) in &att.skipped {
+            eprintln!("  {name}: {why}");
+        }
+        return;
+    }
+    const SHOWN: usize = 8;
+    let names: Vec<&str> = att
+        .skipped
+        .iter()
+        .take(SHOWN)
+        .map(|(p, _)| p.as_str())
+        .collect();
+    let more = if n > SHOWN { ", ..." } else { "" };
+    eprintln!(
+        "skipped {n} probe{} that cannot be attached: {}{more} (-v says why)",
+        if n == 1 { "" } else { "s" },
+        names.join(", ")
+    );
 }
 
 #[cfg(test)]

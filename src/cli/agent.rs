@@ -10,8 +10,11 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
+use crate::agent::config::{
+    Config, HttpConfig, MetricDef, ProfileConfig, PushConfig, StorageConfig, DEFAULT_LISTEN,
+};
 use crate::attach::plan::Action;
-use crate::cli::{Cli, Settings, Target, TraceSettings};
+use crate::cli::{Cli, Settings, Target};
 use crate::error::Error;
 use crate::usage;
 
@@ -84,12 +87,20 @@ struct MetricsFile {
     interval_seconds: Option<f64>,
     max_series: Option<usize>,
     series_expire_seconds: Option<u64>,
+    bpf_prog_series: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct HttpFile {
     max_seconds: Option<u64>,
+    max_profiles: Option<usize>,
+    max_connections: Option<usize>,
+    header_timeout_seconds: Option<f64>,
+    write_timeout_seconds: Option<f64>,
+    /// Settings of the thread-per-connection server this one replaced:
+    /// still read, so that an existing file keeps loading, and said to
+    /// have no effect.
     workers: Option<usize>,
     queue: Option<usize>,
 }
@@ -102,78 +113,9 @@ struct MetricFile {
     max_series: Option<usize>,
 }
 
-/// The validated settings of a running agent.
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub listen: SocketAddr,
-    pub token: Option<String>,
-    pub profile: ProfileConfig,
-    pub storage: Option<StorageConfig>,
-    pub push: Option<PushConfig>,
-    /// How often the kernel's aggregations are read into /metrics.
-    pub metrics_interval: Duration,
-    pub metrics: Vec<MetricDef>,
-    pub http: HttpConfig,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProfileConfig {
-    /// 0: no profiling.
-    pub hz: u64,
-    pub window: Duration,
-    pub max_depth: u32,
-    pub unwind_mib: u32,
-    pub max_stacks: u32,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StorageConfig {
-    pub dir: PathBuf,
-    pub max_bytes: u64,
-    pub max_age: Duration,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PushConfig {
-    /// Base URL; windows go to `{url}/ingest`.
-    pub url: String,
-    pub app: String,
-    pub labels: BTreeMap<String, String>,
-    pub token: Option<String>,
-    pub tenant: Option<String>,
-    pub queue: usize,
-    pub timeout: Duration,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpConfig {
-    /// Longest `seconds` a profile request may ask for.
-    pub max_seconds: u64,
-    pub workers: usize,
-    pub queue: usize,
-}
-
-/// One metric: its name and the trace command it runs.
-#[derive(Debug, Clone)]
-pub struct MetricDef {
-    /// Metric family name, `bpfscope_` included.
-    pub name: String,
-    /// The spec as written: two definitions with the same spec and name
-    /// are the same metric across a reload.
-    pub spec: String,
-    pub settings: TraceSettings,
-    pub max_series: usize,
-    /// A label set whose count has not changed for this long is dropped
-    /// (processes that are gone); zero: kept for the run.
-    pub expire: Duration,
-}
-
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
 /// Series of a metric unchanged this long are dropped by default.
 const DEFAULT_EXPIRE: Duration = Duration::from_secs(3600);
 const MAX_HZ: u64 = 1000;
-/// Requests for longer profiles are refused (a worker is held meanwhile).
-const DEFAULT_MAX_SECONDS: u64 = 300;
 
 /// Reads the file (if any) and applies the command line over it.
 pub fn load(args: &AgentArgs) -> Result<Config, Error> {
@@ -310,15 +252,7 @@ pub fn load(args: &AgentArgs) -> Result<Config, Error> {
     for m in &mut metrics {
         m.expire = expire;
     }
-    let http = HttpConfig {
-        max_seconds: file
-            .http
-            .max_seconds
-            .unwrap_or(DEFAULT_MAX_SECONDS)
-            .clamp(1, 3600),
-        workers: file.http.workers.unwrap_or(8).clamp(1, 64),
-        queue: file.http.queue.unwrap_or(64).clamp(1, 4096),
-    };
+    let http = http_config(&file.http)?;
     Ok(Config {
         listen,
         token,
@@ -334,39 +268,54 @@ pub fn load(args: &AgentArgs) -> Result<Config, Error> {
         metrics_interval: Duration::from_secs_f64(interval),
         metrics,
         http,
+        bpf_prog_series: file.metrics.bpf_prog_series.unwrap_or(64).clamp(1, 4096),
+    })
+}
+
+fn http_config(f: &HttpFile) -> Result<HttpConfig, Error> {
+    if f.workers.is_some() || f.queue.is_some() {
+        eprintln!(
+            "bpfscope: http.workers and http.queue no longer have an effect (connections are \
+             served as they come, up to http.max_connections); remove them from the file"
+        );
+    }
+    let d = HttpConfig::default();
+    let secs = |what: &str, v: Option<f64>, default: Duration| -> Result<Duration, Error> {
+        match v {
+            None => Ok(default),
+            Some(s) if (0.1..=600.0).contains(&s) => Ok(Duration::from_secs_f64(s)),
+            Some(s) => Err(usage!("http.{what} {s}: give 0.1 to 600 seconds")),
+        }
+    };
+    Ok(HttpConfig {
+        max_seconds: f.max_seconds.unwrap_or(d.max_seconds).clamp(1, 3600),
+        max_profiles: f.max_profiles.unwrap_or(d.max_profiles).clamp(1, 64),
+        max_connections: f
+            .max_connections
+            .unwrap_or(d.max_connections)
+            .clamp(8, 16384),
+        header_timeout: secs(
+            "header_timeout_seconds",
+            f.header_timeout_seconds,
+            d.header_timeout,
+        )?,
+        write_timeout: secs(
+            "write_timeout_seconds",
+            f.write_timeout_seconds,
+            d.write_timeout,
+        )?,
     })
 }
 
 /// Families the agent exports itself.
-const RESERVED: [&str; 5] = [
-    "bpfscope_agent_",
-    "bpfscope_bpf_prog_",
-    "bpfscope_dropped_series",
-    "bpfscope_metric_lost_events",
-    "bpfscope_metric_series_expired",
-];
-
-/// The family names a metric exports (suffixes as the exposition writes them).
-fn families_of(m: &MetricDef) -> Vec<String> {
-    let n = &m.name;
-    match m.settings.plan.action {
-        Action::Stats { .. } => vec![format!("{n}_events"), format!("{n}_sum")],
-        Action::Hist { .. } | Action::Latency { .. } => vec![
-            n.clone(),
-            format!("{n}_bucket"),
-            format!("{n}_sum"),
-            format!("{n}_count"),
-        ],
-        _ => vec![n.clone()],
-    }
-}
+const RESERVED: [&str; 2] = ["bpfscope_agent_", "bpfscope_bpf_prog_"];
 
 /// Every family a metric exports must be its own: two with one name make
 /// Prometheus refuse the whole scrape.
 fn check_families(metrics: &[MetricDef]) -> Result<(), Error> {
     let mut taken: Vec<(String, &str)> = Vec::new();
     for m in metrics {
-        for fam in families_of(m) {
+        for fam in m.sample_names() {
             if RESERVED.iter().any(|r| fam.starts_with(r)) {
                 return Err(usage!(
                     "metric name {} is taken by the agent's own {fam}: choose another --name",
@@ -472,6 +421,7 @@ pub fn metric(spec: &str, name: Option<&str>, max_series: usize) -> Result<Metri
     {
         return Err(bad("stacks cannot be metric labels; profile instead"));
     }
+    let action = &settings.plan.action;
     let name = match given {
         Some(n) => {
             if n.is_empty()
@@ -480,17 +430,59 @@ pub fn metric(spec: &str, name: Option<&str>, max_series: usize) -> Result<Metri
             {
                 return Err(bad("--name: use letters, digits and _ (not first)"));
             }
-            n
+            // The unit is known for latency: it goes into the name, as
+            // Prometheus names carry their unit.
+            let n = n.strip_suffix("_total").unwrap_or(&n).to_string();
+            if matches!(action, Action::Latency { .. }) && !n.ends_with("_seconds") {
+                format!("{n}_seconds")
+            } else {
+                n
+            }
         }
-        None => default_name(&words, &settings.plan.action),
+        None => default_name(&words, action),
     };
+    let help = help_of(&words, action, &settings.plan.keys);
     Ok(MetricDef {
         name: format!("bpfscope_{name}"),
         spec: spec.to_string(),
-        settings: *settings,
+        help,
+        plan: settings.plan,
+        load: settings.load,
         max_series,
         expire: DEFAULT_EXPIRE,
     })
+}
+
+/// What a metric is about, in words (its HELP lines start from this):
+/// the events, then by what and where.
+fn help_of(words: &[String], action: &Action, keys: &[String]) -> String {
+    let probes: Vec<&str> = words
+        .iter()
+        .skip(1)
+        .take_while(|w| !w.starts_with('-'))
+        .map(String::as_str)
+        .collect();
+    let subject = match action {
+        Action::Latency { end: Some(_), .. } => format!(
+            "time from {} to its matching {}",
+            probes.first().copied().unwrap_or("start"),
+            probes.get(1).copied().unwrap_or("end")
+        ),
+        Action::Latency { .. } => format!("time spent in {}", probes.join(", ")),
+        _ => format!("{} events", probes.join(", ")),
+    };
+    let by = if keys.is_empty() {
+        String::new()
+    } else {
+        format!(", by {}", keys.join(", "))
+    };
+    let filter = words
+        .iter()
+        .position(|w| w == "--filter")
+        .and_then(|i| words.get(i + 1))
+        .map(|f| format!(", where {f}"))
+        .unwrap_or_default();
+    format!("{subject}{by}{filter}")
 }
 
 /// A name from the first probe and the action: `count
@@ -539,7 +531,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.name, "bpfscope_syscalls_sys_enter_events");
-        assert_eq!(m.settings.plan.keys, ["probe", "comm"]);
+        assert_eq!(m.plan.keys, ["probe", "comm"]);
         let m = metric(
             "hist t:syscalls:sys_exit_read --value ret --name read_bytes",
             None,
@@ -547,7 +539,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.name, "bpfscope_read_bytes");
-        assert!(matches!(m.settings.plan.action, Action::Hist { .. }));
+        assert!(matches!(m.plan.action, Action::Hist { .. }));
     }
 
     #[test]

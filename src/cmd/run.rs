@@ -108,7 +108,7 @@ pub fn run(s: RunSettings) -> Result<()> {
     // As bpftrace counts: BEGIN and END are probes too.
     let n = plan.probes.len().saturating_sub(att.skipped.len());
     att.skipped.extend(compiled.skipped.iter().cloned());
-    crate::cmd::trace::report_skipped(&att, s.verbose);
+    crate::attach::session::report_skipped(&att, s.verbose);
     out.attached(n)?;
     stopper.start();
     let mut ctx = RunCtx {
@@ -119,7 +119,7 @@ pub fn run(s: RunSettings) -> Result<()> {
     };
     let result = ctx.main_loop(&stopper, gated);
     match result {
-        Err(e) if crate::cmd::trace::is_broken_pipe(&e) => Ok(()),
+        Err(e) if crate::error::is_broken_pipe(&e) => Ok(()),
         r => r,
     }
 }

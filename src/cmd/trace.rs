@@ -10,7 +10,7 @@ use libbpf_rs::RingBufferBuilder;
 
 use crate::attach::features::Features;
 use crate::attach::libbpf_log;
-use crate::attach::plan::{self, Plan, Role};
+use crate::attach::plan::{self, Plan};
 use crate::attach::plan::{Path, ValueKind};
 use crate::attach::session::Session;
 use crate::attach::target::GatedChild;
@@ -18,21 +18,17 @@ use crate::cli::{Action, Target, TraceSettings};
 use crate::collect::aggregate::KeyAgg;
 use crate::collect::stacks;
 use crate::collect::{aggregate, events, Lost, StopReason, Stopper};
-use crate::probe;
 use crate::render;
 use crate::render::heatmap::Heatmap;
 use crate::render::{Decoder, Output};
 use bpfscope_sys::outfile::PendingFile;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// How long in-flight program runs get to finish with the old epoch before it is read.
-pub(crate) const EPOCH_GRACE: Duration = Duration::from_millis(10);
-
 pub fn run(s: TraceSettings) -> Result<()> {
     libbpf_log::init(s.load.verbose);
     bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
     let features = Features::detect();
-    let (roles, resolve_skipped) = resolve_roles(&s)?;
+    let (roles, resolve_skipped) = plan::resolve_roles(&s.plan, &s.load.target)?;
     let plan = plan::build(&s.plan, roles, &features)?;
     if s.load.verbose {
         eprintln!(
@@ -86,7 +82,7 @@ pub fn run(s: TraceSettings) -> Result<()> {
     }
     // Events of a glob the kernel refuses are skipped and named; a probe
     // named on its own must attach.
-    let globbed = globbed(&s.plan);
+    let globbed = plan::globbed(&s.plan);
     let mut att = match session.attach(&plan, gated.is_some(), user_pid, globbed) {
         Err(e) if crate::error::is_interrupted(&e) => {
             eprintln!("bpfscope: interrupted while attaching; nothing gathered");
@@ -96,7 +92,7 @@ pub fn run(s: TraceSettings) -> Result<()> {
         r => r.map_err(crate::error::refused)?,
     };
     att.skipped.extend(resolve_skipped);
-    report_skipped(&att, s.load.verbose);
+    crate::attach::session::report_skipped(&att, s.load.verbose);
     let n = att.probes;
     eprintln!("Attached {n} probe{}", if n == 1 { "" } else { "s" });
     stopper.start();
@@ -124,109 +120,15 @@ pub fn run(s: TraceSettings) -> Result<()> {
         run_aggregates(&mut session, &plan, &s, &stopper, &mut out, &mut dec, files)
     };
     match result {
-        Err(e) if is_broken_pipe(&e) => Ok(()),
+        Err(e) if crate::error::is_broken_pipe(&e) => Ok(()),
         r => r,
     }
-}
-
-/// Whether probes were named by a glob (whose refused matches are skipped).
-pub(crate) fn globbed(plan: &crate::attach::plan::PlanConfig) -> bool {
-    plan.probes.iter().any(|sp| match sp {
-        probe::ProbeSpec::Tracepoint { subsys, event } => {
-            [subsys, event].iter().any(|p| p.contains(['*', '?']))
-        }
-        probe::ProbeSpec::Usdt { provider, name, .. } => {
-            [provider, name].iter().any(|p| p.contains(['*', '?']))
-        }
-        _ => false,
-    })
-}
-
-/// Says which probes could not be attached (with -v, why, and how
-/// kernel functions ended up attached).
-pub(crate) fn report_skipped(att: &crate::attach::session::Attached, verbose: bool) {
-    if verbose {
-        for n in &att.notes {
-            eprintln!("{n}");
-        }
-    }
-    if att.skipped.is_empty() {
-        return;
-    }
-    let n = att.skipped.len();
-    if verbose {
-        eprintln!("skipped {n} probe{}:", if n == 1 { "" } else { "s" });
-        for (name, why) in &att.skipped {
-            eprintln!("  {name}: {why}");
-        }
-        return;
-    }
-    const SHOWN: usize = 8;
-    let names: Vec<&str> = att
-        .skipped
-        .iter()
-        .take(SHOWN)
-        .map(|(p, _)| p.as_str())
-        .collect();
-    let more = if n > SHOWN { ", ..." } else { "" };
-    eprintln!(
-        "skipped {n} probe{} that cannot be attached: {}{more} (-v says why)",
-        if n == 1 { "" } else { "s" },
-        names.join(", ")
-    );
-}
-
-/// Probes in their latency roles, and (name, reason) of pattern matches that cannot be probed.
-type Roles = (Vec<(probe::Probe, Role)>, Vec<(String, String)>);
-
-/// Resolves the probes, and for latency the starts and ends they pair.
-pub(crate) fn resolve_roles(s: &TraceSettings) -> Result<Roles> {
-    let pid = match s.load.target {
-        Target::Pid(p) => Some(p),
-        _ => None,
-    };
-    let resolved = probe::resolve_all(&s.plan.probes, pid)?;
-    let (starts, skipped) = (resolved.probes, resolved.skipped);
-    if !matches!(s.plan.action, Action::Latency { .. }) {
-        return Ok((
-            starts.into_iter().map(|p| (p, Role::Plain)).collect(),
-            skipped,
-        ));
-    }
-    let mut out = Vec::new();
-    match s.plan.latency_end() {
-        // START and END events: every start pairs with every end on the match fields.
-        Some(end) => {
-            let ends = probe::resolve(std::slice::from_ref(end), pid)?;
-            out.extend(starts.into_iter().map(|p| (p, Role::Start(0))));
-            out.extend(ends.into_iter().map(|p| (p, Role::End(0))));
-        }
-        // A function: each entry pairs with its own return, per thread.
-        None => {
-            for (i, p) in starts.into_iter().enumerate() {
-                let ret = probe::returning(&p).ok_or_else(|| {
-                    crate::usage!("{}: latency needs a function entry probe", p.name)
-                })?;
-                out.push((p, Role::Start(i as u32)));
-                out.push((ret, Role::End(i as u32)));
-            }
-        }
-    }
-    Ok((out, skipped))
 }
 
 /// Output files reserved before the run.
 struct OutFiles {
     heatmap: Option<PendingFile>,
     stacks: Option<PendingFile>,
-}
-
-/// A reader that went away (`| head`): the run ends quietly.
-pub(crate) fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<io::Error>()
-            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
-    })
 }
 
 fn run_events(
@@ -347,8 +249,8 @@ fn run_aggregates(
         interval_no += 1;
         next = Some(n + every);
         let epoch = interval_no as u32 - 1;
-        set_epoch(session, epoch + 1);
-        std::thread::sleep(EPOCH_GRACE);
+        session.set_epoch(epoch + 1);
+        std::thread::sleep(crate::collect::EPOCH_GRACE);
         let data = aggregate::read(&session.skel.maps.aggs, Some(epoch), signed, true)?;
         name_stacks(session, plan, &data, dec);
         if let Some(h) = &mut heat {
@@ -484,12 +386,4 @@ fn name_stacks(
 fn commit(f: PendingFile, bytes: &[u8]) -> Result<()> {
     let path = f.path().display().to_string();
     f.commit(bytes).with_context(|| format!("writing {path}"))
-}
-
-pub(crate) fn set_epoch(session: &mut Session<'_>, epoch: u32) {
-    if let Some(bss) = session.skel.maps.bss_data.as_deref_mut() {
-        // SAFETY: bss is the mmap'd .bss of the loaded object, valid for the
-        // skeleton's lifetime; a volatile write keeps the store visible to the kernel.
-        unsafe { std::ptr::write_volatile(&mut bss.epoch, epoch) };
-    }
 }

@@ -17,6 +17,9 @@ use libbpf_rs::{MapCore, MapFlags};
 use bpfscope_bpf::abi::bs_lost;
 use bpfscope_sys::eventfd::EventFd;
 
+/// How long in-flight program runs get to finish with the old epoch before it is read.
+pub const EPOCH_GRACE: Duration = Duration::from_millis(10);
+
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {

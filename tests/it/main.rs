@@ -25,6 +25,7 @@
 mod common;
 
 mod agent;
+mod agent_clients;
 mod bpf;
 mod bpfprof;
 mod faults;

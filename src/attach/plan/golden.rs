@@ -176,6 +176,8 @@ fn agg(a: u8) -> String {
         bs_agg::BS_AGG_HIST_LOG2 => "hist log2".into(),
         bs_agg::BS_AGG_HIST_LINEAR => "hist linear".into(),
         bs_agg::BS_AGG_EVENT => "event".into(),
+        bs_agg::BS_AGG_HIST_POW2 => "hist pow2".into(),
+        bs_agg::BS_AGG_STATS_SIGN => "stats by sign".into(),
         _ => format!("agg{a}"),
     }
 }

@@ -19,11 +19,12 @@
 use std::path::PathBuf;
 
 use crate::attach::features::Features;
+use crate::attach::target::Target;
 use crate::error::Error;
 use crate::filter::{Expr, StrTable};
 use crate::probe::spec::ProbeSpec;
 use crate::probe::{Probe, SyscallTp};
-use bpfscope_bpf::abi::{bs_cfg_flags, bs_filter_op, bs_probe_cfg, bs_src, bs_src_kind};
+use bpfscope_bpf::abi::{bs_agg, bs_cfg_flags, bs_filter_op, bs_probe_cfg, bs_src, bs_src_kind};
 
 mod events;
 mod filter;
@@ -282,6 +283,20 @@ pub struct VmImage {
 }
 
 impl Plan {
+    /// The agent's aggregations: log2 histograms whose buckets end at a
+    /// power of two, inclusive (a Prometheus `le`), and stats that keep
+    /// negative values apart (so that sums stay counters).
+    pub fn for_exposition(&mut self) {
+        for p in &mut self.probes {
+            let to = match bs_agg(u32::from(p.cfg.agg)) {
+                bs_agg::BS_AGG_HIST_LOG2 => bs_agg::BS_AGG_HIST_POW2,
+                bs_agg::BS_AGG_STATS => bs_agg::BS_AGG_STATS_SIGN,
+                _ => continue,
+            };
+            p.cfg.agg = to.0 as u8;
+        }
+    }
+
     /// Whether a key holds kernel stacks, user stacks.
     pub fn stacks(&self) -> (bool, bool) {
         let has = |user| {
@@ -415,6 +430,58 @@ fn assemble(p: Parts) -> (bs_probe_cfg, Vec<Slot>) {
         cfg.flags |= bs_cfg_flags::BS_CFG_NEED_ARGS.0;
     }
     (cfg, slots)
+}
+
+/// Whether probes were named by a glob (whose refused matches are skipped).
+pub fn globbed(plan: &PlanConfig) -> bool {
+    plan.probes.iter().any(|sp| match sp {
+        ProbeSpec::Tracepoint { subsys, event } => {
+            [subsys, event].iter().any(|p| p.contains(['*', '?']))
+        }
+        ProbeSpec::Usdt { provider, name, .. } => {
+            [provider, name].iter().any(|p| p.contains(['*', '?']))
+        }
+        _ => false,
+    })
+}
+
+/// Probes in their latency roles, and (name, reason) of pattern matches that cannot be probed.
+pub type Roles = (Vec<(crate::probe::Probe, Role)>, Vec<(String, String)>);
+
+/// Resolves the probes, and for latency the starts and ends they pair.
+pub fn resolve_roles(plan: &PlanConfig, target: &Target) -> anyhow::Result<Roles> {
+    let pid = match target {
+        Target::Pid(p) => Some(*p),
+        _ => None,
+    };
+    let resolved = crate::probe::resolve_all(&plan.probes, pid)?;
+    let (starts, skipped) = (resolved.probes, resolved.skipped);
+    if !matches!(plan.action, Action::Latency { .. }) {
+        return Ok((
+            starts.into_iter().map(|p| (p, Role::Plain)).collect(),
+            skipped,
+        ));
+    }
+    let mut out = Vec::new();
+    match plan.latency_end() {
+        // START and END events: every start pairs with every end on the match fields.
+        Some(end) => {
+            let ends = crate::probe::resolve(std::slice::from_ref(end), pid)?;
+            out.extend(starts.into_iter().map(|p| (p, Role::Start(0))));
+            out.extend(ends.into_iter().map(|p| (p, Role::End(0))));
+        }
+        // A function: each entry pairs with its own return, per thread.
+        None => {
+            for (i, p) in starts.into_iter().enumerate() {
+                let ret = crate::probe::returning(&p).ok_or_else(|| {
+                    crate::usage!("{}: latency needs a function entry probe", p.name)
+                })?;
+                out.push((p, Role::Start(i as u32)));
+                out.push((ret, Role::End(i as u32)));
+            }
+        }
+    }
+    Ok((out, skipped))
 }
 
 #[cfg(test)]

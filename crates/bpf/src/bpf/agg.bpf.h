@@ -27,7 +27,8 @@ static __always_inline u32 bs_log2(u64 v)
 
 /*
  * Histogram bucket of v. Log2: 0 holds negatives, 1 holds zero, 2 + k holds
- * [2^k, 2^(k+1)). Linear: 0 is below the range, 1..n in range, n + 1 above.
+ * [2^k, 2^(k+1)). Pow2: 0 negatives, 1 zero, 2 + k holds (2^(k-1), 2^k].
+ * Linear: 0 is below the range, 1..n in range, n + 1 above.
  */
 static __always_inline u32 bs_bucket(const struct bs_probe_cfg *cfg, u64 v)
 {
@@ -38,6 +39,15 @@ static __always_inline u32 bs_bucket(const struct bs_probe_cfg *cfg, u64 v)
 			return 1;
 		return 2 + bs_log2(v);
 	}
+	if (cfg->agg == BS_AGG_HIST_POW2) {
+		if (cfg->value.is_signed && (s64)v < 0)
+			return 0;
+		if (v <= 1)
+			return 1 + v;
+		return 3 + bs_log2(v - 1);
+	}
+	if (cfg->agg == BS_AGG_STATS_SIGN)
+		return cfg->value.is_signed && (s64)v < 0;
 	if (cfg->agg == BS_AGG_HIST_LINEAR) {
 		s64 sv = v, lo = cfg->lin_min;
 		u64 step = cfg->lin_step ? cfg->lin_step : 1;
@@ -103,7 +113,7 @@ static __always_inline void bs_aggregate(const struct bs_probe_cfg *cfg,
 					 struct bs_scratch *s, u64 v)
 {
 	bs_agg_add(s, bs_bucket(cfg, v), v, cfg->agg != BS_AGG_COUNT,
-		   cfg->agg == BS_AGG_STATS, cfg->value.is_signed);
+		   cfg->agg == BS_AGG_STATS || cfg->agg == BS_AGG_STATS_SIGN, cfg->value.is_signed);
 }
 
 static __always_inline void bs_keys(void *ctx, const struct bs_probe_cfg *cfg,

@@ -134,6 +134,13 @@ enum bs_agg {
 	BS_AGG_HIST_LOG2 = 2,
 	BS_AGG_HIST_LINEAR = 3,
 	BS_AGG_EVENT = 4,
+	/*
+	 * The agent's exposition: a log2 histogram whose buckets end at a power
+	 * of two, inclusive (Prometheus `le`): 0 negatives, 1 zero, 2 + k holds
+	 * (2^(k-1), 2^k]; and stats kept apart for negative values (bucket 1).
+	 */
+	BS_AGG_HIST_POW2 = 5,
+	BS_AGG_STATS_SIGN = 6,
 };
 
 enum bs_cfg_flags {

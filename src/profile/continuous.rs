@@ -1,9 +1,9 @@
-//! Continuous whole-host CPU profiling: the profile command's programs,
+//! Continuous whole-host CPU profiling (the agent's): the profile command's programs,
 //! loaded once, read out every second ("ticks": the sampler moves to the
 //! next epoch, the previous epoch's stacks are read and deleted), so the
 //! kernel only holds about a second of keys however long the agent runs.
-//! Windows and on-demand profiles are merges of ticks, symbolized in this
-//! process and labelled with process, thread and cgroup.
+//! Windows and on-demand profiles are merges of ticks, handed out as
+//! recordings with process, thread and cgroup in each stack.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -14,16 +14,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use libbpf_rs::{OpenObject, RingBuffer, RingBufferBuilder};
 
-use super::labels::CgroupNames;
 use crate::attach::target::Target;
 use crate::bpfmeta::sideband::SideBand;
-use crate::cli::agent::ProfileConfig;
 use crate::profile::maps::Snapshots;
 use crate::profile::session::{KernelLost, ProfileSession, RawStack, StackCache};
 use crate::profile::Note;
 use crate::profile::{Mode, Sampled, SamplingConfig};
 use bpfscope_recording::bpfprog::BpfProg;
-use bpfscope_symbolize::{kernel, Resolver, SymbolConfig};
+use bpfscope_recording::Recording;
+use bpfscope_symbolize::kernel;
 
 /// When an announced process's mappings are read again (as `profile` does).
 const RELOOK: Duration = crate::profile::RELOOK[0];
@@ -52,25 +51,26 @@ struct Tick {
     stacks: Vec<RawStack>,
 }
 
-/// Which samples a profile request wants.
-#[derive(Debug, Clone, Default)]
-pub struct Selection {
-    pub pid: Option<u32>,
-    pub comm: Option<String>,
-    /// A cgroup path prefix.
-    pub cgroup: Option<String>,
-}
-
-/// A finished profile: the gzipped pprof and what it holds.
+/// The samples of a span, ready to symbolize.
 pub struct Built {
-    pub pprof: Vec<u8>,
+    pub recording: Recording,
     pub samples: u64,
     pub start_unix_ns: u64,
     pub end_unix_ns: u64,
 }
 
+/// How the continuous profiler samples.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContinuousConfig {
+    pub hz: u64,
+    pub max_depth: u32,
+    /// Kernel memory for unwind tables.
+    pub unwind_mib: u32,
+    pub max_stacks: u32,
+}
+
 pub struct Profiler {
-    pub cfg: ProfileConfig,
+    pub cfg: ContinuousConfig,
     sampling: SamplingConfig,
     session: ProfileSession<'static>,
     notes: Rc<RefCell<Vec<Note>>>,
@@ -90,7 +90,7 @@ pub struct Profiler {
     cpus: u32,
 }
 
-/// The agent's clock for ticks, windows and requests: CLOCK_MONOTONIC, so
+/// The clock for ticks, windows and requests: CLOCK_MONOTONIC, so
 /// a step of the wall clock (NTP, a resumed VM) cannot empty a window.
 pub fn now_ns() -> u64 {
     bpfscope_sys::monotonic_ns()
@@ -107,7 +107,7 @@ fn to_wall(mono: u64) -> u64 {
 
 impl Profiler {
     /// Loads and attaches the sampler on every CPU.
-    pub fn start(cfg: &ProfileConfig) -> Result<Profiler> {
+    pub fn start(cfg: &ContinuousConfig) -> Result<Profiler> {
         let sampling = SamplingConfig {
             runtimes: Default::default(),
             mode: Mode::Cpu,
@@ -286,15 +286,15 @@ impl Profiler {
         self.session.tables.used_bytes()
     }
 
-    /// The samples of the ticks ending in (from_ns, to_ns], selected,
-    /// symbolized and labelled, as a gzipped pprof.
-    pub fn build(
+    /// The samples of the ticks ending in (from_ns, to_ns] that `keep`
+    /// selects, merged, as a recording (to symbolize and render), with
+    /// the monotonic span its ticks cover.
+    pub fn recording(
         &mut self,
         from_ns: u64,
         to_ns: u64,
-        sel: &Selection,
-        cgroups: &mut CgroupNames,
-    ) -> Result<Built> {
+        mut keep: impl FnMut(&RawStack) -> bool,
+    ) -> Built {
         let mut merged: HashMap<StackKey, RawStack> = HashMap::new();
         let mut start_ns = to_ns;
         // The time the samples cover: from the first included tick's start
@@ -308,7 +308,7 @@ impl Profiler {
             start_ns = start_ns.min(t.start_ns);
             last_end = last_end.max(t.end_ns);
             for s in &t.stacks {
-                if !selected(s, sel, cgroups) {
+                if !keep(s) {
                     continue;
                 }
                 let k = (
@@ -368,27 +368,12 @@ impl Profiler {
         self.snapshots = sampled.snapshots;
         self.session.codes = sampled.codes;
         rec.meta.lost = None;
-        // A resolver per profile: one kept for the run would keep every
-        // binary ever sampled mapped and its debug info parsed (tens of MiB
-        // once a compiler or an interpreter has been on the CPU); opening
-        // them again once a window costs less than holding them.
-        let mut resolver = Resolver::new(&SymbolConfig::from_env(), true);
-        let (mut profile, _) = crate::report::recording(&rec, &mut resolver);
-        drop(resolver);
-        for s in &mut profile.samples {
-            if let Some(l) = cgroups.labels(s.cgroup_id) {
-                s.labels = l.pairs();
-            }
-        }
-        let mut pprof = Vec::new();
-        crate::render::pprof::write(&profile, &mut pprof).context("encoding the profile")?;
-
-        Ok(Built {
-            pprof,
+        Built {
+            recording: rec,
             samples,
             start_unix_ns: to_wall(span.0),
             end_unix_ns: to_wall(span.1),
-        })
+        }
     }
 
     /// The BPF programs whose JIT code these kernel addresses fall into
@@ -430,31 +415,4 @@ pub fn give_back_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
-}
-
-fn selected(s: &RawStack, sel: &Selection, cgroups: &mut CgroupNames) -> bool {
-    if sel.pid.is_some_and(|p| p != s.tgid) {
-        return false;
-    }
-    if sel
-        .comm
-        .as_ref()
-        .is_some_and(|c| *c != s.comm && *c != s.thread)
-    {
-        return false;
-    }
-    if let Some(prefix) = &sel.cgroup {
-        let path = cgroups
-            .labels(s.cgroup)
-            .map(|l| l.path.as_str())
-            .unwrap_or("");
-        let under = path == prefix
-            || path
-                .strip_prefix(prefix.trim_end_matches('/'))
-                .is_some_and(|rest| rest.starts_with('/'));
-        if !under {
-            return false;
-        }
-    }
-    true
 }

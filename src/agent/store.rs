@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 
-use crate::cli::agent::StorageConfig;
+use super::config::StorageConfig;
 
 const PREFIX: &str = "profile-";
 const SUFFIX: &str = ".pb.gz";

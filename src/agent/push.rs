@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::cli::agent::PushConfig;
+use super::config::PushConfig;
 
 /// Attempts per window before it is dropped.
 const ATTEMPTS: u32 = 5;
@@ -34,7 +34,6 @@ pub struct PushStats {
 }
 
 pub struct Pusher {
-    pub cfg: PushConfig,
     tx: Option<SyncSender<Window>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -45,13 +44,12 @@ impl Pusher {
         let (tx, rx) = sync_channel(cfg.queue);
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
-        let c = cfg.clone();
+        let c = cfg;
         let thread = std::thread::Builder::new()
             .name("bpfscope-push".into())
             .spawn(move || send_loop(c, hz, host, rx, s, stats))
             .ok();
         Pusher {
-            cfg,
             tx: Some(tx),
             stop,
             thread,
@@ -107,6 +105,7 @@ fn send_loop(
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(cfg.timeout))
         .http_status_as_error(false)
+        .user_agent(concat!("bpfscope/", env!("CARGO_PKG_VERSION")))
         .build()
         .into();
     let name = series_name(&cfg, &host);
@@ -126,13 +125,17 @@ fn send_loop(
             }
             Err(RecvTimeoutError::Disconnected) => return,
         };
-        let url = format!(
-            "{}/ingest?name={}&from={}&until={}&format=pprof&sampleRate={hz}&spyName=bpfscope",
-            cfg.url,
-            encode(&name),
-            w.start_ns / 1_000_000_000,
-            w.end_ns.div_ceil(1_000_000_000),
-        );
+        // Whole seconds, both rounded down: consecutive windows meet
+        // without overlapping.
+        let query = form_urlencoded::Serializer::new(String::new())
+            .append_pair("name", &name)
+            .append_pair("from", &(w.start_ns / 1_000_000_000).to_string())
+            .append_pair("until", &(w.end_ns / 1_000_000_000).to_string())
+            .append_pair("format", "pprof")
+            .append_pair("sampleRate", &hz.to_string())
+            .append_pair("spyName", "bpfscope")
+            .finish();
+        let url = format!("{}/ingest?{query}", cfg.url);
         let mut backoff = FIRST_BACKOFF;
         let mut done = false;
         for attempt in 1..=ATTEMPTS {
@@ -231,19 +234,6 @@ fn series_name(cfg: &PushConfig, host: &str) -> String {
     format!("{}{{{}}}", cfg.app, tags.join(","))
 }
 
-/// Percent-encodes a query value (everything but unreserved characters).
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,6 +253,5 @@ mod tests {
         };
         let n = series_name(&cfg, "web 1");
         assert_eq!(n, "bpfscope{hostname=web_1,env=prod}");
-        assert_eq!(encode(&n), "bpfscope%7Bhostname%3Dweb_1%2Cenv%3Dprod%7D");
     }
 }
