@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use libbpf_cargo::SkeletonBuilder;
 
 /// BPF objects under src/bpf/, each becoming `<name>.skel.rs` in OUT_DIR.
-const OBJECTS: &[&str] = &["trace", "profile"];
+const OBJECTS: &[&str] = &["trace", "profile", "dispatch"];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));

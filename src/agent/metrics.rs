@@ -12,8 +12,10 @@
 //!   (their absolute values) for signed fields, and gauges `NAME_min` and
 //!   `NAME_max` over the last interval that had events.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::mem::MaybeUninit;
+use std::rc::Rc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -21,6 +23,7 @@ use libbpf_rs::OpenObject;
 
 use super::cgroups::CgroupNames;
 use super::config::MetricDef;
+use crate::attach::dispatch::{Dispatch, Owner};
 use crate::attach::features::Features;
 use crate::attach::plan::{self, Action, Plan, ValueKind};
 use crate::attach::session::Session;
@@ -28,10 +31,6 @@ use crate::collect::aggregate::{self, AggVal, KeyAgg};
 use crate::collect::Lost;
 use crate::render::exposition::{Family, Kind, Labels, Value};
 use crate::render::Decoder;
-
-/// Up to this many syscalls, a metric attaches their classic tracepoints
-/// (see `Features::classic_syscalls`).
-const CLASSIC_SYSCALLS: usize = 8;
 
 /// Bucket indices of the kernel's power-of-two histograms (BS_AGG_HIST_POW2).
 const NEGATIVE: u32 = 0;
@@ -60,11 +59,26 @@ pub struct MetricRun {
     lost_now: Lost,
     lost_before: Lost,
     pub probes: usize,
+    /// The shared syscall dispatcher, and this run's id there (None: its
+    /// syscall probes have raw_tp or classic tracepoints of their own).
+    dispatch: Option<(Rc<RefCell<Dispatch>>, Owner)>,
+    /// Routed to the dispatcher yet.
+    installed: bool,
 }
 
+/// Ids of metric runs at the dispatcher.
+static NEXT_OWNER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 impl MetricRun {
-    /// Resolves, loads and attaches the metric's probes.
-    pub fn start(def: MetricDef, features: &Features) -> Result<MetricRun> {
+    /// Resolves, loads and attaches the metric's probes; its syscall probes
+    /// go through `dispatch` (see `install`) on slots not in `taken`, the
+    /// others on classic tracepoints of their own.
+    pub fn start(
+        def: MetricDef,
+        features: &Features,
+        dispatch: Option<&Rc<RefCell<Dispatch>>>,
+        taken: &[u32],
+    ) -> Result<MetricRun> {
         let (roles, skipped) = plan::resolve_roles(&def.plan, &def.load.target)?;
         // A glob's matches that cannot be probed are skipped, as the
         // tracing verbs skip them; a probe named on its own must attach.
@@ -78,25 +92,17 @@ impl MetricRun {
             )
             .into());
         }
-        // A metric of a few syscalls runs only when they happen, not on
-        // every syscall of the machine (as the shared raw_tp would, once
-        // per metric).
-        let syscalls = roles
-            .iter()
-            .filter(|(p, _)| {
-                matches!(
-                    p.kind,
-                    crate::probe::ProbeKind::Tracepoint {
-                        syscall: Some(_),
-                        ..
-                    }
-                )
-            })
-            .count();
-        features.classic_syscalls.set(syscalls <= CLASSIC_SYSCALLS);
-        let built = plan::build(&def.plan, roles, features);
-        features.classic_syscalls.set(false);
-        let mut plan = built?;
+        // Syscalls go through the dispatcher's one raw_tp, as `count`
+        // traces them on its own; a slot another metric routes already (or
+        // no dispatcher) means classic tracepoints for this one.
+        let mut plan = plan::build(&def.plan, roles.clone(), features)?;
+        let slots = plan.syscall_slots();
+        if dispatch.is_none() || slots.iter().any(|s| taken.contains(s)) {
+            features.classic_syscalls.set(true);
+            let built = plan::build(&def.plan, roles, features);
+            features.classic_syscalls.set(false);
+            plan = built?;
+        }
         plan.for_exposition();
         // The object must outlive the session, which lives as long as the
         // metric (until a reload or exit): a few hundred bytes per start.
@@ -105,6 +111,10 @@ impl MetricRun {
         let mut session = Session::load(storage, &plan, &def.load, features)
             .map_err(crate::error::refused)
             .with_context(|| format!("metric {}", def.name))?;
+        let routed = !plan.syscall_slots().is_empty();
+        if routed {
+            session.route_syscalls();
+        }
         let att = session
             .attach(&plan, false, -1, globbed)
             .map_err(crate::error::refused)
@@ -133,7 +143,41 @@ impl MetricRun {
             lost_now: Lost::default(),
             lost_before: Lost::default(),
             probes: att.probes,
+            dispatch: dispatch.filter(|_| routed).map(|d| {
+                (
+                    d.clone(),
+                    NEXT_OWNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                )
+            }),
+            installed: false,
         })
+    }
+
+    /// The dispatcher slots this run routes once installed.
+    pub fn slots(&self) -> Vec<u32> {
+        if self.dispatch.is_some() {
+            self.plan.syscall_slots()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// This run's id at the dispatcher.
+    pub fn owner(&self) -> Option<Owner> {
+        self.dispatch.as_ref().map(|d| d.1)
+    }
+
+    /// Routes the metric's syscalls to its programs: from here on it
+    /// counts them (a run it replaces stops counting them at this moment).
+    pub fn install(&mut self) -> Result<()> {
+        if let Some((d, owner)) = &self.dispatch {
+            let routes = self.session.syscall_routes(&self.plan);
+            d.borrow_mut()
+                .route(*owner, &routes)
+                .with_context(|| format!("metric {}", self.def.name))?;
+        }
+        self.installed = true;
+        Ok(())
     }
 
     /// Takes over what an earlier run of the metric of the same name
@@ -211,6 +255,9 @@ impl MetricRun {
     }
 
     pub fn detach(&mut self) {
+        if let Some((d, owner)) = &self.dispatch {
+            d.borrow_mut().unroute(*owner);
+        }
         self.session.detach();
     }
 

@@ -23,8 +23,10 @@ mod profiles;
 mod push;
 mod store;
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::net::TcpListener;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -32,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use crate::attach::dispatch::Dispatch;
 use crate::attach::features::Features;
 use crate::attach::libbpf_log;
 use crate::bpfmeta::stats::StatsGuard;
@@ -176,6 +179,8 @@ struct Agent {
     server: Option<http::Server>,
     profiler: Option<Profiler>,
     metrics: Vec<MetricRun>,
+    /// The raw_tp on sys_enter/sys_exit every metric's syscalls go through.
+    dispatch: Option<Rc<RefCell<Dispatch>>>,
     pusher: Option<Pusher>,
     cgroups: CgroupNames,
     pending: VecDeque<Pending>,
@@ -220,11 +225,19 @@ impl Agent {
                 None
             }
         };
+        let dispatch = match Dispatch::load() {
+            Ok(d) => Some(Rc::new(RefCell::new(d))),
+            Err(e) => {
+                eprintln!("bpfscope: syscall metrics use tracepoints of their own: {e:#}");
+                None
+            }
+        };
         let mut a = Agent {
             shared,
             server: None,
             profiler: None,
             metrics: Vec::new(),
+            dispatch,
             pusher: None,
             cgroups: CgroupNames::new(Duration::from_secs(1)),
             pending: VecDeque::new(),
@@ -243,8 +256,14 @@ impl Agent {
             cfg,
         };
         a.apply_limits();
+        let mut taken = Vec::new();
         for def in a.cfg.metrics.clone() {
-            a.metrics.push(MetricRun::start(def, features)?);
+            let m = MetricRun::start(def, features, a.dispatch.as_ref(), &taken)?;
+            taken.extend(m.slots());
+            a.metrics.push(m);
+        }
+        for m in &mut a.metrics {
+            m.install()?;
         }
         if a.cfg.profile.hz > 0 {
             a.profiler = Some(Profiler::start(&sampler(&a.cfg.profile))?);
@@ -651,12 +670,27 @@ impl Agent {
         } else {
             None
         };
+        // Syscall slots stay with the metrics kept; those of metrics that
+        // go or change are free for the new ones.
+        let leaving: Vec<_> = self
+            .metrics
+            .iter()
+            .filter(|m| !cfg.metrics.iter().any(|d| m.def.same_run(d)))
+            .filter_map(MetricRun::owner)
+            .collect();
+        let mut taken = self
+            .dispatch
+            .as_ref()
+            .map(|d| d.borrow().taken(&leaving))
+            .unwrap_or_default();
         let mut metrics = Vec::new();
         for d in &cfg.metrics {
             if self.metrics.iter().any(|m| m.def.same_run(d)) {
                 continue;
             }
-            metrics.push(MetricRun::start(d.clone(), features)?);
+            let m = MetricRun::start(d.clone(), features, self.dispatch.as_ref(), &taken)?;
+            taken.extend(m.slots());
+            metrics.push(m);
         }
         let profiler = if sampler(&cfg.profile) != sampler(&self.cfg.profile) {
             Some(if cfg.profile.hz > 0 {
@@ -679,11 +713,18 @@ impl Agent {
     fn commit(&mut self, s: Staged, requests: &Receiver<ProfileRequest>) -> Vec<String> {
         let mut changes = Vec::new();
         let new = s.cfg;
-        // Metrics: what is kept keeps its programs and totals; a metric
-        // whose spec changed goes on from the old run's totals.
+        // Metrics: what is kept keeps its programs and totals; the new runs
+        // take their syscalls over (each slot at once, from whichever run
+        // had it), then the runs that go are read out a last time, and a
+        // metric whose spec changed goes on from the old run's totals.
+        let mut started = s.metrics;
+        for m in &mut started {
+            if let Err(e) = m.install() {
+                eprintln!("bpfscope: reload: {e:#}");
+            }
+        }
         self.read_metrics();
         let mut old: Vec<MetricRun> = std::mem::take(&mut self.metrics);
-        let mut started = s.metrics;
         for d in &new.metrics {
             if let Some(i) = old.iter().position(|m| m.def.same_run(d)) {
                 let mut m = old.remove(i);

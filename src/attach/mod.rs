@@ -2,6 +2,7 @@
 //! programs and attaching them with cookies, and targets.
 
 pub mod clock;
+pub mod dispatch;
 pub mod features;
 pub mod kfunc;
 pub mod plan;

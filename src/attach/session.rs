@@ -45,6 +45,9 @@ pub struct Session<'obj> {
     /// The template fentry/fexit program was attached: a loaded tracing
     /// program attaches to its load-time target once, later ones are copies.
     template_used: [bool; 2],
+    /// Syscall probes reach this session through a dispatcher's tail calls
+    /// (attach::dispatch), not raw_tp links of its own.
+    routed_syscalls: bool,
 }
 
 /// A kernel function link, held to be dropped: dropping detaches.
@@ -119,6 +122,7 @@ impl<'obj> Session<'obj> {
             images,
             template,
             template_used: [false; 2],
+            routed_syscalls: false,
         };
         session.fill(plan)?;
         Ok(session)
@@ -214,11 +218,43 @@ impl<'obj> Session<'obj> {
         Ok(out)
     }
 
+    /// Leaves the syscall probes to a dispatcher: `attach` attaches no
+    /// raw_tp for them, and `syscall_routes` says what to route.
+    pub fn route_syscalls(&mut self) {
+        self.routed_syscalls = true;
+    }
+
+    /// The dispatcher slots this plan's syscall probes need, each with the
+    /// program that serves it (sys_enter's or sys_exit's).
+    pub fn syscall_routes(&self, plan: &Plan) -> Vec<(u32, BorrowedFd<'_>)> {
+        let progs = &self.skel.progs;
+        let mut out: Vec<(u32, BorrowedFd<'_>)> = Vec::new();
+        for p in &plan.probes {
+            if let Path::Syscall(sc) = p.path {
+                let (slot, prog) = if sc.exit {
+                    (
+                        bs_limits::BS_SYS_EXIT_BASE.0 + sc.nr,
+                        &progs.bpfscope_sysout,
+                    )
+                } else {
+                    (sc.nr, &progs.bpfscope_sysin)
+                };
+                if !out.iter().any(|(s, _)| *s == slot) {
+                    out.push((slot, prog.as_fd()));
+                }
+            }
+        }
+        out
+    }
+
     /// The shared raw_tp programs on sys_enter and sys_exit, each when a
     /// syscall probe of its direction needs it.
     fn attach_syscalls(&self, plan: &Plan) -> Result<Vec<Link>> {
         let progs = &self.skel.progs;
         let mut links = Vec::new();
+        if self.routed_syscalls {
+            return Ok(links);
+        }
         for (exit, prog, tp) in [
             (false, &progs.bpfscope_sysin, "sys_enter"),
             (true, &progs.bpfscope_sysout, "sys_exit"),

@@ -432,3 +432,107 @@ fn http_settings_are_checked() {
         assert!(err.contains(word), "{body}: {err}");
     }
 }
+
+/// The BPF links a process holds: (link type, tracepoint name).
+fn links_of(pid: i32) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(t) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let field = |k: &str| {
+            t.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+        };
+        if let Some(kind) = field("link_type:") {
+            out.push((kind, field("tp_name:").unwrap_or_default()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn syscall_metrics_share_one_raw_tracepoint() {
+    require_root();
+    let _turn = bpf_stats_turn();
+    let dir = scratch_dir("agent-dispatch");
+    let cfg = dir.join("agent.toml");
+    // Five syscall metrics, two of them on the same syscall.
+    let mut text = String::from(
+        "listen = \"127.0.0.1:0\"\n[profile]\nhz = 0\n[metrics]\ninterval_seconds = 0.3\n",
+    );
+    for (name, spec) in [
+        (
+            "ds_w",
+            "count t:syscalls:sys_enter_write --filter 'comm == \\\"agds\\\"'",
+        ),
+        (
+            "ds_wc",
+            "count t:syscalls:sys_enter_write --by comm --filter 'comm == \\\"agds\\\"'",
+        ),
+        (
+            "ds_size",
+            "hist t:syscalls:sys_enter_write --value count --filter 'comm == \\\"agds\\\"'",
+        ),
+        (
+            "ds_ret",
+            "stats t:syscalls:sys_exit_write --value ret --filter 'comm == \\\"agds\\\"'",
+        ),
+        (
+            "ds_read",
+            "count t:syscalls:sys_enter_read --filter 'comm == \\\"agds\\\"'",
+        ),
+    ] {
+        text.push_str(&format!(
+            "[[metric]]\nname = \"{name}\"\nspec = \"{spec}\"\n"
+        ));
+    }
+    std::fs::write(&cfg, text).unwrap();
+    let agent = start_agent(&["--config", cfg.to_str().unwrap()]);
+    // One raw_tp on each of sys_enter and sys_exit for all of them; the
+    // metrics whose syscall another one routes already get classic
+    // tracepoints (perf links).
+    let links = links_of(agent.run.pid());
+    let raw: Vec<&str> = links
+        .iter()
+        .filter(|l| l.0 == "raw_tracepoint")
+        .map(|l| l.1.as_str())
+        .collect();
+    assert_eq!(raw, ["sys_enter", "sys_exit"], "{links:?}");
+    assert_eq!(
+        links.iter().filter(|l| l.0 == "perf").count(),
+        2,
+        "{links:?}"
+    );
+    write_writes("agds", "700", &["1", "100"]);
+    let n = wait_for(20, "1400 writes", || {
+        agent
+            .metric("bpfscope_ds_w_total", None)
+            .filter(|v| *v >= 1400.0)
+    });
+    assert_eq!(n, 1400.0);
+    std::thread::sleep(Duration::from_millis(700));
+    let text = agent.metric_text(None).unwrap();
+    assert_eq!(
+        value_in(&text, "bpfscope_ds_wc_total{comm=\"agds\"}"),
+        Some(1400.0)
+    );
+    assert_eq!(value_in(&text, "bpfscope_ds_size_count"), Some(1400.0));
+    assert_eq!(value_in(&text, "bpfscope_ds_size_sum"), Some(70700.0));
+    assert_eq!(
+        value_in(&text, "bpfscope_ds_ret_events_total"),
+        Some(1400.0)
+    );
+    assert_eq!(value_in(&text, "bpfscope_ds_ret_sum_total"), Some(70700.0));
+    assert_eq!(value_in(&text, "bpfscope_ds_ret_min"), Some(1.0));
+    assert_eq!(value_in(&text, "bpfscope_ds_ret_max"), Some(100.0));
+    let pid = agent.run.pid();
+    agent.terminate();
+    no_program_of(pid);
+}

@@ -28,6 +28,19 @@ pub mod profile {
     include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
 }
 
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    missing_docs,
+    dead_code,
+    unused_imports,
+    non_camel_case_types,
+    non_upper_case_globals
+)]
+pub mod dispatch {
+    include!(concat!(env!("OUT_DIR"), "/dispatch.skel.rs"));
+}
+
 /// Types shared with trace.bpf.c (from trace.h, through the skeleton).
 pub use trace::types as abi;
 

@@ -297,6 +297,25 @@ impl Plan {
         }
     }
 
+    /// The syscall dispatch slots of the probes on the shared raw_tp path
+    /// (the number on entry, BS_SYS_EXIT_BASE + the number on exit).
+    pub fn syscall_slots(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = self
+            .probes
+            .iter()
+            .filter_map(|p| match p.path {
+                Path::Syscall(sc) if sc.exit => {
+                    Some(bpfscope_bpf::abi::bs_limits::BS_SYS_EXIT_BASE.0 + sc.nr)
+                }
+                Path::Syscall(sc) => Some(sc.nr),
+                _ => None,
+            })
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Whether a key holds kernel stacks, user stacks.
     pub fn stacks(&self) -> (bool, bool) {
         let has = |user| {
