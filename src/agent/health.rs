@@ -27,12 +27,14 @@ pub struct SampleCounts {
     pub notifications: u64,
     pub files: u64,
     pub bpf_events_lost: u64,
+    pub in_bpf: u64,
+    pub in_bpf_lost: u64,
 }
 
 impl SampleCounts {
-    pub fn of(samples: u64, l: &KernelLost, bpf_events_lost: u64) -> SampleCounts {
+    pub fn of(p: &crate::profile::continuous::Profiler, l: &KernelLost) -> SampleCounts {
         SampleCounts {
-            samples,
+            samples: p.samples,
             taken: l.taken,
             runs: l.sampler_runs,
             idle: l.idle,
@@ -47,11 +49,13 @@ impl SampleCounts {
             collisions: l.collisions,
             notifications: l.notifications,
             files: l.files,
-            bpf_events_lost,
+            bpf_events_lost: p.sideband_lost(),
+            in_bpf: p.bpf_samples,
+            in_bpf_lost: p.bpf_samples_lost,
         }
     }
 
-    fn fields(&mut self) -> [&mut u64; 13] {
+    fn fields(&mut self) -> [&mut u64; 15] {
         [
             &mut self.samples,
             &mut self.taken,
@@ -66,6 +70,8 @@ impl SampleCounts {
             &mut self.notifications,
             &mut self.files,
             &mut self.bpf_events_lost,
+            &mut self.in_bpf,
+            &mut self.in_bpf_lost,
         ]
     }
 
@@ -240,8 +246,8 @@ pub fn sample_families(c: &SampleCounts) -> Vec<Family> {
         counter(
             "bpfscope_agent_samples_not_run_total",
             "Samples the clocks counted whose program did not run: an idle CPU without its \
-             tick, another BPF program running on that CPU (the kernel's recursion guard), or \
-             a late timer",
+             tick, another BPF program running on that CPU (the kernel's recursion guard; \
+             those are in bpfscope_agent_samples_in_bpf_total), or a late timer",
             c.not_run,
         ),
         Family::new(
@@ -255,10 +261,18 @@ pub fn sample_families(c: &SampleCounts) -> Vec<Family> {
                 ("stack_collision", c.collisions),
                 ("notification", c.notifications),
                 ("files", c.files),
+                ("second_sampler", c.in_bpf_lost),
             ]
             .into_iter()
             .map(|(w, n)| (vec![("reason".to_string(), w.to_string())], Value::Count(n)))
             .collect(),
+        ),
+        counter(
+            "bpfscope_agent_samples_in_bpf_total",
+            "Samples inside other tools' kprobe, tracepoint and perf_event BPF programs, \
+             which the kernel keeps from the sampling program: taken by a second, plain \
+             perf sampler, and in profiles",
+            c.in_bpf,
         ),
         counter(
             "bpfscope_agent_bpf_events_lost_total",

@@ -507,9 +507,7 @@ impl Agent {
     fn read_samples(&mut self) {
         if let Some(p) = &self.profiler {
             match p.lost() {
-                Ok(l) => self
-                    .samples
-                    .update(SampleCounts::of(p.samples, &l, p.sideband_lost())),
+                Ok(l) => self.samples.update(SampleCounts::of(p, &l)),
                 Err(e) => eprintln!("bpfscope: sampler counters: {e:#}"),
             }
         }

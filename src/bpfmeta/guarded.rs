@@ -125,6 +125,21 @@ impl GuardedSampler {
         Ok(GuardedSampler { state, reader })
     }
 
+    /// The samples kept since the last drain, for a sampler that runs on
+    /// (the agent's, read out every second); counts are since the start.
+    pub fn drain(&self) -> Guarded {
+        let Ok(mut s) = self.state.lock() else {
+            return Guarded::default();
+        };
+        s.frames = 0;
+        Guarded {
+            samples: std::mem::take(&mut s.kept),
+            taken: s.taken,
+            no_room: s.no_room,
+            lost: s.lost,
+        }
+    }
+
     pub fn finish(mut self) -> Guarded {
         self.reader.stop();
         let Ok(mut s) = self.state.lock() else {

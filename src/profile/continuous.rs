@@ -15,6 +15,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::{OpenObject, RingBuffer, RingBufferBuilder};
 
 use crate::attach::target::Target;
+use crate::bpfmeta::guarded::GuardedSampler;
 use crate::bpfmeta::sideband::SideBand;
 use crate::profile::maps::Snapshots;
 use crate::profile::session::{KernelLost, ProfileSession, RawStack, StackCache};
@@ -88,6 +89,16 @@ pub struct Profiler {
     /// name and source line after it is gone (None: could not start).
     sideband: Option<SideBand>,
     cpus: u32,
+    /// The second sampler: samples inside kprobe, tracepoint and
+    /// perf_event BPF programs, which the kernel's recursion guard keeps
+    /// from the sampling program. Started once such a program of another
+    /// tool is loaded.
+    guarded: Option<GuardedSampler>,
+    guarded_failed: bool,
+    /// Samples in guarded programs added to profiles, and those the second
+    /// sampler lost (kernel ring full, or no room).
+    pub bpf_samples: u64,
+    pub bpf_samples_lost: u64,
 }
 
 /// The clock for ticks, windows and requests: CLOCK_MONOTONIC, so
@@ -172,6 +183,10 @@ impl Profiler {
             samples: 0,
             sideband,
             cpus: n as u32,
+            guarded: None,
+            guarded_failed: false,
+            bpf_samples: 0,
+            bpf_samples_lost: 0,
         })
     }
 
@@ -211,7 +226,8 @@ impl Profiler {
         std::thread::sleep(GRACE);
         let end_ns = now_ns();
         self.cache.period += 1;
-        let stacks = self.session.drain(self.epoch, &mut self.cache)?;
+        let mut stacks = self.session.drain(self.epoch, &mut self.cache)?;
+        stacks.extend(self.guarded_stacks(&stacks));
         self.samples += stacks.iter().map(|s| s.count).sum::<u64>();
         // Processes seen for the first time in this tick whose
         // announcement raced the read: their mappings now.
@@ -231,6 +247,35 @@ impl Profiler {
                 .reclaim_stacks(&mut self.cache, STACK_KEEP_TICKS);
         }
         Ok(())
+    }
+
+    /// The second sampler's samples of the last second inside other tools'
+    /// guarded programs; starts it once such a program is loaded.
+    fn guarded_stacks(&mut self, seen: &[RawStack]) -> Vec<RawStack> {
+        let Some(sb) = &self.sideband else {
+            return Vec::new();
+        };
+        let own = crate::bpfmeta::info::own_prog_ids();
+        if self.guarded.is_none() && !self.guarded_failed {
+            if !sb.any_loaded(crate::profile::GUARDED_TYPES, &own) {
+                return Vec::new();
+            }
+            match GuardedSampler::start(self.cfg.hz) {
+                Ok(g) => self.guarded = Some(g),
+                Err(e) => {
+                    eprintln!("bpfscope: time in kprobe and tracepoint BPF programs will be missing: {e:#}");
+                    self.guarded_failed = true;
+                }
+            }
+        }
+        let Some(g) = &self.guarded else {
+            return Vec::new();
+        };
+        let got = g.drain();
+        self.bpf_samples_lost = got.lost + got.no_room;
+        let extra = crate::profile::guarded_stacks(got, &sb.programs(), &own, seen);
+        self.bpf_samples += extra.iter().map(|s| s.count).sum::<u64>();
+        extra
     }
 
     /// Drops the ticks that ended at or before `ns` (no window or request
@@ -399,6 +444,9 @@ impl Profiler {
     }
 
     pub fn stop(&mut self) {
+        if let Some(g) = self.guarded.take() {
+            let _ = g.finish();
+        }
         self.session.detach();
         if let Some(sb) = self.sideband.take() {
             sb.finish();

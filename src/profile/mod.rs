@@ -509,7 +509,7 @@ struct BlockedBpf {
 }
 
 /// Program types whose runs hold the recursion guard.
-const GUARDED_TYPES: &[&str] = &["kprobe", "tracepoint", "perf_event"];
+pub(crate) const GUARDED_TYPES: &[&str] = &["kprobe", "tracepoint", "perf_event"];
 
 impl BlockedBpf {
     /// None for off-CPU profiles (no samples to lose) and profiles of some
@@ -597,7 +597,12 @@ impl BlockedBpf {
 /// The second sampler's samples inside guarded programs (not bpfscope's
 /// own) or the kernel code that runs them, as stacks with kernel frames
 /// only, named by the process's comm.
-fn guarded_stacks(g: Guarded, progs: &[BpfProg], own: &[u32], seen: &[RawStack]) -> Vec<RawStack> {
+pub(crate) fn guarded_stacks(
+    g: Guarded,
+    progs: &[BpfProg],
+    own: &[u32],
+    seen: &[RawStack],
+) -> Vec<RawStack> {
     let guarded: Vec<&BpfProg> = progs
         .iter()
         .filter(|p| GUARDED_TYPES.contains(&p.prog_type.as_str()) && !own.contains(&p.id))

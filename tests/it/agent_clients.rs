@@ -536,3 +536,65 @@ fn syscall_metrics_share_one_raw_tracepoint() {
     agent.terminate();
     no_program_of(pid);
 }
+
+/// Another tool's classic tracepoint program keeps the sampling program
+/// from running while it runs: the agent's second sampler shows its time,
+/// as `profile` does.
+#[test]
+#[ignore = "needs root and BPF"]
+fn other_tools_bpf_programs_are_in_the_agents_profiles() {
+    require_root();
+    let _turn = bpf_stats_turn();
+    let agent = start_agent(&["--listen", "127.0.0.1:0", "--profile-hz", "499"]);
+    let Some(mut bt) = crate::bpfprof::start_bpftrace_write_count() else {
+        return;
+    };
+    // A write loop nobody here wrote: dd, one byte per write.
+    let mut dd = Command::new("dd")
+        .args(["if=/dev/zero", "of=/dev/null", "bs=1", "count=100000000"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The agent starts its second sampler within a second of the load.
+    std::thread::sleep(Duration::from_secs(2));
+    let (st, _, body) = agent.get(&format!("/debug/pprof/profile?seconds=3&pid={}", dd.id()));
+    let _ = dd.kill();
+    let _ = dd.wait();
+    let _ = Command::new("kill")
+        .args(["-INT", &bt.id().to_string()])
+        .status();
+    let _ = bt.wait();
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
+    let p = decode_pprof(&body);
+    let name = |loc: u64| -> Vec<String> {
+        p.location[loc as usize - 1]
+            .line
+            .iter()
+            .map(|l| p.string_table[p.function[l.function_id as usize - 1].name as usize].clone())
+            .collect()
+    };
+    let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
+    let in_prog: i64 = p
+        .sample
+        .iter()
+        .filter(|s| {
+            s.location_id.iter().any(|&l| {
+                name(l)
+                    .iter()
+                    .any(|n| n.starts_with("bpf_prog_") && n.contains("sys_enter_write"))
+            })
+        })
+        .map(|s| s.value[0])
+        .sum();
+    assert!(
+        in_prog * 50 >= total && in_prog > 0,
+        "{in_prog} of {total} samples of dd in bpftrace's program"
+    );
+    let n = agent
+        .metric("bpfscope_agent_samples_in_bpf_total", None)
+        .unwrap();
+    assert!(n >= in_prog as f64, "{n} counted, {in_prog} in the profile");
+    let pid = agent.run.pid();
+    agent.terminate();
+    no_program_of(pid);
+}

@@ -270,7 +270,7 @@ fn classic_tracepoint_program_time_is_taken_by_the_second_sampler() {
 
 /// bpftrace running a classic tracepoint program on write(2), attached;
 /// None (and SKIP said) without bpftrace.
-fn start_bpftrace_write_count() -> Option<std::process::Child> {
+pub fn start_bpftrace_write_count() -> Option<std::process::Child> {
     use std::io::{BufRead, BufReader};
     let Some(bpftrace) = ["/usr/bin/bpftrace", "/usr/local/bin/bpftrace"]
         .into_iter()
