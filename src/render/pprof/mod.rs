@@ -151,7 +151,9 @@ pub fn build(p: &Symbolized) -> Profile {
             }
         })
         .collect();
-    let (k_pid, k_comm) = (st.id("pid"), st.id("comm"));
+    // `comm` is the thread's name, as in perf, bpftrace and the tracing
+    // verbs' `--by comm`; `process` is the process's.
+    let (k_pid, k_comm, k_process) = (st.id("pid"), st.id("comm"), st.id("process"));
     let samples: Vec<Sample> = p
         .samples
         .iter()
@@ -170,6 +172,16 @@ pub fn build(p: &Symbolized) -> Profile {
                 },
                 Label {
                     key: k_comm,
+                    str: st.id(if s.thread.is_empty() {
+                        &s.comm
+                    } else {
+                        &s.thread
+                    }),
+                    num: 0,
+                    num_unit: 0,
+                },
+                Label {
+                    key: k_process,
                     str: st.id(&s.comm),
                     num: 0,
                     num_unit: 0,
@@ -325,7 +337,8 @@ mod tests {
         };
         assert_eq!(label("thread_name").as_deref(), Some("worker"));
         assert_eq!(label("container_id").as_deref(), Some("abc"));
-        assert_eq!(label("comm").as_deref(), Some("app"));
+        assert_eq!(label("comm").as_deref(), Some("worker"));
+        assert_eq!(label("process").as_deref(), Some("app"));
         let name = |i: usize| pb.string_table[pb.mapping[i].filename as usize].as_str();
         assert_eq!(
             (0..3).map(name).collect::<Vec<_>>(),
