@@ -587,6 +587,62 @@ mod tests {
         .is_ok());
     }
 
+    /// The keys a section accepts, as serde lists them when refusing an
+    /// unknown one.
+    fn accepted_keys(section: &str) -> Vec<String> {
+        let text = match section {
+            "" => "bogus_key = 1\n".to_string(),
+            "metric" => "[[metric]]\nspec = \"x\"\nbogus_key = 1\n".to_string(),
+            s => format!("[{s}]\nbogus_key = 1\n"),
+        };
+        let e = toml::from_str::<File>(&text).unwrap_err().to_string();
+        let list = e.split("expected").nth(1).unwrap_or_else(|| panic!("{e}"));
+        list.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn every_key_is_documented() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let example = std::fs::read_to_string(root.join("packaging/agent.toml")).unwrap();
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        for section in [
+            "", "profile", "storage", "push", "metrics", "http", "metric",
+        ] {
+            let keys = accepted_keys(section);
+            assert!(!keys.is_empty(), "{section}");
+            for k in keys {
+                // Kept only so that old files load (said to have no effect).
+                if section == "http" && (k == "workers" || k == "queue") {
+                    continue;
+                }
+                let sections = ["profile", "storage", "push", "metrics", "http", "metric"];
+                if section.is_empty() && sections.contains(&k.as_str()) {
+                    continue;
+                }
+                assert!(
+                    example.lines().any(|l| l
+                        .trim_start_matches(['#', ' '])
+                        .starts_with(&format!("{k} ="))),
+                    "packaging/agent.toml does not show {section}.{k}"
+                );
+                let dotted = if section.is_empty() || section == "metric" {
+                    format!("`{k}`")
+                } else {
+                    format!("`{section}.{k}`")
+                };
+                assert!(
+                    readme.contains(&dotted)
+                        || (section == "metric" && readme.contains("`[[metric]]` `name`")),
+                    "README does not name {dotted}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_packaged_example_is_valid() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/agent.toml");

@@ -99,6 +99,8 @@ pub struct Profiler {
     /// sampler lost (kernel ring full, or no room).
     pub bpf_samples: u64,
     pub bpf_samples_lost: u64,
+    /// Unwind table bytes when memory was last given back.
+    trimmed_at_bytes: u64,
 }
 
 /// The clock for ticks, windows and requests: CLOCK_MONOTONIC, so
@@ -168,6 +170,9 @@ impl Profiler {
             session.build(pid);
         }
         eprintln!("Profiling {n} CPUs at {} Hz", cfg.hz);
+        // Compiling the tables of every running process's files took
+        // memory that glibc would otherwise keep.
+        give_back_memory();
         Ok(Profiler {
             cfg: cfg.clone(),
             sampling,
@@ -187,6 +192,7 @@ impl Profiler {
             guarded_failed: false,
             bpf_samples: 0,
             bpf_samples_lost: 0,
+            trimmed_at_bytes: 0,
         })
     }
 
@@ -242,6 +248,14 @@ impl Profiler {
             stacks,
         });
         self.tick_start_ns = end_ns;
+        // New files' tables were compiled this second: what that took goes
+        // back to the system (a large library's compile takes tens of MiB
+        // for a moment).
+        let bytes = self.session.tables.used_bytes();
+        if bytes != self.trimmed_at_bytes {
+            self.trimmed_at_bytes = bytes;
+            give_back_memory();
+        }
         if self.cache.period % RECLAIM_TICKS == 0 {
             self.session
                 .reclaim_stacks(&mut self.cache, STACK_KEEP_TICKS);
