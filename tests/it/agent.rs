@@ -757,6 +757,28 @@ fn windows_are_pushed_with_labels_and_a_dead_store_costs_nothing() {
     }
     froms.dedup();
     assert_eq!(froms.len(), got.len(), "each window once: {froms:?}");
+    // Consecutive windows meet without overlapping.
+    let spans: Vec<(u64, u64)> = got
+        .iter()
+        .map(|(t, _, _)| {
+            (
+                query_param(t, "from").unwrap().parse().unwrap(),
+                query_param(t, "until").unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
+    for w in spans.windows(2) {
+        assert!(w[0].1 <= w[1].0, "windows overlap: {spans:?}");
+    }
+    for (_, head, _) in &got {
+        assert!(
+            head.to_ascii_lowercase().contains(&format!(
+                "user-agent: bpfscope/{}",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{head}"
+        );
+    }
     // The store goes away: windows keep closing, requests keep being
     // answered at once, and what cannot be pushed is counted as dropped.
     ingest.up.store(false, std::sync::atomic::Ordering::SeqCst);
