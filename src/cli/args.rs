@@ -54,6 +54,12 @@ pub enum Command {
         /// Shell to generate completions for
         shell: clap_complete::Shell,
     },
+    /// Write a man page per subcommand (bpfscope.1, bpfscope-count.1, ...) into DIR
+    #[command(hide = true)]
+    Manpages {
+        /// Directory to write the pages into (created if missing)
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
