@@ -49,6 +49,8 @@ pub enum Command {
         #[command(subcommand)]
         command: BpfCommand,
     },
+    /// Check this machine: which features work here, and why the others do not
+    Doctor(DoctorArgs),
     /// Print shell completions
     Completions {
         /// Shell to generate completions for
@@ -60,6 +62,17 @@ pub enum Command {
         /// Directory to write the pages into (created if missing)
         dir: PathBuf,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// One JSON object per line: the machine, then a check per feature
+    #[arg(long)]
+    pub json: bool,
+
+    /// Only the checks that ask the kernel; no trial count and profile
+    #[arg(long)]
+    pub quick: bool,
 }
 
 #[derive(Debug, Args)]

@@ -85,6 +85,7 @@ pub enum Settings {
     Bpf(BpfSettings),
     Completions(clap_complete::Shell),
     Manpages(PathBuf),
+    Doctor { json: bool, quick: bool },
     Profile(Box<profile::ProfileSettings>),
     Record(Box<profile::RecordSettings>),
     Report(Box<profile::ReportSettings>),
@@ -154,6 +155,10 @@ impl Settings {
             Command::Run(a) => Settings::Run(Box::new(run_settings(a)?)),
             Command::Completions { shell } => Settings::Completions(shell),
             Command::Manpages { dir } => Settings::Manpages(dir),
+            Command::Doctor(a) => Settings::Doctor {
+                json: a.json,
+                quick: a.quick,
+            },
             Command::Profile(a) => Settings::Profile(Box::new(profile::ProfileSettings {
                 output: a
                     .output

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod bpf;
+pub mod doctor;
 pub mod list;
 pub mod profile;
 pub mod run;
@@ -46,6 +47,7 @@ pub fn run(settings: Settings) -> Result<()> {
             Ok(())
         }
         Settings::Manpages(dir) => manpages(&dir),
+        Settings::Doctor { json, quick } => doctor::run(json, quick),
     }
 }
 

@@ -27,6 +27,7 @@ mod common;
 mod agent;
 mod bpf;
 mod bpfprof;
+mod doctor;
 mod faults;
 mod kfunc;
 mod parsers;
