@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::common::*;
 
 fn tmp(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+    tmp_dir().join(name)
 }
 
 /// The files the tracing object is compiled from, by name: trace.bpf.c and

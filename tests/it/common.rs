@@ -67,12 +67,27 @@ pub fn release_tag() -> String {
         .collect()
 }
 
+/// The tests' directory in the target directory: cargo's
+/// CARGO_TARGET_TMPDIR, which is the same for every target, and under it
+/// one per architecture other than x86_64, so that the workloads an arm64
+/// build compiles do not replace the x86_64 ones beside them.
+pub fn tmp_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    if cfg!(target_arch = "x86_64") {
+        d.to_path_buf()
+    } else {
+        let d = d.join(std::env::consts::ARCH);
+        let _ = std::fs::create_dir_all(&d);
+        d
+    }
+}
+
 /// A fresh, empty directory for one test or case, in the target directory.
 /// Guests booted at once share that directory (tests/guest/run-tests) and
 /// run the same tests at the same time: the kernel release in the name
 /// keeps their runs apart.
 pub fn scratch_dir(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", release_tag()));
+    let d = tmp_dir().join(format!("{name}-{}", release_tag()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -93,7 +108,7 @@ pub fn workload_with(name: &str, flags: &[&str]) -> PathBuf {
         .map(|f| f.replace(|c: char| !c.is_ascii_alphanumeric(), ""))
         .collect::<Vec<_>>()
         .join("_");
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(if tag.is_empty() {
+    let out = tmp_dir().join(if tag.is_empty() {
         name.to_string()
     } else {
         format!("{name}-{tag}")

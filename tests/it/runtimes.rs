@@ -443,7 +443,7 @@ fn go_split() -> Option<PathBuf> {
         return None;
     };
     assert!(v.status.success());
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let tmp = &tmp_dir();
     let out = tmp.join(format!("gosplit-stripped-{}", std::process::id()));
     let st = std::process::Command::new("go")
         .args(["build", "-ldflags=-s -w", "-o"])

@@ -296,7 +296,7 @@ fn on_block_device(p: &Path) -> bool {
 #[ignore = "needs root and BPF"]
 fn block_io_latency_matched_on_dev_and_sector() {
     require_root();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = &tmp_dir();
     if !on_block_device(dir) {
         skip(&format!("{} is not on a block device", dir.display()));
         return;
