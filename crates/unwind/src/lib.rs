@@ -188,8 +188,12 @@ pub struct Stats {
     pub debug_frame_shadowed: usize,
     /// Rows starting inside another FDE's range.
     pub overlaps: usize,
-    /// .plt.sec/.plt.got stubs without an FDE, given CFA = RSP + 8.
+    /// .plt.sec/.plt.got stubs without an FDE, given CFA = RSP + 8 (on
+    /// AArch64: .plt, the return address in x30).
     pub synthesized_plt: usize,
+    /// AArch64's vDSO signal trampoline, described although the vDSO has
+    /// no CFI (Debian's arm64 kernels build it without .eh_frame).
+    pub synthesized_sigreturn: usize,
     /// Rows of Go functions, from their stack-pointer deltas (.gopclntab).
     pub go_rows: usize,
     /// CFI rows (address ranges with one rule) of the FDEs compiled.
@@ -332,7 +336,11 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         _ => None,
     };
     let go = go_rows(&elf, data, arch);
-    if eh.is_none() && debug.is_none() && go.is_empty() {
+    let tramp = match arch {
+        Arch::Aarch64 => sigreturn(&elf),
+        Arch::X86_64 => None,
+    };
+    if eh.is_none() && debug.is_none() && go.is_empty() && tramp.is_none() {
         return Err(UnwindError::NoUnwindInfo {
             path: path.to_owned(),
         });
@@ -458,6 +466,24 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         }
     }
 
+    // The kernel's AArch64 signal trampoline, `__kernel_rt_sigreturn` in
+    // the vDSO, and the `nop` before it (a return address minus 1 lands
+    // there), where the vDSO was built without CFI.
+    if let Some((start, end)) = tramp {
+        {
+            if start < end && !covered.meets(start, end) {
+                stats.synthesized_sigreturn += 1;
+                rows.push(Row {
+                    start,
+                    end,
+                    rule: Rule::sigcontext(true),
+                    unsupported: None,
+                    rbp_dropped: false,
+                });
+            }
+        }
+    }
+
     let (base, entries, stats) =
         table::build(rows, stats, arch).map_err(|(low, high)| UnwindError::AddressSpan {
             path: path.to_owned(),
@@ -562,6 +588,20 @@ fn go_rows<'a, R: ReadRef<'a>>(
             })
         })
         .collect()
+}
+
+/// The range of AArch64's vDSO signal trampoline, from the `nop` before
+/// `__kernel_rt_sigreturn` to its end, if the file has that symbol.
+fn sigreturn<'a, R: ReadRef<'a>>(elf: &ElfFile64<'a, Endianness, R>) -> Option<(u64, u64)> {
+    use object::ObjectSymbol;
+    let sym = elf
+        .dynamic_symbols()
+        .chain(elf.symbols())
+        .find(|s| s.name() == Ok("__kernel_rt_sigreturn"))?;
+    Some((
+        sym.address().checked_sub(4)?,
+        sym.address() + sym.size().max(8),
+    ))
 }
 
 /// Address ranges, for "does [s, e) meet any of them".

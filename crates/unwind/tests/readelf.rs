@@ -1425,3 +1425,31 @@ fn aarch64_code_matches_readelf() {
         "{rules:?}"
     );
 }
+
+/// A vDSO built without CFI (Debian's arm64 kernels): its signal
+/// trampoline still gets the signal frame's rule, from its symbol.
+#[test]
+fn aarch64_vdso_without_cfi_has_its_signal_trampoline() {
+    if !have(A64_GCC) {
+        eprintln!("SKIP {A64_GCC} not installed (scripts/install-deps)");
+        return;
+    }
+    let dir = TempDir::new("a64vdso");
+    let so = cc(
+        A64_GCC,
+        &dir.0,
+        "vdso.so",
+        &[(
+            "vdso.S",
+            "\t.text\n\tnop\n\t.globl __kernel_rt_sigreturn\n\t.type __kernel_rt_sigreturn, %function\n__kernel_rt_sigreturn:\n\tmov x8, #139\n\tsvc #0\n\t.size __kernel_rt_sigreturn, 8\n",
+        )],
+        &["-shared", "-nostdlib", "-Wl,--hash-style=both"],
+    );
+    let t = compile(&so).unwrap_or_else(|e| panic!("{e}"));
+    let (sym, _) = symbols(&so)["__kernel_rt_sigreturn"];
+    assert_eq!(t.stats().synthesized_sigreturn, 1);
+    for a in [sym - 4, sym, sym + 4] {
+        assert_eq!(t.lookup(a), Some(Rule::sigcontext(true)), "{a:#x}");
+    }
+    assert_eq!(t.lookup(sym + 8), None);
+}
