@@ -1,6 +1,9 @@
 //! Builds the BPF objects into skeletons (libbpf-cargo) and the syscall
-//! number table the raw_tp syscall path dispatches on.
+//! number table the raw_tp syscall path dispatches on, for the target's
+//! architecture (x86_64 or aarch64; libbpf-cargo passes clang
+//! `-D__TARGET_ARCH_x86` or `_arm64` from cargo's target).
 
+use std::collections::HashMap;
 use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -15,6 +18,14 @@ fn main() {
     let clang = find_clang();
     println!("cargo:rerun-if-env-changed=BPF_CLANG");
     println!("cargo:rerun-if-changed=src/bpf");
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets the target architecture");
+    let multiarch = match arch.as_str() {
+        "x86_64" => "x86_64-linux-gnu",
+        "aarch64" => "aarch64-linux-gnu",
+        other => panic!("bpfscope builds for x86_64 and aarch64, not {other}"),
+    };
+    let uapi = uapi_dir(multiarch);
+    let uapi_arg = format!("-I{}", uapi.display());
 
     for name in OBJECTS {
         let src = format!("src/bpf/{name}.bpf.c");
@@ -22,8 +33,8 @@ fn main() {
             .source(&src)
             .clang(&clang)
             .clang_args([
-                // Debian keeps asm/ headers under the multiarch directory.
-                "-I/usr/include/x86_64-linux-gnu",
+                // The target's asm/ headers (pt_regs, syscall numbers).
+                uapi_arg.as_str(),
                 "-Isrc/bpf",
                 "-Wall",
                 "-Wno-unused-function",
@@ -33,7 +44,29 @@ fn main() {
             .unwrap_or_else(|e| panic!("building {src} with {}: {e:#}", clang.display()));
     }
 
-    write_syscall_table(&out);
+    write_syscall_table(&out, &clang, &uapi, multiarch);
+}
+
+/// The directory holding the target architecture's `asm/` uapi headers:
+/// Debian's multiarch directory (linux-libc-dev), or, cross-building, the
+/// cross toolchain's (linux-libc-dev-arm64-cross) or `$BPF_SYSROOT`'s.
+fn uapi_dir(multiarch: &str) -> PathBuf {
+    println!("cargo:rerun-if-env-changed=BPF_SYSROOT");
+    let mut dirs = Vec::new();
+    if let Some(root) = env::var_os("BPF_SYSROOT") {
+        dirs.push(Path::new(&root).join("usr/include").join(multiarch));
+    }
+    dirs.push(Path::new("/usr/include").join(multiarch));
+    dirs.push(Path::new("/usr").join(multiarch).join("include"));
+    dirs.iter()
+        .find(|d| d.join("asm/unistd.h").exists())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "no asm/unistd.h for {multiarch} in {dirs:?}: install linux-libc-dev \
+                 (cross-building: linux-libc-dev-arm64-cross, with gcc-aarch64-linux-gnu)"
+            )
+        })
 }
 
 /// The clang that compiles BPF: $BPF_CLANG, else the newest versioned clang, else `clang`.
@@ -50,24 +83,66 @@ fn find_clang() -> PathBuf {
     PathBuf::from("clang")
 }
 
-/// x86_64 syscall names and numbers from the system's uapi header, as a
-/// sorted Rust table. Syscalls newer than the header are traced through
-/// their classic tracepoints instead of the raw_tp fast path.
-fn write_syscall_table(out: &Path) {
-    let header = "/usr/include/x86_64-linux-gnu/asm/unistd_64.h";
-    println!("cargo:rerun-if-changed={header}");
-    let text = fs::read_to_string(header)
-        .unwrap_or_else(|e| panic!("reading {header} (install linux-libc-dev): {e}"));
-    let mut table: Vec<(String, u32)> = text
+/// The target's syscall names and numbers, as a sorted Rust table: the
+/// `__NR_*` macros of its uapi `asm/unistd.h` as the preprocessor leaves
+/// them (arm64's come from asm-generic/unistd.h, some through aliases such
+/// as `__NR_fcntl` -> `__NR3264_fcntl`). Syscalls newer than the headers
+/// are traced through their classic tracepoints instead of the raw_tp fast
+/// path.
+fn write_syscall_table(out: &Path, clang: &Path, uapi: &Path, multiarch: &str) {
+    let header = uapi.join("asm/unistd.h");
+    println!("cargo:rerun-if-changed={}", header.display());
+    let target = format!("--target={multiarch}");
+    let dm = std::process::Command::new(clang)
+        .args(["-E", "-dM", "-x", "c", "-nostdinc", &target])
+        .arg(format!("-I{}", uapi.display()))
+        // linux/ and asm-generic/ headers, shared by every architecture.
+        .arg("-I/usr/include")
+        .arg(&header)
+        .output()
+        .unwrap_or_else(|e| panic!("running {} -E -dM: {e}", clang.display()));
+    assert!(
+        dm.status.success(),
+        "preprocessing {}: {}",
+        header.display(),
+        String::from_utf8_lossy(&dm.stderr)
+    );
+    let text = String::from_utf8_lossy(&dm.stdout).into_owned();
+    let macros: HashMap<&str, &str> = text
         .lines()
         .filter_map(|l| {
-            let mut it = l.split_whitespace();
+            let mut it = l.splitn(3, ' ');
             (it.next()? == "#define").then_some(())?;
-            let name = it.next()?.strip_prefix("__NR_")?;
-            let nr = it.next()?.parse().ok()?;
-            Some((name.to_string(), nr))
+            Some((it.next()?, it.next()?.trim()))
         })
         .collect();
+    // A value, or the name of a macro whose value it is.
+    fn resolve<'a>(macros: &HashMap<&'a str, &'a str>, mut v: &'a str) -> Option<u32> {
+        for _ in 0..8 {
+            if let Ok(n) = v.parse() {
+                return Some(n);
+            }
+            v = macros.get(v)?;
+        }
+        None
+    }
+    let mut table: Vec<(String, u32)> = macros
+        .iter()
+        .filter_map(|(name, value)| {
+            let name = name.strip_prefix("__NR_")?;
+            // The generic table's count and placeholder, not syscalls.
+            if matches!(name, "syscalls" | "arch_specific_syscall") {
+                return None;
+            }
+            Some((name.to_string(), resolve(&macros, value)?))
+        })
+        .collect();
+    assert!(
+        table.iter().any(|(n, _)| n == "write") && table.len() > 250,
+        "{}: the syscall table came out with {} entries",
+        header.display(),
+        table.len()
+    );
     table.sort();
     let mut rs = String::from(
         "/// (name, number), sorted by name.\npub static SYSCALLS: &[(&str, u32)] = &[\n",

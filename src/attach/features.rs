@@ -195,7 +195,10 @@ fn with_lockdown(reason: String) -> String {
 }
 
 /// Asks the kernel whether programs of this type may call this helper.
-fn helper_supported(prog_type: libbpf_sys::bpf_prog_type, helper: libbpf_sys::bpf_func_id) -> bool {
+pub fn helper_supported(
+    prog_type: libbpf_sys::bpf_prog_type,
+    helper: libbpf_sys::bpf_func_id,
+) -> bool {
     // SAFETY: libbpf_probe_bpf_helper only reads its arguments; opts may be null.
     let rc = unsafe { libbpf_sys::libbpf_probe_bpf_helper(prog_type, helper, std::ptr::null()) };
     rc == 1

@@ -49,11 +49,30 @@ pub enum Command {
         #[command(subcommand)]
         command: BpfCommand,
     },
+    /// Check this machine: which features work here, and why the others do not
+    Doctor(DoctorArgs),
     /// Print shell completions
     Completions {
         /// Shell to generate completions for
         shell: clap_complete::Shell,
     },
+    /// Write a man page per subcommand (bpfscope.1, bpfscope-count.1, ...) into DIR
+    #[command(hide = true)]
+    Manpages {
+        /// Directory to write the pages into (created if missing)
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// One JSON object per line: the machine, then a check per feature
+    #[arg(long)]
+    pub json: bool,
+
+    /// Only the checks that ask the kernel; no trial count and profile
+    #[arg(long)]
+    pub quick: bool,
 }
 
 #[derive(Debug, Args)]

@@ -84,6 +84,8 @@ pub enum Settings {
     List(ListSettings),
     Bpf(BpfSettings),
     Completions(clap_complete::Shell),
+    Manpages(PathBuf),
+    Doctor { json: bool, quick: bool },
     Profile(Box<profile::ProfileSettings>),
     Record(Box<profile::RecordSettings>),
     Report(Box<profile::ReportSettings>),
@@ -152,6 +154,11 @@ impl Settings {
             Command::Bpf { command } => Settings::Bpf(bpf_settings(command)?),
             Command::Run(a) => Settings::Run(Box::new(run_settings(a)?)),
             Command::Completions { shell } => Settings::Completions(shell),
+            Command::Manpages { dir } => Settings::Manpages(dir),
+            Command::Doctor(a) => Settings::Doctor {
+                json: a.json,
+                quick: a.quick,
+            },
             Command::Profile(a) => Settings::Profile(Box::new(profile::ProfileSettings {
                 output: a
                     .output

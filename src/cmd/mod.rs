@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod bpf;
+pub mod doctor;
 pub mod list;
 pub mod profile;
 pub mod run;
@@ -18,7 +19,11 @@ pub fn run(settings: Settings) -> Result<()> {
     // the first one ends them at once.
     if matches!(
         settings,
-        Settings::List(_) | Settings::Report(_) | Settings::Symbolize(_) | Settings::Completions(_)
+        Settings::List(_)
+            | Settings::Report(_)
+            | Settings::Symbolize(_)
+            | Settings::Completions(_)
+            | Settings::Manpages(_)
     ) {
         bpfscope_sys::signals::die_on_next();
     }
@@ -41,5 +46,17 @@ pub fn run(settings: Settings) -> Result<()> {
             );
             Ok(())
         }
+        Settings::Manpages(dir) => manpages(&dir),
+        Settings::Doctor { json, quick } => doctor::run(json, quick),
     }
+}
+
+/// `bpfscope.1` and one page per (non-hidden) subcommand, `bpfscope-bpf-top.1`
+/// included, from the same clap definitions as `--help`.
+fn manpages(dir: &std::path::Path) -> Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating {}: choose a writable directory", dir.display()))?;
+    clap_mangen::generate_to(Cli::command(), dir)
+        .with_context(|| format!("writing man pages into {}", dir.display()))
 }

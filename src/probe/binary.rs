@@ -34,14 +34,8 @@ fn library_dirs() -> Vec<PathBuf> {
             }
         }
     }
-    for d in [
-        "/lib/x86_64-linux-gnu",
-        "/usr/lib/x86_64-linux-gnu",
-        "/lib64",
-        "/usr/lib64",
-        "/lib",
-        "/usr/lib",
-    ] {
+    let [lib, usr_lib] = bpfscope_sys::arch::LIB_DIRS;
+    for d in [lib, usr_lib, "/lib64", "/usr/lib64", "/lib", "/usr/lib"] {
         dirs.push(PathBuf::from(d));
     }
     dirs
@@ -69,18 +63,19 @@ fn expand_include(pattern: &str) -> Vec<PathBuf> {
     out
 }
 
-/// True for 64-bit x86-64 ELF files: the loader skips other classes (e.g. /usr/lib32).
+/// True for 64-bit ELF files of this architecture: the loader skips other
+/// classes (e.g. /usr/lib32).
 fn is_native_elf(p: &Path) -> bool {
     use std::io::Read;
     let mut h = [0u8; 20];
     let ok = fs::File::open(p)
         .and_then(|mut f| f.read_exact(&mut h))
         .is_ok();
-    // EI_CLASS 2 = 64-bit, EI_DATA 1 = little endian, e_machine 62 = x86-64.
+    // EI_CLASS 2 = 64-bit, EI_DATA 1 = little endian, then e_machine.
     ok && &h[..4] == b"\x7fELF"
         && h[4] == 2
         && h[5] == 1
-        && u16::from_le_bytes([h[18], h[19]]) == 62
+        && u16::from_le_bytes([h[18], h[19]]) == bpfscope_sys::arch::ELF_MACHINE
 }
 
 /// `lib{name}.so.N` beats `lib{name}.so` (a development symlink) and the shortest version wins.

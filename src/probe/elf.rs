@@ -211,8 +211,24 @@ fn parse_stapsdt(
         name,
         file_offset: file_offset(segments, pc)?,
         semaphore: (sema != 0).then(|| file_offset(segments, sema)).flatten(),
-        args: args.split_whitespace().filter_map(parse_usdt_arg).collect(),
+        args: usdt_arg_specs(&args).filter_map(parse_usdt_arg).collect(),
     })
+}
+
+/// The argument specs of a USDT note, separated by spaces: x86-64's
+/// `-4@-20(%rbp)`, or AArch64's `-4@[sp, 12]`, whose memory operands hold
+/// a space of their own.
+fn usdt_arg_specs(args: &str) -> impl Iterator<Item = &str> {
+    let mut depth = 0u32;
+    args.split(move |c: char| {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        c.is_ascii_whitespace() && depth == 0
+    })
+    .filter(|s| !s.is_empty())
 }
 
 /// `[-]SIZE@LOCATION`; a negative size means signed.
@@ -284,8 +300,25 @@ pub fn read_code(path: &Path, file_offset: u64, len: u64) -> Result<Vec<u8>, Err
     Ok(buf)
 }
 
+/// Decodes code from a function's entry, instruction by instruction, until
+/// the bytes end. AArch64's instructions are 4 bytes each, always: where
+/// one starts is all a uprobe needs to know (the mnemonic is left out).
+#[cfg(target_arch = "aarch64")]
+pub fn decode(code: &[u8]) -> Vec<Insn> {
+    code.chunks_exact(4)
+        .enumerate()
+        .map(|(i, b)| Insn {
+            offset: 4 * i as u64,
+            len: 4,
+            mnemonic: "instruction".to_string(),
+            bytes: b.to_vec(),
+        })
+        .collect()
+}
+
 /// Decodes x86-64 code from a function's entry, instruction by instruction,
 /// until the bytes end or stop being valid code (data after a jump table).
+#[cfg(not(target_arch = "aarch64"))]
 pub fn decode(code: &[u8]) -> Vec<Insn> {
     use iced_x86::{Decoder, DecoderOptions};
     let mut d = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
@@ -347,12 +380,22 @@ pub fn insns_at(path: &Path, offsets: &[u64]) -> Vec<Option<Insn>> {
 /// `vpcmpeqb` (VEX 0x74, "je") is "emulated" as a jump: never executed,
 /// and the probed program goes on with stale registers (memset and strchr
 /// of the C library on AVX-512 machines return garbage, in every process).
+#[cfg(not(target_arch = "aarch64"))]
 fn kernel_takes_for_branch(op: u8) -> bool {
     matches!(op, 0x70..=0x7f | 0x90 | 0xe8 | 0xe9 | 0xeb)
 }
 
 /// Why a uprobe must not go on this instruction although the kernel
+/// accepts it, if so (x86-64's uprobes only: arm64's single-step or
+/// simulate every instruction they accept).
+#[cfg(target_arch = "aarch64")]
+pub fn misemulated(_: &Insn) -> Option<String> {
+    None
+}
+
+/// Why a uprobe must not go on this instruction although the kernel
 /// accepts it, if so.
+#[cfg(not(target_arch = "aarch64"))]
 pub fn misemulated(i: &Insn) -> Option<String> {
     let b = &i.bytes;
     let mut p = 0;
@@ -415,7 +458,7 @@ pub fn check_offset(path: &Path, file_offset: u64, size: u64, offset: u64) -> Re
             i.offset + i.len
         )),
         None => Err(format!(
-            "offset {offset:#x} is not an instruction boundary the decoder reaches (the code there is not valid x86-64)"
+            "offset {offset:#x} is not an instruction boundary the decoder reaches (the code there is not valid machine code)"
         )),
     }
 }
@@ -441,9 +484,33 @@ mod tests {
             })
         );
         assert_eq!(parse_usdt_arg("garbage"), None);
+        // AArch64's operands: registers, memory with a space inside, constants.
+        let a64: Vec<&str> =
+            super::usdt_arg_specs("-4@x0 8@[sp, 16]  -8@[x19, -8] 4@[x1] 8@x2 -4@5").collect();
+        assert_eq!(
+            a64,
+            [
+                "-4@x0",
+                "8@[sp, 16]",
+                "-8@[x19, -8]",
+                "4@[x1]",
+                "8@x2",
+                "-4@5"
+            ]
+        );
+        let parsed: Vec<UsdtArg> = a64.into_iter().filter_map(parse_usdt_arg).collect();
+        assert_eq!(parsed.len(), 6);
+        assert_eq!(
+            parsed[1],
+            UsdtArg {
+                size: 8,
+                signed: false
+            }
+        );
     }
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn decodes_instruction_boundaries() {
         // push %rbp; mov %rsp,%rbp; vpxor %xmm0,%xmm0,%xmm0; ret
         let code = [0x55, 0x48, 0x89, 0xe5, 0xc5, 0xf9, 0xef, 0xc0, 0xc3];
@@ -453,6 +520,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn vex_opcodes_the_kernel_takes_for_jumps() {
         let first = |b: &[u8]| decode(b).into_iter().next().unwrap();
         // vpbroadcastb %esi,%ymm16 (EVEX 0x7a), vpcmpeqb (VEX 0x74), vpor (0xeb): refused.
@@ -476,7 +544,8 @@ mod tests {
 
     #[test]
     fn reads_libc_functions() {
-        let Ok(info) = read(Path::new("/lib/x86_64-linux-gnu/libc.so.6")) else {
+        let libc = Path::new(bpfscope_sys::arch::LIB_DIRS[0]).join("libc.so.6");
+        let Ok(info) = read(&libc) else {
             return;
         };
         let strlen = info.funcs.iter().find(|f| f.name == "strlen");

@@ -13,9 +13,10 @@ const ALIASES: &[(&str, &str)] = &[
     ("umount", "umount2"),
 ];
 
-/// x86_64 syscalls newer than the uapi headers bpfscope may be built
-/// against (Debian 12's are Linux 6.1's). x86_64 numbers are ABI: they are
-/// only ever appended, so a running kernel's new syscalls can be known
+/// Syscalls newer than the uapi headers bpfscope may be built against
+/// (Debian 12's are Linux 6.1's). Syscall numbers are ABI: they are only
+/// ever appended, and since Linux 5.1 a new syscall has the same number on
+/// every architecture, so a running kernel's new syscalls can be known
 /// here. Without a number a syscall event takes a classic tracepoint link,
 /// which costs more per event and ~100 ms to detach (44 of them made
 /// `count 'tracepoint:*:*'` take seconds to end).
@@ -39,11 +40,14 @@ const NEWER: &[(&str, u32)] = &[
     ("open_tree_attr", 467),
     ("file_getattr", 468),
     ("file_setattr", 469),
+    // x86_64's own.
+    #[cfg(target_arch = "x86_64")]
     ("uretprobe", 335),
+    #[cfg(target_arch = "x86_64")]
     ("uprobe", 336),
 ];
 
-/// The x86_64 number of the syscall a `sys_enter_NAME` event traces.
+/// The number of the syscall a `sys_enter_NAME` event traces.
 pub fn number(event_name: &str) -> Option<u32> {
     let name = ALIASES
         .iter()
@@ -93,6 +97,21 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(target_arch = "aarch64")]
+    fn numbers() {
+        // asm-generic's table, through its aliases (__NR_fcntl -> __NR3264_fcntl).
+        assert_eq!(number("read"), Some(63));
+        assert_eq!(number("write"), Some(64));
+        assert_eq!(number("openat"), Some(56));
+        assert_eq!(number("fcntl"), Some(25));
+        assert_eq!(number("newfstat"), Some(80));
+        assert_eq!(number("open"), None);
+        assert_eq!(number("futex_wait"), Some(455));
+        assert_eq!(number("uprobe"), None);
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
     fn numbers() {
         assert_eq!(number("read"), Some(0));
         assert_eq!(number("write"), Some(1));

@@ -538,7 +538,8 @@ impl StackCache {
     }
 }
 
-fn c_string(b: &[std::ffi::c_char]) -> String {
+/// The skeleton types carry C `char` arrays as i8 on every target.
+fn c_string(b: &[i8]) -> String {
     let bytes: Vec<u8> = b.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }

@@ -472,12 +472,8 @@ fn own_libraries(exe: &Path) -> Vec<std::path::PathBuf> {
         .flat_map(|p| p.split(':').map(str::to_string).collect::<Vec<_>>())
         .map(|d| std::path::PathBuf::from(d.replace("$ORIGIN", &origin.to_string_lossy())))
         .collect();
-    let system = [
-        "/lib/x86_64-linux-gnu",
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib",
-        "/lib",
-    ];
+    let [lib, usr_lib] = bpfscope_sys::arch::LIB_DIRS;
+    let system = [lib, usr_lib, "/usr/lib", "/lib"];
     needed
         .iter()
         .filter_map(|n| {

@@ -562,7 +562,10 @@ fn go_pprof_fetches_a_labelled_profile() {
         .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
         .sum();
     // 3 s of one busy CPU at 199 Hz: ~597 samples.
-    assert!((450..=650).contains(&samples), "{samples} samples");
+    assert!(
+        (min_samples(450)..=650).contains(&samples),
+        "{samples} samples"
+    );
     // Bad parameters: 400 with one line, which pprof shows.
     let (st, head, body) = agent.get("/debug/pprof/profile?seconds=abc");
     assert_eq!(st, 400);
@@ -756,7 +759,10 @@ fn windows_are_pushed_with_labels_and_a_dead_store_costs_nothing() {
             "every sample names its thread"
         );
         // ~2 s of one busy CPU at 99 Hz.
-        assert!(ours > 50, "{ours} samples of the workload in a window");
+        assert!(
+            ours > min_samples(50) as i64,
+            "{ours} samples of the workload in a window"
+        );
     }
     froms.dedup();
     assert_eq!(froms.len(), got.len(), "each window once: {froms:?}");
@@ -1073,7 +1079,7 @@ fn a_scrape_storm_is_bounded_and_the_profile_unaffected() {
     assert_eq!(st, 200);
     let ours = samples_of(&decode_pprof(&body), "agstorm");
     assert!(
-        (250..=650).contains(&ours),
+        (min_samples(250) as i64..=650).contains(&ours),
         "{ours} samples of the workload in 6 s"
     );
     let _ = wl.kill();
@@ -1370,6 +1376,9 @@ fn series_that_stop_changing_expire() {
 #[ignore = "needs root and BPF"]
 fn python_frames_reach_the_agents_pprof() {
     require_root();
+    if !unwinds_here() {
+        return;
+    }
     let Some(py) = ["/usr/bin/python3.11", "/usr/bin/python3"]
         .into_iter()
         .find(|p| Path::new(p).exists())

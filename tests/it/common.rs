@@ -57,6 +57,77 @@ pub fn bpf_stats_turn() -> std::sync::MutexGuard<'static, ()> {
     BPF_STATS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Whether this run is inside an emulated guest (tests/guest/run-tests
+/// sets BPFSCOPE_TEST_EMULATED=1): a CPU there runs several times slower
+/// than this machine's, so a workload sampled for a fixed time gets fewer
+/// samples, and programs take longer to start.
+pub fn emulated() -> bool {
+    std::env::var_os("BPFSCOPE_TEST_EMULATED").is_some_and(|v| v == "1")
+}
+
+/// The fewest samples a test wants of a workload sampled for a fixed
+/// time: `n`, or a third of it under emulation (still enough for the
+/// shares the tests check, to a percent or two).
+pub fn min_samples(n: u64) -> u64 {
+    if emulated() {
+        n / 3
+    } else {
+        n
+    }
+}
+
+/// A share of a workload's samples a test expects (`host`, say 0.95), on
+/// this machine; under emulation four times the remainder is allowed
+/// (0.95 becomes 0.80), never less than half of `host`: there, a CPU takes
+/// interrupts only between translated blocks and the kernel's own work
+/// (timers, faults) and programs' start-up take a larger part of the time.
+pub fn share(host: f64) -> f64 {
+    if emulated() {
+        (1.0 - 4.0 * (1.0 - host)).max(host / 2.0)
+    } else {
+        host
+    }
+}
+
+/// Says SKIP and returns true under emulation, for a test whose
+/// measurement an emulated CPU cannot give (`why`).
+pub fn skip_if_emulated(why: &str) -> bool {
+    if emulated() {
+        skip(&format!("emulated CPU: {why}"));
+    }
+    emulated()
+}
+
+/// Whether the profiler unwinds user stacks with tables here, as
+/// `bpfscope doctor` finds (the kernel's task_vma iterator, Linux 6.7);
+/// says SKIP for the running test when not.
+pub fn unwinds_here() -> bool {
+    static VERDICT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let why = VERDICT.get_or_init(|| {
+        let out = run(&["doctor", "--json", "--quick"]);
+        json_lines(&stdout(&out))
+            .into_iter()
+            .find(|l| l["feature"] == "unwinding")
+            .and_then(|l| {
+                (l["status"] != "ok").then(|| l["detail"].as_str().unwrap_or("").to_string())
+            })
+    });
+    if let Some(why) = why {
+        skip(&format!("no unwinding with tables on this kernel: {why}"));
+    }
+    why.is_none()
+}
+
+/// Seconds a workload runs for: `s`, or three times as long under
+/// emulation, where starting an interpreter takes a second or more.
+pub fn secs(s: u64) -> u64 {
+    if emulated() {
+        3 * s
+    } else {
+        s
+    }
+}
+
 /// This kernel's release as a part of file names (`6_12_117_deb12_amd64`).
 pub fn release_tag() -> String {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -67,12 +138,27 @@ pub fn release_tag() -> String {
         .collect()
 }
 
+/// The tests' directory in the target directory: cargo's
+/// CARGO_TARGET_TMPDIR, which is the same for every target, and under it
+/// one per architecture other than x86_64, so that the workloads an arm64
+/// build compiles do not replace the x86_64 ones beside them.
+pub fn tmp_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    if cfg!(target_arch = "x86_64") {
+        d.to_path_buf()
+    } else {
+        let d = d.join(std::env::consts::ARCH);
+        let _ = std::fs::create_dir_all(&d);
+        d
+    }
+}
+
 /// A fresh, empty directory for one test or case, in the target directory.
 /// Guests booted at once share that directory (tests/guest/run-tests) and
 /// run the same tests at the same time: the kernel release in the name
 /// keeps their runs apart.
 pub fn scratch_dir(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", release_tag()));
+    let d = tmp_dir().join(format!("{name}-{}", release_tag()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -93,7 +179,7 @@ pub fn workload_with(name: &str, flags: &[&str]) -> PathBuf {
         .map(|f| f.replace(|c: char| !c.is_ascii_alphanumeric(), ""))
         .collect::<Vec<_>>()
         .join("_");
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(if tag.is_empty() {
+    let out = tmp_dir().join(if tag.is_empty() {
         name.to_string()
     } else {
         format!("{name}-{tag}")

@@ -91,7 +91,7 @@ fn kfunc_workload() -> PathBuf {
 /// kernel release in the name.
 fn target_file(tag: &str) -> (String, String) {
     let name = format!("kf_{tag}_{}_{}", release_tag(), std::process::id());
-    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&name);
+    let path = tmp_dir().join(&name);
     (name, path.to_str().unwrap().to_string())
 }
 

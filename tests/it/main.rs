@@ -28,6 +28,7 @@ mod agent;
 mod agent_clients;
 mod bpf;
 mod bpfprof;
+mod doctor;
 mod faults;
 mod kfunc;
 mod parsers;

@@ -116,7 +116,10 @@ fn cpu_split_three_to_one_with_caller_chains() {
     );
     let total = root_weight(&lines, "sp_split");
     // 3 s at 499 Hz is ~1500 samples when the CPU is ours.
-    assert!(total > 600, "too few samples: {total}\n{lines:?}");
+    assert!(
+        total > min_samples(600),
+        "too few samples: {total}\n{lines:?}"
+    );
     assert!(
         (alpha + beta) as f64 > 0.9 * total as f64,
         "stacks lost callers: alpha {alpha} beta {beta} total {total}\n{lines:?}"
@@ -157,7 +160,10 @@ fn kernel_only_profiles_new_processes_without_user_frames() {
     ok(&o);
     let lines = folded(&out);
     let total: u64 = lines.iter().map(|(_, n)| n).sum();
-    assert!(total > 100, "too few samples: {total}\n{lines:?}");
+    assert!(
+        total > min_samples(100),
+        "too few samples: {total}\n{lines:?}"
+    );
     for (f, n) in &lines {
         assert!(
             f[1..].iter().all(|x| x.ends_with("_[k]")),
@@ -204,7 +210,10 @@ fn process_that_exits_mid_profile_is_symbolized_even_with_its_binary_deleted() {
     assert!(r.child.wait().unwrap().success(), "{err}");
     let lines = folded(&out);
     let total = root_weight(&lines, "sp_short");
-    assert!(total > 50, "too few samples of the short process: {total}");
+    assert!(
+        total > min_samples(50),
+        "too few samples of the short process: {total}"
+    );
     let named = weight_with(&lines, "sp_short", &["alpha_caller", "alpha_work", "spin"])
         + weight_with(&lines, "sp_short", &["beta_caller", "beta_work", "spin"]);
     assert!(
@@ -261,7 +270,7 @@ fn stripped_binary_with_debug_file_in_build_id_dir() {
         "sp_strip",
         &["main", "beta_caller", "beta_work", "spin"],
     );
-    assert!(total > 100, "{lines:?}");
+    assert!(total > min_samples(100), "{lines:?}");
     assert!(
         (alpha + beta) as f64 >= 0.9 * total as f64,
         "{alpha}+{beta} of {total}: {lines:?}"
@@ -269,14 +278,27 @@ fn stripped_binary_with_debug_file_in_build_id_dir() {
 
     // symbolize by build id through the debug directory agrees with the unstripped ELF.
     let id = build_id(&stripped);
-    let offsets = ["0x1000", "0x1180", "0x11c0", "0x1200", "0x1240"];
+    // File offsets of the functions (their addresses less the executable
+    // segment's bias, which differs between architectures' linkers).
+    let bias = exec_bias(&split());
+    let syms = String::from_utf8(Command::new("nm").arg(split()).output().unwrap().stdout).unwrap();
+    let offsets: Vec<String> = ["main", "alpha_caller", "alpha_work", "beta_work", "spin"]
+        .iter()
+        .filter_map(|f| {
+            let l = syms.lines().find(|l| l.ends_with(&format!(" {f}")))?;
+            let a = u64::from_str_radix(l.split_whitespace().next()?, 16).ok()?;
+            Some(format!("{:#x}", a - bias + 4))
+        })
+        .collect();
+    assert_eq!(offsets.len(), 5, "{syms}");
+    let offsets: Vec<&str> = offsets.iter().map(String::as_str).collect();
     let mut args = vec!["symbolize", "--build-id", &id, "--debug-dir"];
     args.push(dbg.to_str().unwrap());
-    args.extend(offsets);
+    args.extend(offsets.iter().copied());
     let by_id = ok(&run(&args));
     let elf = split();
     let mut args = vec!["symbolize", "--elf", elf.to_str().unwrap()];
-    args.extend(offsets);
+    args.extend(offsets.iter().copied());
     let by_elf = ok(&run(&args));
     assert_eq!(by_id, by_elf);
     assert_eq!(by_id.lines().count(), offsets.len());
@@ -402,7 +424,7 @@ fn debuginfod_serves_the_debug_file_for_a_report() {
     let named = weight_with(&lines, "sp_dinfod", &["alpha_caller", "alpha_work"])
         + weight_with(&lines, "sp_dinfod", &["beta_caller", "beta_work"]);
     assert!(
-        total > 100 && named as f64 >= 0.9 * total as f64,
+        total > min_samples(100) && named as f64 >= 0.9 * total as f64,
         "{named} of {total}: {lines:?}"
     );
     let cached = cache.join(format!("bpfscope/debuginfod/{id}/debuginfo"));
@@ -541,8 +563,9 @@ fn pid_and_cgroup_targets() {
     let dir = scratch("targets");
     let w = split();
     // -p: only that process, even with another busy one beside it.
-    let mut target = Command::new(&w).args(["sp_pid", "4"]).spawn().unwrap();
-    let mut other = Command::new(&w).args(["sp_other", "4"]).spawn().unwrap();
+    let t = secs(4).to_string();
+    let mut target = Command::new(&w).args(["sp_pid", &t]).spawn().unwrap();
+    let mut other = Command::new(&w).args(["sp_other", &t]).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let out = dir.join("pid.folded");
     ok(&run(&[
@@ -557,7 +580,7 @@ fn pid_and_cgroup_targets() {
         out.to_str().unwrap(),
     ]));
     let lines = folded(&out);
-    assert!(root_weight(&lines, "sp_pid") > 50, "{lines:?}");
+    assert!(root_weight(&lines, "sp_pid") > min_samples(50), "{lines:?}");
     assert!(lines.iter().all(|(f, _)| f[0] == "sp_pid"), "{lines:?}");
 
     // --cgroup: only tasks in that cgroup (v2).
@@ -585,7 +608,10 @@ fn pid_and_cgroup_targets() {
     let _ = std::fs::remove_dir(&cg);
     ok(&o);
     let lines = folded(&out);
-    assert!(root_weight(&lines, "sp_other") > 50, "{lines:?}");
+    assert!(
+        root_weight(&lines, "sp_other") > min_samples(50),
+        "{lines:?}"
+    );
     assert!(lines.iter().all(|(f, _)| f[0] == "sp_other"), "{lines:?}");
 }
 
@@ -767,6 +793,11 @@ fn exec_bias(bin: &Path) -> u64 {
 #[ignore = "needs root and BPF"]
 fn cxx_names_demangled_and_inlined_frames_shown() {
     require_root();
+    if skip_if_emulated(
+        "interrupts land only between translated blocks, so samples miss the inlined code's addresses",
+    ) {
+        return;
+    }
     let dir = scratch("cxx");
     let Some(bin) = cxx_workload(&dir.join("cxx"), &["-fno-omit-frame-pointer"]) else {
         return;
@@ -796,7 +827,7 @@ fn cxx_names_demangled_and_inlined_frames_shown() {
             "unsigned long shapes::mix<unsigned long>(unsigned long)",
         ],
     );
-    assert!(total > 100, "{lines:?}");
+    assert!(total > min_samples(100), "{lines:?}");
     assert!(
         run as f64 >= 0.9 * total as f64,
         "{run} of {total}: {lines:?}"
@@ -841,8 +872,14 @@ fn symbolize_kernel_says_when_addresses_are_hidden() {
         skip("kernel addresses are visible to every user here");
         return;
     }
-    let first = std::fs::read_to_string("/proc/kallsyms").unwrap();
-    let addr = first.split_whitespace().next().unwrap().to_string();
+    // The first symbol with an address (per-CPU symbols sit at 0 on some kernels).
+    let all = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let addr = all
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .find(|a| a.bytes().any(|b| b != b'0'))
+        .unwrap()
+        .to_string();
     // As nobody: /proc/kallsyms shows zeros.
     let o = Command::new(bin())
         .args(["symbolize", "--kernel", &addr])

@@ -57,6 +57,9 @@ fn show(lines: &[(Vec<String>, u64)]) -> String {
 #[ignore = "needs root and BPF"]
 fn leaf_without_prologue_keeps_its_caller() {
     require_root();
+    if !unwinds_here() {
+        return;
+    }
     let w = nofp();
     let (lines, err) = profile(
         "chain",
@@ -82,7 +85,11 @@ fn leaf_without_prologue_keeps_its_caller() {
             "hot_leaf",
         ],
     );
-    assert!(total > 600, "too few samples: {total}\n{}", show(&lines));
+    assert!(
+        total > min_samples(600),
+        "too few samples: {total}\n{}",
+        show(&lines)
+    );
     assert!(leaf as f64 > 0.9 * total as f64, "{}", show(&lines));
     // Frame pointers would give main;hot_leaf: the leaf has no frame.
     assert!(
@@ -105,6 +112,9 @@ fn leaf_without_prologue_keeps_its_caller() {
 #[ignore = "needs root and BPF"]
 fn recursion_300_deep_is_whole_within_max_depth_and_cut_beyond() {
     require_root();
+    if !unwinds_here() {
+        return;
+    }
     let w = nofp();
     let w = w.to_str().unwrap();
     let (lines, _) = profile(
@@ -113,11 +123,17 @@ fn recursion_300_deep_is_whole_within_max_depth_and_cut_beyond() {
         &[w, "deep", "uw_deep", "300", "2"],
     );
     let total = root_weight(&lines, "uw_deep");
-    assert!(total > 600, "too few samples: {total}");
+    assert!(total > min_samples(600), "too few samples: {total}");
     // Exactly 300 recurse frames between main and the leaf.
     let mut whole = 0;
     for (f, n) in &lines {
-        if f[0] != "uw_deep" || f.last().map(String::as_str) != Some("deep_leaf") {
+        // The user part: an interrupt or fault may sit on top of the leaf.
+        let user = f
+            .iter()
+            .rposition(|x| !x.ends_with("_[k]"))
+            .map_or(0, |i| i + 1);
+        let f = &f[..user];
+        if f.is_empty() || f[0] != "uw_deep" || f.last().map(String::as_str) != Some("deep_leaf") {
             continue;
         }
         let Some(m) = f.iter().position(|x| x == "main") else {
@@ -129,7 +145,7 @@ fn recursion_300_deep_is_whole_within_max_depth_and_cut_beyond() {
         }
     }
     assert!(
-        whole as f64 >= 0.97 * total as f64,
+        whole as f64 >= share(0.97) * total as f64,
         "{whole} of {total} stacks are main + 300 x recurse + deep_leaf"
     );
     // At the default depth (127) the stack is cut, and the cut is counted.
@@ -148,10 +164,21 @@ fn recursion_300_deep_is_whole_within_max_depth_and_cut_beyond() {
     assert!(line.contains("at --max-depth"), "{line}");
 }
 
+/// Where a signal handler returns to: the C library's trampoline on
+/// x86-64, the vDSO's on arm64.
+const SIGRETURN: &str = if cfg!(target_arch = "aarch64") {
+    "__kernel_rt_sigreturn"
+} else {
+    "__restore_rt"
+};
+
 #[test]
 #[ignore = "needs root and BPF"]
 fn signal_handler_frames_continue_into_the_interrupted_code() {
     require_root();
+    if !unwinds_here() {
+        return;
+    }
     let w = nofp();
     let (lines, _) = profile(
         "signal",
@@ -163,9 +190,7 @@ fn signal_handler_frames_continue_into_the_interrupted_code() {
     // The kernel's signal frame, named, then the interrupted code and its callers.
     let through = lines
         .iter()
-        .filter(|(f, _)| {
-            f[0] == "uw_signal" && f.windows(2).any(|w| w == ["__restore_rt", "on_alarm"])
-        })
+        .filter(|(f, _)| f[0] == "uw_signal" && f.windows(2).any(|w| w == [SIGRETURN, "on_alarm"]))
         .filter(|(f, _)| {
             f[1..5]
                 == [
@@ -178,14 +203,14 @@ fn signal_handler_frames_continue_into_the_interrupted_code() {
         })
         .map(|(_, n)| n)
         .sum::<u64>();
-    assert!(total > 600, "too few samples: {total}");
+    assert!(total > min_samples(600), "too few samples: {total}");
     assert!(
         in_handler as f64 > 0.25 * total as f64,
         "{in_handler} of {total} in the handler\n{}",
         show(&lines)
     );
     assert!(
-        through as f64 >= 0.98 * in_handler as f64,
+        through as f64 >= share(0.98) * in_handler as f64,
         "{through} of {in_handler} handler samples unwind through the signal frame\n{}",
         show(&lines)
     );
@@ -195,6 +220,9 @@ fn signal_handler_frames_continue_into_the_interrupted_code() {
 #[ignore = "needs root and BPF"]
 fn cxx_without_frame_pointers() {
     require_root();
+    if !unwinds_here() {
+        return;
+    }
     let dir = scratch_dir("unwind-cxx-build");
     let Some(bin) = cxx_workload(&dir.join("cxx-nofp"), &["-fomit-frame-pointer"]) else {
         return;
@@ -210,9 +238,9 @@ fn cxx_without_frame_pointers() {
             "shapes::Worker::run(unsigned long)",
         ],
     );
-    assert!(total > 600, "too few samples: {total}");
+    assert!(total > min_samples(600), "too few samples: {total}");
     assert!(
-        run as f64 >= 0.97 * total as f64,
+        run as f64 >= share(0.97) * total as f64,
         "{run} of {total}\n{}",
         show(&lines)
     );
@@ -222,6 +250,9 @@ fn cxx_without_frame_pointers() {
 #[ignore = "needs root and BPF"]
 fn short_lived_processes_keep_their_names() {
     require_root();
+    if !unwinds_here() {
+        return;
+    }
     let w = nofp();
     // 150 processes of ~8 ms each, one after the other.
     let script = format!(
@@ -236,14 +267,14 @@ fn short_lived_processes_keep_their_names() {
         .map(|(_, n)| n)
         .sum();
     let named = weight_with(&lines, "uw_short", &["main", "short_spin"]);
-    assert!(total > 300, "too few samples: {total}\n{err}");
+    assert!(total > min_samples(300), "too few samples: {total}\n{err}");
     assert!(
-        (unknown as f64) < 0.01 * total as f64,
+        (unknown as f64) < (1.0 - share(0.99)) * total as f64,
         "{unknown} of {total} samples with [unknown] frames\n{}",
         show(&lines)
     );
     assert!(
-        named as f64 >= 0.95 * total as f64,
+        named as f64 >= share(0.95) * total as f64,
         "{named} of {total} in main;short_spin\n{}",
         show(&lines)
     );
@@ -253,16 +284,22 @@ fn short_lived_processes_keep_their_names() {
 #[ignore = "needs root and BPF"]
 fn debian_python_reaches_its_entry() {
     require_root();
+    if !unwinds_here() {
+        return;
+    }
     let py = Path::new("/usr/bin/python3.11");
     if !py.exists() {
         skip("/usr/bin/python3.11 is not installed (scripts/install-deps)");
         return;
     }
-    let code = "import time\n\
-                def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\n\
-                t = time.time()\n\
-                while time.time() - t < 2: fib(18)\n";
-    let (lines, _) = profile("python", &[], &[py.to_str().unwrap(), "-c", code]);
+    let code = format!(
+        "import time\n\
+         def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\n\
+         t = time.time()\n\
+         while time.time() - t < {}: fib(18)\n",
+        secs(2)
+    );
+    let (lines, _) = profile("python", &[], &[py.to_str().unwrap(), "-c", &code]);
     let total = root_weight(&lines, "python3.11");
     // The eval loop's native frames are replaced by the Python frames they ran.
     let eval = weight_with(&lines, "python3.11", &["fib (<string>:2)"]);
@@ -271,11 +308,11 @@ fn debian_python_reaches_its_entry() {
         "python3.11",
         &["__libc_start_call_main", "Py_BytesMain"],
     );
-    assert!(total > 600, "too few samples: {total}");
-    assert!(eval as f64 > 0.8 * total as f64, "{}", show(&lines));
+    assert!(total > min_samples(600), "too few samples: {total}");
+    assert!(eval as f64 > share(0.8) * total as f64, "{}", show(&lines));
     // Debian builds it without frame pointers; main tail-calls Py_BytesMain.
     assert!(
-        reach as f64 >= 0.98 * total as f64,
+        reach as f64 >= share(0.98) * total as f64,
         "{reach} of {total} reach __libc_start_call_main;Py_BytesMain\n{}",
         show(&lines)
     );
@@ -285,6 +322,9 @@ fn debian_python_reaches_its_entry() {
 #[ignore = "needs root and BPF"]
 fn stacks_that_do_not_fit_are_counted_and_samples_still_accounted() {
     require_root();
+    if !unwinds_here() {
+        return;
+    }
     let w = nofp();
     // Many distinct stacks (depths 1..=300) into a map of 8 stacks.
     let script = format!(
@@ -298,14 +338,22 @@ fn stacks_that_do_not_fit_are_counted_and_samples_still_accounted() {
         .unwrap_or_else(|| panic!("no loss line: {err}"));
     assert!(line.contains("the stack map was full"), "{line}");
     // The samples whose stacks were lost are still in the profile (as the
-    // process alone), so the accounting line above balanced.
-    assert!(root_weight(&lines, "uw_full") > 0, "{err}");
+    // process alone), so the accounting line above balanced. (Emulated, the
+    // start-up of the shell and the loader fills the 16 keys before any
+    // uw_full runs: its samples are then counted lost as keys.)
+    assert!(
+        root_weight(&lines, "uw_full") > 0 || (emulated() && err.contains("lost (count map full)")),
+        "{err}"
+    );
 }
 
 #[test]
 #[ignore = "needs root and BPF"]
 fn a_file_without_build_id_is_unwound_and_named_now_and_in_a_report() {
     require_root();
+    if !unwinds_here() {
+        return;
+    }
     let w = workload_with(
         "nofp",
         &["-O2", "-fomit-frame-pointer", "-Wl,--build-id=none"],
@@ -317,8 +365,12 @@ fn a_file_without_build_id_is_unwound_and_named_now_and_in_a_report() {
     );
     let total = root_weight(&lines, "uw_nobid");
     let chain = weight_with(&lines, "uw_nobid", &["main", "via_a", "via_b", "hot_leaf"]);
-    assert!(total > 300, "too few samples: {total}");
-    assert!(chain as f64 >= 0.97 * total as f64, "{}", show(&lines));
+    assert!(total > min_samples(300), "too few samples: {total}");
+    assert!(
+        chain as f64 >= share(0.97) * total as f64,
+        "{}",
+        show(&lines)
+    );
     // Recorded, then symbolized by a later report from the file on disk.
     let dir = scratch_dir("unwind-nobid-rec");
     let rec = dir.join("nobid.bscope");
@@ -344,5 +396,9 @@ fn a_file_without_build_id_is_unwound_and_named_now_and_in_a_report() {
     let lines = folded(&out);
     let total = root_weight(&lines, "uw_nobid");
     let chain = weight_with(&lines, "uw_nobid", &["main", "via_a", "via_b", "hot_leaf"]);
-    assert!(chain as f64 >= 0.97 * total as f64, "{}", show(&lines));
+    assert!(
+        chain as f64 >= share(0.97) * total as f64,
+        "{}",
+        show(&lines)
+    );
 }

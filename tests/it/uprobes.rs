@@ -296,7 +296,7 @@ fn on_block_device(p: &Path) -> bool {
 #[ignore = "needs root and BPF"]
 fn block_io_latency_matched_on_dev_and_sector() {
     require_root();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = &tmp_dir();
     if !on_block_device(dir) {
         skip(&format!("{} is not on a block device", dir.display()));
         return;
@@ -527,6 +527,10 @@ fn attached_count(err: &str) -> usize {
 #[ignore = "needs root and BPF"]
 fn refused_functions_of_a_glob_are_skipped_and_named() {
     require_root();
+    if cfg!(target_arch = "aarch64") {
+        skip("x86-64's uprobes: the instructions they refuse or mistake are x86-64's");
+        return;
+    }
     let w = workload("uprobes");
     let o = run(&[
         "count",
@@ -596,6 +600,10 @@ fn refused_functions_of_a_glob_are_skipped_and_named() {
 #[ignore = "needs root and BPF"]
 fn a_refused_function_is_a_clear_error() {
     require_root();
+    if cfg!(target_arch = "aarch64") {
+        skip("x86-64's uprobes: the instructions they refuse are x86-64's");
+        return;
+    }
     let w = workload("uprobes");
     let cases: Vec<(Vec<String>, &str)> =
         vec![
@@ -631,6 +639,10 @@ fn a_refused_function_is_a_clear_error() {
 #[ignore = "needs root and BPF"]
 fn refused_libc_functions() {
     require_root();
+    if cfg!(target_arch = "aarch64") {
+        skip("x86-64's uprobes: the C library's x86-64 instructions they refuse");
+        return;
+    }
     let w = workload("uprobes");
     let mut child = Gated::spawn({
         let mut c = Command::new(&w);
@@ -789,6 +801,10 @@ fn user_stack_ends_at_a_zero_return_address() {
 #[ignore = "needs root and BPF"]
 fn instructions_the_kernel_mistakes_for_jumps_are_refused() {
     require_root();
+    if cfg!(target_arch = "aarch64") {
+        skip("x86-64's uprobes: VEX instructions taken for jumps");
+        return;
+    }
     let w = workload("uprobes");
     let avx = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()

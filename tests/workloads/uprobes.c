@@ -75,6 +75,7 @@ __attribute__((noinline)) void outer(long i)
 	sink++;
 }
 
+#if defined(__x86_64__)
 __attribute__((naked, noinline)) void refused_lock(void)
 {
 	__asm__ volatile("lock incq sink(%rip)\n\tret");
@@ -95,8 +96,12 @@ __attribute__((naked, noinline)) void vex_ones(char *b)
 			 "vmovdqu %xmm0, (%rdi)\n\tret");
 }
 
-/* Zeros: {saved %rbp, return address}. */
+#endif
+
+/* Zeros: {saved frame pointer, return address}. */
 static long zero_frame_rec[2];
+
+#if defined(__x86_64__)
 
 __attribute__((noinline)) void zero_frame(long i)
 {
@@ -110,6 +115,22 @@ __attribute__((noinline)) void zero_frame(long i)
 			 : "rax", "rcx", "rdx", "rsi", "r8", "r9", "r10", "r11",
 			   "memory", "cc");
 }
+#elif defined(__aarch64__)
+__attribute__((noinline)) void zero_frame(long i)
+{
+	/* x29 points at a zero frame record while work() runs. */
+	register long x0 __asm__("x0") = i;
+
+	__asm__ volatile("stp x29, x30, [sp, #-16]!\n\t"
+			 "mov x29, %1\n\t"
+			 "bl work\n\t"
+			 "ldp x29, x30, [sp], #16"
+			 : "+r"(x0)
+			 : "r"(zero_frame_rec)
+			 : "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11",
+			   "x12", "x13", "x14", "x15", "x16", "x17", "x18", "x30", "memory", "cc");
+}
+#endif
 
 int main(int argc, char **argv)
 {
@@ -141,6 +162,7 @@ int main(int argc, char **argv)
 			work(i);
 			usleep(us);
 		}
+#if defined(__x86_64__)
 	} else if (!strcmp(argv[1], "vexones")) {
 		for (long i = 0; i < n; i++) {
 			unsigned char b[16] = { 0 };
@@ -151,6 +173,7 @@ int main(int argc, char **argv)
 				if (b[j] != 0xff)
 					return 3;
 		}
+#endif
 	} else if (!strcmp(argv[1], "zeroframe")) {
 		for (long i = 0; i < n; i++)
 			zero_frame(i);

@@ -5,6 +5,7 @@
 //! The leaf of the workspace: it depends on no other bpfscope crate, so
 //! every stage can use it without creating a cycle.
 
+pub mod arch;
 pub mod buildid;
 pub mod cgroup;
 pub mod eventfd;

@@ -4,14 +4,15 @@
 use std::collections::HashMap;
 
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, CommonInformationEntry, Encoding, Reader, RegisterRule,
-    UnwindContext, UnwindExpression, UnwindOffset, UnwindSection, UnwindTableRow, X86_64,
+    AArch64, BaseAddresses, CfaRule, CieOrFde, CommonInformationEntry, Encoding, Reader,
+    RegisterRule, UnwindContext, UnwindExpression, UnwindOffset, UnwindSection, UnwindTableRow,
+    X86_64,
 };
 
 use crate::expr;
 use crate::rule::{
-    Cfa, ReturnAddress, Rule, SavedRbp, REG_RBP, REG_RSP, SIGCONTEXT_RBP, SIGCONTEXT_RIP,
-    SIGCONTEXT_RSP,
+    Arch, Cfa, ReturnAddress, Rule, SavedRbp, REG_RBP, REG_RSP, REG_SP, REG_X29, SIGCONTEXT_RBP,
+    SIGCONTEXT_RIP, SIGCONTEXT_RSP,
 };
 use crate::Stats;
 
@@ -54,8 +55,10 @@ pub(crate) enum Admit {
 
 /// Collects the rows of every FDE of `section` that `admit` accepts, and
 /// the FDEs' ranges.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn collect<R, S>(
     section: &S,
+    arch: Arch,
     bases: &BaseAddresses,
     admit: &dyn Fn(u64, u64) -> Admit,
     stats: &mut Stats,
@@ -117,7 +120,10 @@ pub(crate) fn collect<R, S>(
             while let Some(row) = table.next_row()? {
                 let (rs, re) = (row.start_address(), row.end_address().min(end));
                 if rs < re {
-                    fde_rows.push(convert(row, rs, re, section, encoding, signal));
+                    fde_rows.push(match arch {
+                        Arch::X86_64 => convert(row, rs, re, section, encoding, signal),
+                        Arch::Aarch64 => convert_aarch64(row, rs, re, signal),
+                    });
                 }
             }
             Ok(())
@@ -281,7 +287,13 @@ fn convert<R: Reader, S: UnwindSection<R>>(
         ra,
         signal_frame: signal,
     };
-    if rule.encode().is_some() {
+    fit(out, rule, Arch::X86_64)
+}
+
+/// The row with `rule` if it encodes; else without the RBP rule (x29 on
+/// AArch64), counted as dropped; else unsupported.
+fn fit(mut out: Row, rule: Rule, arch: Arch) -> Row {
+    if rule.encode(arch).is_some() {
         out.rule = rule;
         return out;
     }
@@ -291,10 +303,105 @@ fn convert<R: Reader, S: UnwindSection<R>>(
         rbp: SavedRbp::Lost,
         ..rule
     };
-    if rule.rbp != SavedRbp::Lost && without_rbp.encode().is_some() {
+    if rule.rbp != SavedRbp::Lost && without_rbp.encode(arch).is_some() {
         out.rule = without_rbp;
         out.rbp_dropped = true;
         return out;
     }
-    unsupported(out, Reason::CfaOffset)
+    out.unsupported = Some(match rule.ra {
+        ReturnAddress::Lr => Reason::ReturnAddress,
+        _ => Reason::CfaOffset,
+    });
+    out
+}
+
+/// The rule of one AArch64 row: CFA from SP, x29 or a lower register;
+/// the return address in x30 (not yet saved) or saved in the frame; x29
+/// unchanged or saved. The kernel's signal trampoline in the vDSO
+/// (`__kernel_rt_sigreturn`, the only signal frame there is: the C library
+/// has none of its own) describes only the frame record the kernel pushed,
+/// whose return address is the interrupted code's x30, not its PC: it
+/// becomes `Cfa::SigContext`, read from the signal frame itself.
+fn convert_aarch64<T: gimli::ReaderOffset>(
+    row: &UnwindTableRow<T>,
+    start: u64,
+    end: u64,
+    signal: bool,
+) -> Row {
+    let mut out = Row {
+        start,
+        end,
+        rule: Rule::unsupported(signal),
+        unsupported: None,
+        rbp_dropped: false,
+    };
+    let unsupported = |mut out: Row, why: Reason| {
+        out.unsupported = Some(why);
+        out
+    };
+    let (reg, off) = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => (register.0, *offset),
+        CfaRule::Expression(_) => return unsupported(out, Reason::CfaExpression),
+    };
+    let fp_rule = row.register(AArch64::X29);
+    let ra_rule = row.register(AArch64::X30);
+    if signal
+        && reg == REG_X29
+        && off == 0
+        && matches!(fp_rule, Some(RegisterRule::Offset(0)))
+        && matches!(ra_rule, Some(RegisterRule::Offset(8)))
+    {
+        out.rule = Rule::sigcontext(signal);
+        return out;
+    }
+    let cfa = match reg {
+        REG_SP => match u32::try_from(off) {
+            Ok(o) => Cfa::Rsp(o),
+            Err(_) => return unsupported(out, Reason::CfaOffset),
+        },
+        REG_X29 => match u16::try_from(off) {
+            Ok(o) => Cfa::Rbp(o),
+            Err(_) => return unsupported(out, Reason::CfaOffset),
+        },
+        r if r < REG_X29 => match u16::try_from(off) {
+            Ok(o) => Cfa::Register {
+                reg: r as u8,
+                offset: o,
+            },
+            Err(_) => return unsupported(out, Reason::CfaOffset),
+        },
+        _ => return unsupported(out, Reason::CfaRegister),
+    };
+    let ra = match ra_rule {
+        None | Some(RegisterRule::SameValue) => ReturnAddress::Lr,
+        Some(RegisterRule::Undefined) => ReturnAddress::Undefined,
+        Some(RegisterRule::Offset(n)) => match i16::try_from(n) {
+            Ok(o) => ReturnAddress::AtCfa(o),
+            Err(_) => return unsupported(out, Reason::ReturnAddress),
+        },
+        Some(_) => return unsupported(out, Reason::ReturnAddress),
+    };
+    let rbp = match &fp_rule {
+        None | Some(RegisterRule::SameValue) => SavedRbp::Unchanged,
+        Some(RegisterRule::Offset(n)) => i16::try_from(*n).map_or(SavedRbp::Lost, SavedRbp::AtCfa),
+        Some(_) => SavedRbp::Lost,
+    };
+    let known_fp = !matches!(fp_rule, None | Some(RegisterRule::Undefined));
+    out.rbp_dropped = known_fp && rbp == SavedRbp::Lost;
+    // The outermost frame: x29 may be anything, nothing is read past it.
+    let rbp = if ra == ReturnAddress::Undefined {
+        SavedRbp::Unchanged
+    } else {
+        rbp
+    };
+    fit(
+        out,
+        Rule {
+            cfa,
+            rbp,
+            ra,
+            signal_frame: signal,
+        },
+        Arch::Aarch64,
+    )
 }

@@ -2,8 +2,9 @@
 //! (`.eh_frame`, and `.debug_frame` where `.eh_frame` says nothing, as in
 //! separate debug files) evaluated row by row through gimli and compiled
 //! into a compact table sorted by address, for a BPF unwinder to
-//! binary-search. x86-64 only. One table per file, keyed by build id, is
-//! shared by every process that maps the file.
+//! binary-search. x86-64 and AArch64 (the file's architecture decides the
+//! rules and their encoding; `Arch`). One table per file, keyed by build
+//! id, is shared by every process that maps the file.
 //!
 //! # The table
 //!
@@ -15,7 +16,8 @@
 //! | 4 | 2 | layout version, 1 |
 //! | 6 | 2 | entry size, 8 |
 //! | 8 | 4 | N, the number of entries |
-//! | 12 | 4 | reserved, 0 |
+//! | 12 | 2 | the architecture: its ELF `e_machine`, 62 (x86-64) or 183 (AArch64); 0 reads as x86-64 |
+//! | 14 | 2 | reserved, 0 |
 //! | 16 | 8 | base: the ELF virtual address entry addresses are relative to (0 unless the file's code lies above 4 GiB) |
 //! | 24 | 8 N | the entries, by strictly increasing address |
 //!
@@ -66,6 +68,27 @@
 //! instruction), except the frame right above a signal frame (kind 8),
 //! whose RIP was interrupted, not returned to.
 //!
+//! ## AArch64
+//!
+//! The same entries and CFA kinds, with SP for RSP and the frame pointer
+//! x29 for RBP; kind 4 names x0-x28; kinds 5-7 are not used. Kind 8 is the
+//! kernel's signal trampoline in the vDSO: SP points at the signal frame,
+//! where x29, x30, SP and PC of the interrupted code are at SP + 544, 552,
+//! 560 and 568. Bits 6-7 say where the return address and x29 are,
+//! `aux` (signed, times 8) their offset from the CFA:
+//!
+//! | bits 6-7 | return address | caller's x29 |
+//! |---|---|---|
+//! | 0 | in x30 (a leaf, a prologue): only the interrupted frame has it | unchanged |
+//! | 1 | at CFA + 8 aux + 8 | at CFA + 8 aux (the frame record, `stp x29, x30`) |
+//! | 2 | at CFA + 8 aux | unchanged |
+//! | 3 | at CFA + 8 aux | lost |
+//!
+//! Kind 4 takes `aux` for its register, so its return address is in x30.
+//! Return addresses read from the stack or x30 may carry a pointer
+//! authentication code in their top bits (Debian builds with
+//! `-mbranch-protection=standard`): the unwinder clears them.
+//!
 //! # Measured
 //!
 //! `cargo run --release -p bpfscope-unwind --example unwind_tables` compiles
@@ -92,7 +115,8 @@ mod rule;
 mod table;
 
 pub use rule::{
-    kind, Cfa, ReturnAddress, Rule, SavedRbp, SIGCONTEXT_RBP, SIGCONTEXT_RIP, SIGCONTEXT_RSP,
+    kind, Arch, Cfa, ReturnAddress, Rule, SavedRbp, A64_SIGCONTEXT_PC, A64_SIGCONTEXT_SP,
+    A64_SIGCONTEXT_X29, A64_SIGCONTEXT_X30, SIGCONTEXT_RBP, SIGCONTEXT_RIP, SIGCONTEXT_RSP,
 };
 pub use table::{
     lookup_in_bytes, parse_bytes, Entry, LayoutError, ENTRY_SIZE, HEADER_SIZE, MAGIC, VERSION,
@@ -103,6 +127,7 @@ use cfi::{Admit, Row};
 /// A compiled table (see the crate documentation for its layout).
 #[derive(Clone, Debug)]
 pub struct UnwindTable {
+    arch: Arch,
     base: u64,
     entries: Vec<Entry>,
     stats: Stats,
@@ -163,8 +188,12 @@ pub struct Stats {
     pub debug_frame_shadowed: usize,
     /// Rows starting inside another FDE's range.
     pub overlaps: usize,
-    /// .plt.sec/.plt.got stubs without an FDE, given CFA = RSP + 8.
+    /// .plt.sec/.plt.got stubs without an FDE, given CFA = RSP + 8 (on
+    /// AArch64: .plt, the return address in x30).
     pub synthesized_plt: usize,
+    /// AArch64's vDSO signal trampoline, described although the vDSO has
+    /// no CFI (Debian's arm64 kernels build it without .eh_frame).
+    pub synthesized_sigreturn: usize,
     /// Rows of Go functions, from their stack-pointer deltas (.gopclntab).
     pub go_rows: usize,
     /// CFI rows (address ranges with one rule) of the FDEs compiled.
@@ -203,7 +232,7 @@ pub enum UnwindError {
         path: PathBuf,
         source: object::Error,
     },
-    #[error("{}: {what}, not an x86-64 ELF file", path.display())]
+    #[error("{}: {what}, not an x86-64 or AArch64 ELF file", path.display())]
     NotX86_64 { path: PathBuf, what: String },
     #[error("{}: a relocatable object: its addresses are not final", path.display())]
     Relocatable { path: PathBuf },
@@ -248,9 +277,12 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         k => return Err(not_x86(format!("{k:?}"))),
     }
     let elf = ElfFile64::<Endianness, R>::parse(data).map_err(parse_err)?;
-    if elf.architecture() != Architecture::X86_64 || !elf.is_little_endian() {
-        return Err(not_x86(format!("{:?}", elf.architecture())));
-    }
+    let arch = match elf.architecture() {
+        _ if !elf.is_little_endian() => return Err(not_x86("big-endian".to_string())),
+        Architecture::X86_64 => Arch::X86_64,
+        Architecture::Aarch64 => Arch::Aarch64,
+        a => return Err(not_x86(format!("{a:?}"))),
+    };
     if elf.kind() == ObjectKind::Relocatable {
         return Err(UnwindError::Relocatable {
             path: path.to_owned(),
@@ -303,8 +335,12 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         }
         _ => None,
     };
-    let go = go_rows(&elf, data);
-    if eh.is_none() && debug.is_none() && go.is_empty() {
+    let go = go_rows(&elf, data, arch);
+    let tramp = match arch {
+        Arch::Aarch64 => sigreturn(&elf),
+        Arch::X86_64 => None,
+    };
+    if eh.is_none() && debug.is_none() && go.is_empty() && tramp.is_none() {
         return Err(UnwindError::NoUnwindInfo {
             path: path.to_owned(),
         });
@@ -314,9 +350,16 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
     let mut rows: Vec<Row> = Vec::new();
     let mut ranges: Vec<(u64, u64)> = Vec::new();
     let mut invalid_cfi: Vec<(u64, u64)> = Vec::new();
+    // DW_CFA_AARCH64_negate_ra_state (pointer authentication) shares its
+    // opcode with a SPARC one: gimli reads it as AArch64's when told.
+    let vendor = match arch {
+        Arch::Aarch64 => gimli::Vendor::AArch64,
+        Arch::X86_64 => gimli::Vendor::Default,
+    };
     if let Some((addr, d)) = eh {
         let mut section = EhFrame::new(d, LittleEndian);
         section.set_address_size(8);
+        section.set_vendor(vendor);
         let bases = bases.clone().set_eh_frame(addr);
         let admit = |s, e| {
             if in_code(s, e) {
@@ -327,6 +370,7 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         };
         cfi::collect(
             &section,
+            arch,
             &bases,
             &admit,
             &mut stats,
@@ -338,6 +382,7 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
     if let Some(d) = &debug {
         let mut section = DebugFrame::new(d, LittleEndian);
         section.set_address_size(8);
+        section.set_vendor(vendor);
         let eh_ranges = RangeSet::new(ranges.clone());
         let admit = |s, e| {
             if !in_code(s, e) {
@@ -351,6 +396,7 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         let before = stats.fdes;
         cfi::collect(
             &section,
+            arch,
             &bases,
             &admit,
             &mut stats,
@@ -376,9 +422,30 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
 
     // Stubs that only jump (.plt.sec, .plt.got) with no FDE of their own
     // (linkers other than GNU ld, or --no-ld-generated-unwind-info): the
-    // return address is on top of the stack at every instruction.
+    // return address is on top of the stack at every instruction. On
+    // AArch64 every PLT entry (.plt) only jumps, the return address in x30.
     let covered = RangeSet::new(ranges);
-    for name in [".plt.sec", ".plt.got"] {
+    let (stubs, stub_rule): (&[&str], Rule) = match arch {
+        Arch::X86_64 => (
+            &[".plt.sec", ".plt.got"],
+            Rule {
+                cfa: Cfa::Rsp(8),
+                rbp: SavedRbp::Unchanged,
+                ra: ReturnAddress::AtCfaMinus8,
+                signal_frame: false,
+            },
+        ),
+        Arch::Aarch64 => (
+            &[".plt"],
+            Rule {
+                cfa: Cfa::Rsp(0),
+                rbp: SavedRbp::Unchanged,
+                ra: ReturnAddress::Lr,
+                signal_frame: false,
+            },
+        ),
+    };
+    for &name in stubs {
         let Some(s) = elf.section_by_name(name) else {
             continue;
         };
@@ -392,26 +459,40 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
             rows.push(Row {
                 start,
                 end,
-                rule: Rule {
-                    cfa: Cfa::Rsp(8),
-                    rbp: SavedRbp::Unchanged,
-                    ra: ReturnAddress::AtCfaMinus8,
-                    signal_frame: false,
-                },
+                rule: stub_rule,
                 unsupported: None,
                 rbp_dropped: false,
             });
         }
     }
 
+    // The kernel's AArch64 signal trampoline, `__kernel_rt_sigreturn` in
+    // the vDSO, and the `nop` before it (a return address minus 1 lands
+    // there), where the vDSO was built without CFI.
+    if let Some((start, end)) = tramp {
+        {
+            if start < end && !covered.meets(start, end) {
+                stats.synthesized_sigreturn += 1;
+                rows.push(Row {
+                    start,
+                    end,
+                    rule: Rule::sigcontext(true),
+                    unsupported: None,
+                    rbp_dropped: false,
+                });
+            }
+        }
+    }
+
     let (base, entries, stats) =
-        table::build(rows, stats).map_err(|(low, high)| UnwindError::AddressSpan {
+        table::build(rows, stats, arch).map_err(|(low, high)| UnwindError::AddressSpan {
             path: path.to_owned(),
             low,
             high,
         })?;
     invalid_cfi.sort_unstable();
     Ok(UnwindTable {
+        arch,
         base,
         entries,
         stats,
@@ -422,8 +503,14 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
 /// Rows of a Go binary's functions from `.gopclntab` (none for other
 /// files). On amd64 the CFA is RSP + delta + 8, and a function with a
 /// frame keeps its caller's RBP right below the return address, where
-/// Go's prologue saves it.
-fn go_rows<'a, R: ReadRef<'a>>(elf: &ElfFile64<'a, Endianness, R>, data: R) -> Vec<Row> {
+/// Go's prologue saves it. On arm64 the call leaves the return address in
+/// x30 and the CFA at SP + delta; a function with a frame stores x30 at
+/// its new SP (CFA - delta) and the caller's x29 right below it.
+fn go_rows<'a, R: ReadRef<'a>>(
+    elf: &ElfFile64<'a, Endianness, R>,
+    data: R,
+    arch: Arch,
+) -> Vec<Row> {
     let has_table = [".gopclntab", ".data.rel.ro.gopclntab"]
         .iter()
         .any(|n| elf.section_by_name(n).is_some());
@@ -458,28 +545,63 @@ fn go_rows<'a, R: ReadRef<'a>>(elf: &ElfFile64<'a, Endianness, R>, data: R) -> V
         .into_iter()
         .filter_map(|r| {
             let delta = u32::try_from(r.sp_delta).ok()?;
-            Some(Row {
-                start: r.start,
-                end: r.end,
-                rule: Rule {
+            let last = outermost.contains(&r.func);
+            let rule = match arch {
+                Arch::X86_64 => Rule {
                     cfa: Cfa::Rsp(delta.checked_add(8)?),
                     rbp: if delta > 0 {
                         SavedRbp::AtCfa(-16)
                     } else {
                         SavedRbp::Unchanged
                     },
-                    ra: if outermost.contains(&r.func) {
+                    ra: if last {
                         ReturnAddress::Undefined
                     } else {
                         ReturnAddress::AtCfaMinus8
                     },
                     signal_frame: false,
                 },
+                Arch::Aarch64 => {
+                    let d = i16::try_from(delta).ok()?;
+                    let (ra, rbp) = match (last, d) {
+                        (true, _) => (ReturnAddress::Undefined, SavedRbp::Unchanged),
+                        (false, 0) => (ReturnAddress::Lr, SavedRbp::Unchanged),
+                        (false, d) => (
+                            ReturnAddress::AtCfa(-d),
+                            SavedRbp::AtCfa(d.checked_add(8).map(|x| -x)?),
+                        ),
+                    };
+                    Rule {
+                        cfa: Cfa::Rsp(delta),
+                        rbp,
+                        ra,
+                        signal_frame: false,
+                    }
+                }
+            };
+            Some(Row {
+                start: r.start,
+                end: r.end,
+                rule,
                 unsupported: None,
                 rbp_dropped: false,
             })
         })
         .collect()
+}
+
+/// The range of AArch64's vDSO signal trampoline, from the `nop` before
+/// `__kernel_rt_sigreturn` to its end, if the file has that symbol.
+fn sigreturn<'a, R: ReadRef<'a>>(elf: &ElfFile64<'a, Endianness, R>) -> Option<(u64, u64)> {
+    use object::ObjectSymbol;
+    let sym = elf
+        .dynamic_symbols()
+        .chain(elf.symbols())
+        .find(|s| s.name() == Ok("__kernel_rt_sigreturn"))?;
+    Some((
+        sym.address().checked_sub(4)?,
+        sym.address() + sym.size().max(8),
+    ))
 }
 
 /// Address ranges, for "does [s, e) meet any of them".

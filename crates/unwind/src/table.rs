@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use crate::cfi::{Reason, Row};
-use crate::rule::{kind, Cfa, Rule, GAP_WORD};
+use crate::rule::{kind, Arch, Cfa, Rule, GAP_WORD};
 use crate::{Stats, UnwindTable};
 
 pub const MAGIC: [u8; 4] = *b"BSUW";
@@ -21,9 +21,9 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The entry's rule; `None` for a gap.
-    pub fn rule(&self) -> Option<Rule> {
-        Rule::decode(self.word).ok().flatten()
+    /// The entry's rule in a table of `arch`; `None` for a gap.
+    pub fn rule(&self, arch: Arch) -> Option<Rule> {
+        Rule::decode(self.word, arch).ok().flatten()
     }
 
     /// The CFA kind (bits 0-3 of the kind byte).
@@ -83,6 +83,7 @@ struct Compact {
 pub(crate) fn build(
     rows: Vec<Row>,
     mut stats: Stats,
+    arch: Arch,
 ) -> Result<(u64, Vec<Entry>, Stats), (u64, u64)> {
     for r in &rows {
         stats.rows += 1;
@@ -113,7 +114,7 @@ pub(crate) fn build(
             Some(Compact {
                 start: r.start,
                 end: r.end,
-                word: r.rule.encode()?,
+                word: r.rule.encode(arch)?,
                 seq: u32::try_from(i).ok()?,
             })
         })
@@ -183,6 +184,11 @@ impl UnwindTable {
         self.base
     }
 
+    /// The architecture of the file, whose word layout the entries have.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
     /// The entries, sorted by offset; the last is a gap.
     pub fn entries(&self) -> &[Entry] {
         &self.entries
@@ -201,13 +207,13 @@ impl UnwindTable {
     /// The rule for an ELF virtual address; `None` where no FDE applies.
     pub fn lookup(&self, addr: u64) -> Option<Rule> {
         let rel = u32::try_from(addr.checked_sub(self.base)?).ok()?;
-        self.entries.get(find(&self.entries, rel)?)?.rule()
+        self.entries.get(find(&self.entries, rel)?)?.rule(self.arch)
     }
 
     /// The ranges with a rule: (start, end, rule), ELF virtual addresses.
     pub fn ranges(&self) -> impl Iterator<Item = (u64, u64, Rule)> + '_ {
         self.entries.windows(2).filter_map(|w| {
-            let rule = w[0].rule()?;
+            let rule = w[0].rule(self.arch)?;
             Some((
                 self.base + u64::from(w[0].offset),
                 self.base + u64::from(w[1].offset),
@@ -223,7 +229,8 @@ impl UnwindTable {
         b.extend_from_slice(&VERSION.to_le_bytes());
         b.extend_from_slice(&(ENTRY_SIZE as u16).to_le_bytes());
         b.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
-        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&self.arch.e_machine().to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
         b.extend_from_slice(&self.base.to_le_bytes());
         for e in &self.entries {
             b.extend_from_slice(&e.offset.to_le_bytes());
@@ -239,6 +246,15 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(w)
 }
 
+/// The architecture in a table's header (`e_machine` at offset 12; 0 in
+/// tables written before there was a choice: x86-64).
+fn header_arch(b: &[u8]) -> Option<Arch> {
+    match u16::from_le_bytes([b[12], b[13]]) {
+        0 => Some(Arch::X86_64),
+        m => Arch::from_e_machine(m),
+    }
+}
+
 /// Checks the bytes of a table and returns its base and entries.
 pub fn parse_bytes(b: &[u8]) -> Result<(u64, Vec<Entry>), LayoutError> {
     if b.len() < HEADER_SIZE
@@ -248,6 +264,7 @@ pub fn parse_bytes(b: &[u8]) -> Result<(u64, Vec<Entry>), LayoutError> {
     {
         return Err(LayoutError::Header);
     }
+    let arch = header_arch(b).ok_or(LayoutError::Header)?;
     let n = u32_at(b, 8);
     let need = (n as usize)
         .checked_mul(ENTRY_SIZE)
@@ -266,7 +283,7 @@ pub fn parse_bytes(b: &[u8]) -> Result<(u64, Vec<Entry>), LayoutError> {
             offset: u32_at(b, at),
             word: u32_at(b, at + 4),
         };
-        if Rule::decode(e.word).is_err() {
+        if Rule::decode(e.word, arch).is_err() {
             return Err(LayoutError::Word(i));
         }
         if entries.last().is_some_and(|p: &Entry| p.offset >= e.offset) {
@@ -284,6 +301,7 @@ pub fn lookup_in_bytes(b: &[u8], addr: u64) -> Result<Option<Rule>, LayoutError>
     if b.len() < HEADER_SIZE || b[0..4] != MAGIC || b[4..6] != VERSION.to_le_bytes() {
         return Err(LayoutError::Header);
     }
+    let arch = header_arch(b).ok_or(LayoutError::Header)?;
     let n = u32_at(b, 8) as usize;
     if b.len() < HEADER_SIZE + n * ENTRY_SIZE {
         return Err(LayoutError::Truncated {
@@ -309,7 +327,7 @@ pub fn lookup_in_bytes(b: &[u8], addr: u64) -> Result<Option<Rule>, LayoutError>
         return Ok(None);
     }
     let at = HEADER_SIZE + (lo - 1) * ENTRY_SIZE;
-    Rule::decode(u32_at(b, at + 4)).map_err(|()| LayoutError::Word(lo - 1))
+    Rule::decode(u32_at(b, at + 4), arch).map_err(|()| LayoutError::Word(lo - 1))
 }
 
 #[cfg(test)]
@@ -337,8 +355,9 @@ mod tests {
     }
 
     fn table(rows: Vec<Row>) -> UnwindTable {
-        match build(rows, Stats::default()) {
+        match build(rows, Stats::default(), Arch::X86_64) {
             Ok((base, entries, stats)) => UnwindTable {
+                arch: Arch::X86_64,
                 base,
                 entries,
                 stats,
@@ -358,8 +377,11 @@ mod tests {
             row(0x110, 0x120, 8),
             row(0x120, 0x120, 8),
         ]);
-        let offs: Vec<(u32, Option<Rule>)> =
-            t.entries().iter().map(|e| (e.offset, e.rule())).collect();
+        let offs: Vec<(u32, Option<Rule>)> = t
+            .entries()
+            .iter()
+            .map(|e| (e.offset, e.rule(Arch::X86_64)))
+            .collect();
         assert_eq!(
             offs,
             vec![
@@ -423,7 +445,8 @@ mod tests {
         assert_eq!(lookup_in_bytes(&b, 0x7_0000_1800), Ok(Some(rule(8))));
         assert!(build(
             vec![row(0x10, 0x20, 8), row(1 << 33, (1 << 33) + 1, 8)],
-            Stats::default()
+            Stats::default(),
+            Arch::X86_64
         )
         .is_err());
     }
@@ -441,6 +464,10 @@ mod tests {
         );
         let mut bad = b.clone();
         bad[0] = b'X';
+        assert_eq!(parse_bytes(&bad).map(|_| ()), Err(LayoutError::Header));
+        // A machine without a layout.
+        let mut bad = b.clone();
+        bad[12] = 3;
         assert_eq!(parse_bytes(&bad).map(|_| ()), Err(LayoutError::Header));
         let mut bad = b.clone();
         bad[HEADER_SIZE + ENTRY_SIZE + 6] = 0x0e; // kind 14: unassigned

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use bpfscope_unwind::{
-    compile, lookup_in_bytes, parse_bytes, Cfa, ReturnAddress, Rule, SavedRbp, UnwindError,
+    compile, lookup_in_bytes, parse_bytes, Arch, Cfa, ReturnAddress, Rule, SavedRbp, UnwindError,
     UnwindTable,
 };
 
@@ -171,6 +171,71 @@ fn cfa_offset(s: &str) -> Option<i64> {
     s.strip_prefix('c').and_then(|n| n.parse().ok())
 }
 
+/// AArch64's rules against readelf's row: CFA `sp+N`, `x29+N` or `xN+M`;
+/// the columns `ra` (x30) and `x29`.
+fn agrees_aarch64(r: &RRow, signal: bool, rule: Rule) -> Result<(), String> {
+    if rule.signal_frame != signal {
+        return Err(format!("signal flag {} vs CIE", rule.signal_frame));
+    }
+    let ra_text = r.regs.get("ra").map(String::as_str).unwrap_or("u");
+    let fp_text = r.regs.get("x29").map(String::as_str).unwrap_or("u");
+    let plain_cfa = r.cfa.split_once('+').and_then(|(reg, off)| {
+        let n = match reg {
+            "sp" => 31,
+            _ => reg.strip_prefix('x')?.parse().ok()?,
+        };
+        Some((n, off.parse::<i64>().ok()?))
+    });
+    match rule.cfa {
+        Cfa::Unsupported => {
+            // Plain rules that fit must not be unsupported.
+            // (A register other than SP and x29 leaves no room for a
+            // saved return address.)
+            let (fits, base) = match plain_cfa {
+                Some((29 | 31, o)) if (0..=65535).contains(&o) => (true, -o),
+                Some((n, o)) if n < 29 && (0..=65535).contains(&o) => (ra_text == "u", i64::MIN),
+                _ => (false, i64::MIN),
+            };
+            let near = |o: i64| o == base || (o % 8 == 0 && (-1024..=1016).contains(&o) && o != 0);
+            let ra_fits = ra_text == "u" || cfa_offset(ra_text).is_some_and(near);
+            let fp_fits = fp_text == "u"
+                || (cfa_offset(fp_text).map(|o| o + 8) == cfa_offset(ra_text)
+                    && cfa_offset(fp_text).is_some_and(near));
+            return if fits && ra_fits && fp_fits {
+                Err("unsupported, but readelf's rule fits".into())
+            } else {
+                Ok(())
+            };
+        }
+        Cfa::SigContext => {
+            return if signal && r.cfa == "x29+0" && fp_text == "c+0" && ra_text == "c+8" {
+                Ok(())
+            } else {
+                Err("sigcontext, but not the kernel's signal frame".into())
+            };
+        }
+        Cfa::Rsp(o) if plain_cfa == Some((31, o.into())) => {}
+        Cfa::Rbp(o) if plain_cfa == Some((29, o.into())) => {}
+        Cfa::Register { reg, offset } if plain_cfa == Some((reg.into(), offset.into())) => {}
+        c => return Err(format!("CFA {c:?} vs {}", r.cfa)),
+    }
+    match (rule.ra, ra_text) {
+        (ReturnAddress::Lr | ReturnAddress::Undefined, "u" | "s") => {}
+        (ReturnAddress::AtCfa(o), t) if cfa_offset(t) == Some(o.into()) => {}
+        (ra, t) => return Err(format!("RA {ra:?} vs {t}")),
+    }
+    match (rule.rbp, fp_text) {
+        (SavedRbp::Unchanged, "u" | "s") => {}
+        // The outermost frame keeps nothing.
+        (SavedRbp::Unchanged, _) if rule.ra == ReturnAddress::Undefined => {}
+        (SavedRbp::AtCfa(o), t) if cfa_offset(t) == Some(o.into()) => {}
+        // x29 saved apart from the return address: no room, lost.
+        (SavedRbp::Lost, t) if cfa_offset(t).is_some() || t == "exp" => {}
+        (fp, t) => return Err(format!("x29 {fp:?} vs {t}")),
+    }
+    Ok(())
+}
+
 /// Whether the table's rule agrees with readelf's row; `Err` says how not.
 fn agrees(r: &RRow, signal: bool, rule: Rule) -> Result<(), String> {
     if rule.signal_frame != signal {
@@ -307,6 +372,13 @@ fn compare(path: &Path, table: &UnwindTable, frames: &Frames) -> Report {
     let cover = Coverage::new(used.iter().map(|f| (f.start, f.end)));
     let covered = |a: u64| cover.at(a);
     let mut rep = Report::default();
+    // AArch64's PLT has no FDE; the table gives it the rule of code that
+    // only jumps.
+    let plt = sections(path)
+        .get(".plt")
+        .copied()
+        .filter(|_| table.arch() == Arch::Aarch64);
+    let in_plt = |a: u64| plt.is_some_and(|(s, n)| s <= a && a < s + n);
     let check = |a: u64, want: Option<(&RRow, bool)>, rep: &mut Report| {
         let got = table.lookup(a);
         if lookup_in_bytes(&bytes, a) != Ok(got) {
@@ -315,6 +387,7 @@ fn compare(path: &Path, table: &UnwindTable, frames: &Frames) -> Report {
         }
         match (want, got) {
             (None, None) => {}
+            (None, Some(r)) if in_plt(a) && (r.cfa, r.ra) == (Cfa::Rsp(0), ReturnAddress::Lr) => {}
             (None, Some(r)) => rep
                 .mismatches
                 .push(format!("{a:#x}: {r:?} past an FDE's end")),
@@ -330,7 +403,11 @@ fn compare(path: &Path, table: &UnwindTable, frames: &Frames) -> Report {
                         return;
                     }
                 }
-                if let Err(why) = agrees(row, signal, r) {
+                let verdict = match table.arch() {
+                    Arch::X86_64 => agrees(row, signal, r),
+                    Arch::Aarch64 => agrees_aarch64(row, signal, r),
+                };
+                if let Err(why) = verdict {
                     rep.mismatches.push(format!("{a:#x}: {why} ({row:?})"));
                 }
             }
@@ -499,6 +576,11 @@ impl Drop for TempDir {
 
 /// Compiles `sources` with gcc and `flags` into `dir/name`.
 fn gcc(dir: &Path, name: &str, sources: &[(&str, &str)], flags: &[&str]) -> PathBuf {
+    cc("gcc", dir, name, sources, flags)
+}
+
+/// Compiles `sources` with the C compiler `compiler`.
+fn cc(compiler: &str, dir: &Path, name: &str, sources: &[(&str, &str)], flags: &[&str]) -> PathBuf {
     let mut files = Vec::new();
     for (file, text) in sources {
         let p = dir.join(file);
@@ -506,7 +588,7 @@ fn gcc(dir: &Path, name: &str, sources: &[(&str, &str)], flags: &[&str]) -> Path
         files.push(p);
     }
     let out = dir.join(name);
-    let o = Command::new("gcc")
+    let o = Command::new(compiler)
         .args(flags)
         .args(&files)
         .arg("-o")
@@ -515,7 +597,7 @@ fn gcc(dir: &Path, name: &str, sources: &[(&str, &str)], flags: &[&str]) -> Path
         .unwrap_or_else(|e| panic!("gcc: {e}"));
     assert!(
         o.status.success(),
-        "gcc {flags:?}: {}",
+        "{compiler} {flags:?}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
     out
@@ -1135,4 +1217,239 @@ fn directories_match_readelf() {
         "{n} files, {rows} rows compared at {addrs} addresses ({invalid} in FDEs gimli refused part way), {bad} files with mismatches"
     );
     assert_eq!(bad, 0);
+}
+
+// ---------------------------------------------------------------- AArch64
+
+/// The cross compiler for AArch64 (gcc-aarch64-linux-gnu), whose C
+/// library (libc6-arm64-cross) is Debian's glibc built for arm64.
+const A64_GCC: &str = "aarch64-linux-gnu-gcc";
+const A64_LIBC: &str = "/usr/aarch64-linux-gnu/lib/libc.so.6";
+
+#[test]
+fn aarch64_libc_matches_readelf() {
+    let Some((t, _)) = check_file(Path::new(A64_LIBC)) else {
+        return;
+    };
+    assert_eq!(t.arch(), Arch::Aarch64);
+    let rules: Vec<Rule> = t.ranges().map(|r| r.2).collect();
+    // Leaves and prologues (return address in x30), frame records, and
+    // frames with CFA = x29.
+    assert!(
+        rules.iter().any(|r| r.ra == ReturnAddress::Lr),
+        "no rule with x30"
+    );
+    assert!(rules.iter().any(|r| matches!(
+        (r.ra, r.rbp),
+        (ReturnAddress::AtCfa(ra), SavedRbp::AtCfa(fp)) if ra == fp + 8
+    )));
+    assert!(rules.iter().any(|r| matches!(r.cfa, Cfa::Rbp(_))));
+    // _start ends the walk.
+    assert!(rules.iter().any(|r| r.ra == ReturnAddress::Undefined));
+    let s = t.stats();
+    // Frames whose save area is more than 1 KiB from both the CFA and the
+    // bottom of the frame: 0.5% of rows here.
+    assert!(
+        s.unsupported.total() * 100 <= s.rows,
+        "more than 1% of rows unsupported: {s:?}"
+    );
+}
+
+/// Functions in the shapes AArch64 code takes: a leaf that keeps its
+/// return address in x30, frame records of several sizes, x30 saved
+/// without x29, pointer authentication (`paciasp`: DW_CFA_AARCH64_negate_ra_state),
+/// and the kernel's signal trampoline as the vDSO describes it.
+const A64_C: &str = r#"
+volatile long sink;
+__attribute__((noinline)) long leaf(long a, long b) { return a * 31 + b; }
+__attribute__((noinline)) long mid(long n) {
+    long v[64];
+    for (long i = 0; i < 64; i++) v[i] = leaf(i, n);
+    long s = 0;
+    for (long i = 0; i < 64; i++) s += v[i] * leaf(s, i);
+    return s;
+}
+__attribute__((noinline)) long big(long n) {
+    volatile char buf[100000];
+    buf[n % 100000] = 1;
+    return mid(buf[n % 7]);
+}
+int main(int argc, char **argv) { sink = big(argc) + mid(argc); return 0; }
+"#;
+
+const A64_S: &str = r#"
+	.text
+	/* x30 saved alone, x29 untouched: str x30, [sp, #-16]! */
+	.globl lr_alone
+	.type lr_alone, %function
+lr_alone:
+	.cfi_startproc
+	str x30, [sp, #-16]!
+	.cfi_def_cfa_offset 16
+	.cfi_offset x30, -16
+	bl leaf
+	ldr x30, [sp], #16
+	.cfi_restore x30
+	.cfi_def_cfa_offset 0
+	ret
+	.cfi_endproc
+	.size lr_alone, .-lr_alone
+
+	/* The kernel's __kernel_rt_sigreturn (arch/arm64/kernel/vdso/sigreturn.S). */
+	.globl my_sigreturn
+	.type my_sigreturn, %function
+	.cfi_startproc
+	.cfi_signal_frame
+	.cfi_def_cfa x29, 0
+	.cfi_offset x29, 0 * 8
+	.cfi_offset x30, 1 * 8
+	nop
+my_sigreturn:
+	mov x8, #139
+	svc #0
+	.cfi_endproc
+	.size my_sigreturn, .-my_sigreturn
+
+	/* x29 saved far from x30: no room for both, x29 lost. */
+	.globl apart
+	.type apart, %function
+apart:
+	.cfi_startproc
+	sub sp, sp, #64
+	.cfi_def_cfa_offset 64
+	str x29, [sp, #8]
+	str x30, [sp, #56]
+	.cfi_offset x29, -56
+	.cfi_offset x30, -8
+	ldr x29, [sp, #8]
+	ldr x30, [sp, #56]
+	add sp, sp, #64
+	.cfi_def_cfa_offset 0
+	ret
+	.cfi_endproc
+	.size apart, .-apart
+"#;
+
+#[test]
+fn aarch64_code_matches_readelf() {
+    if !have(A64_GCC) || !have("readelf") {
+        eprintln!("SKIP {A64_GCC} or readelf not installed (scripts/install-deps)");
+        return;
+    }
+    let dir = TempDir::new("a64");
+    let exe = cc(
+        A64_GCC,
+        &dir.0,
+        "a64",
+        &[("a64.c", A64_C), ("a64.S", A64_S)],
+        &[
+            "-O2",
+            "-fomit-frame-pointer",
+            "-mbranch-protection=standard",
+        ],
+    );
+    let Some((t, _)) = check_file(&exe) else {
+        return;
+    };
+    let syms = symbols(&exe);
+    let at = |name: &str, off: u64| t.lookup(syms[name].0 + off);
+    // The leaf: return address in x30 throughout.
+    let (leaf, leaf_size) = syms["leaf"];
+    for a in (leaf..leaf + leaf_size).step_by(4) {
+        let r = t
+            .lookup(a)
+            .unwrap_or_else(|| panic!("no rule in leaf at {a:#x}"));
+        assert_eq!((r.cfa, r.ra), (Cfa::Rsp(0), ReturnAddress::Lr), "{a:#x}");
+    }
+    // mid saves x30 alone, at the bottom of its frame (after paciasp,
+    // which changes no rule).
+    let (mid, mid_size) = syms["mid"];
+    let rules: Vec<Rule> = (mid..mid + mid_size)
+        .step_by(4)
+        .filter_map(|a| t.lookup(a))
+        .collect();
+    assert!(
+        rules.iter().any(|r| matches!(
+            (r.cfa, r.ra, r.rbp),
+            (Cfa::Rsp(c), ReturnAddress::AtCfa(ra), SavedRbp::Unchanged) if i64::from(ra) == -i64::from(c)
+        )),
+        "{rules:?}"
+    );
+    // big's frame is above 64 KiB.
+    let (big, big_size) = syms["big"];
+    assert!((big..big + big_size)
+        .step_by(4)
+        .filter_map(|a| t.lookup(a))
+        .any(|r| matches!(r.cfa, Cfa::Rsp(o) if o >= 100_000)));
+    // x30 alone.
+    assert_eq!(
+        at("lr_alone", 4).map(|r| (r.cfa, r.ra, r.rbp)),
+        Some((Cfa::Rsp(16), ReturnAddress::AtCfa(-16), SavedRbp::Unchanged))
+    );
+    // The signal trampoline, and the nop before it (return address - 1).
+    assert_eq!(at("my_sigreturn", 0), Some(Rule::sigcontext(true)));
+    assert_eq!(
+        t.lookup(syms["my_sigreturn"].0 - 4),
+        Some(Rule::sigcontext(true))
+    );
+    // x29 and x30 apart: x30 kept, x29 lost (and counted).
+    let r = at("apart", 12).unwrap_or_else(|| panic!("no rule in apart"));
+    assert_eq!((r.ra, r.rbp), (ReturnAddress::AtCfa(-8), SavedRbp::Lost));
+    assert!(t.stats().rbp_dropped_rows >= 1);
+
+    // With frame pointers: frame records, and CFA = x29 where SP moves.
+    let exe = cc(
+        A64_GCC,
+        &dir.0,
+        "a64fp",
+        &[("a64.c", A64_C), ("a64.S", A64_S)],
+        &[
+            "-O2",
+            "-fno-omit-frame-pointer",
+            "-mbranch-protection=standard",
+        ],
+    );
+    let Some((t, _)) = check_file(&exe) else {
+        return;
+    };
+    let (mid, mid_size) = symbols(&exe)["mid"];
+    let rules: Vec<Rule> = (mid..mid + mid_size)
+        .step_by(4)
+        .filter_map(|a| t.lookup(a))
+        .collect();
+    assert!(
+        rules.iter().any(|r| matches!(
+            (r.ra, r.rbp),
+            (ReturnAddress::AtCfa(ra), SavedRbp::AtCfa(fp)) if ra == fp + 8
+        )),
+        "{rules:?}"
+    );
+}
+
+/// A vDSO built without CFI (Debian's arm64 kernels): its signal
+/// trampoline still gets the signal frame's rule, from its symbol.
+#[test]
+fn aarch64_vdso_without_cfi_has_its_signal_trampoline() {
+    if !have(A64_GCC) {
+        eprintln!("SKIP {A64_GCC} not installed (scripts/install-deps)");
+        return;
+    }
+    let dir = TempDir::new("a64vdso");
+    let so = cc(
+        A64_GCC,
+        &dir.0,
+        "vdso.so",
+        &[(
+            "vdso.S",
+            "\t.text\n\tnop\n\t.globl __kernel_rt_sigreturn\n\t.type __kernel_rt_sigreturn, %function\n__kernel_rt_sigreturn:\n\tmov x8, #139\n\tsvc #0\n\t.size __kernel_rt_sigreturn, 8\n",
+        )],
+        &["-shared", "-nostdlib", "-Wl,--hash-style=both"],
+    );
+    let t = compile(&so).unwrap_or_else(|e| panic!("{e}"));
+    let (sym, _) = symbols(&so)["__kernel_rt_sigreturn"];
+    assert_eq!(t.stats().synthesized_sigreturn, 1);
+    for a in [sym - 4, sym, sym + 4] {
+        assert_eq!(t.lookup(a), Some(Rule::sigcontext(true)), "{a:#x}");
+    }
+    assert_eq!(t.lookup(sym + 8), None);
 }

@@ -268,6 +268,7 @@ fn to_bpf(o: &offsets::PyOffsets) -> bp_py_offsets {
         interp_threads_head: o.interp_threads_head,
         tstate_next: o.tstate_next,
         tstate_thread_id: o.tstate_thread_id,
+        tstate_native_thread_id: o.tstate_native_thread_id,
         tstate_frame: o.tstate_frame,
         cframe_current_frame: o.cframe_current_frame,
         frame_previous: o.frame_previous,
@@ -382,7 +383,8 @@ impl Codes {
 }
 
 /// Characters as CPython stores a compact str: `kind` bytes each.
-fn text(raw: &[std::ffi::c_char], kind: u32, len: u32) -> String {
+/// (The skeleton types carry C `char` arrays as i8 on every target.)
+fn text(raw: &[i8], kind: u32, len: u32) -> String {
     let bytes: Vec<u8> = raw.iter().map(|&c| c as u8).collect();
     let n = len as usize;
     match kind {
@@ -459,19 +461,19 @@ mod tests {
 
     #[test]
     fn strings_in_each_width() {
-        let mut raw = [0 as std::ffi::c_char; 16];
+        let mut raw = [0i8; 16];
         for (i, b) in b"abc".iter().enumerate() {
-            raw[i] = *b as std::ffi::c_char;
+            raw[i] = *b as i8;
         }
         assert_eq!(text(&raw, 1, 3), "abc");
-        let mut wide = [0 as std::ffi::c_char; 16];
+        let mut wide = [0i8; 16];
         for (i, b) in 0x00e9u16
             .to_ne_bytes()
             .iter()
             .chain(&0x4e2du16.to_ne_bytes())
             .enumerate()
         {
-            wide[i] = *b as std::ffi::c_char;
+            wide[i] = *b as i8;
         }
         assert_eq!(text(&wide, 2, 2), "é中");
         assert_eq!(text(&raw, 3, 3), "");

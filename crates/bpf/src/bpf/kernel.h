@@ -15,4 +15,18 @@ struct task_struct {
 	char comm[16];
 } __attribute__((preserve_access_index));
 
+#if defined(__TARGET_ARCH_arm64)
+/* arm64's pt_regs as the kernel has it (the uapi header has only the user
+ * registers, struct user_pt_regs, which come first): the syscall raw
+ * tracepoints read the syscall's first argument and number after them. */
+struct pt_regs___bs {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+	__u64 orig_x0;
+	__s32 syscallno;
+} __attribute__((preserve_access_index));
+#endif
+
 #endif /* BPFSCOPE_KERNEL_H */

@@ -148,6 +148,8 @@ struct bp_py_offsets {
 	__u32 interp_threads_head;
 	__u32 tstate_next;
 	__u32 tstate_thread_id;
+	/* 3.11+: the kernel's thread id (how arm64 finds a thread's state). */
+	__u32 tstate_native_thread_id;
 	/* 3.9/3.10: PyFrameObject *frame; 3.11/3.12: _PyCFrame *cframe;
 	 * 3.13: _PyInterpreterFrame *current_frame. */
 	__u32 tstate_frame;

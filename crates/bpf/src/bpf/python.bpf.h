@@ -17,6 +17,9 @@
  *
  * The thread's state is found by its pthread id, which CPython keeps in
  * it and which is, on x86-64, the thread's FS base: no TLS layout needed.
+ * On arm64, whose thread pointer sits at a glibc-version-dependent
+ * distance from the pthread, by the kernel thread id CPython 3.11 and
+ * later keep as well.
  */
 #ifndef BPFSCOPE_PYTHON_BPF_H
 #define BPFSCOPE_PYTHON_BPF_H
@@ -32,6 +35,7 @@
 #define BP_PY_COMPACT_BIT 5
 #define BP_PY_ASCII_BIT 6
 
+#if !defined(__TARGET_ARCH_arm64)
 struct thread_struct___bp {
 	unsigned long fsbase;
 } __attribute__((preserve_access_index));
@@ -39,6 +43,7 @@ struct thread_struct___bp {
 struct task_struct___fs {
 	struct thread_struct___bp thread;
 } __attribute__((preserve_access_index));
+#endif
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -81,16 +86,34 @@ static __always_inline int bp_read_ptr(u64 *dst, u64 base, u32 off)
 	return bpf_probe_read_user(dst, sizeof(*dst), (void *)(base + off));
 }
 
+/* Whether the thread state ts is the sampled thread's (tid; fsbase on
+ * x86-64); negative when it cannot be read. */
+static __always_inline int bp_py_mine(struct bp_interp *in, u64 ts, u32 tid, u64 fsbase)
+{
+	u64 id = 0;
+
+#if defined(__TARGET_ARCH_arm64)
+	if (bp_read_ptr(&id, ts, in->o.tstate_native_thread_id))
+		return -1;
+	return id == tid;
+#else
+	if (bp_read_ptr(&id, ts, in->o.tstate_thread_id))
+		return -1;
+	return id == fsbase;
+#endif
+}
+
 /* The sampled thread's PyThreadState: cached by thread id, else found in
  * the interpreter's thread list. 0 when there is none. */
 static __noinline u64 bp_py_tstate(struct bp_interp *in, u64 runtime, u32 tid, u64 fsbase)
 {
-	u64 ts = 0, interp = 0, id = 0, *cached;
+	u64 ts = 0, interp = 0, *cached;
+	int mine;
 
 	cached = bpf_map_lookup_elem(&pythreads, &tid);
 	if (cached) {
 		ts = *cached;
-		if (!bp_read_ptr(&id, ts, in->o.tstate_thread_id) && id == fsbase)
+		if (bp_py_mine(in, ts, tid, fsbase) == 1)
 			return ts;
 	}
 	if (bp_read_ptr(&interp, runtime, in->o.runtime_interpreters_head) || !interp)
@@ -100,9 +123,10 @@ static __noinline u64 bp_py_tstate(struct bp_interp *in, u64 runtime, u32 tid, u
 	for (int i = 0; i < BP_PY_THREADS_WALKED; i++) {
 		if (!ts)
 			return 0;
-		if (bp_read_ptr(&id, ts, in->o.tstate_thread_id))
+		mine = bp_py_mine(in, ts, tid, fsbase);
+		if (mine < 0)
 			return 0;
-		if (id == fsbase) {
+		if (mine) {
 			bpf_map_update_elem(&pythreads, &tid, &ts, BPF_ANY);
 			return ts;
 		}

@@ -121,6 +121,20 @@ static __always_inline int bs_cookie_probe(void *ctx, u32 *idx)
 /* Syscall arguments from pt_regs, in the syscall calling convention. */
 static __always_inline void bs_syscall_args(struct pt_regs *regs, struct bs_scratch *s)
 {
+#if defined(__TARGET_ARCH_arm64)
+	/* x0..x5; x0 as the syscall was entered (orig_x0), as the kernel's
+	 * own syscall wrappers read it. */
+	struct pt_regs___bs *r = (void *)regs;
+	u64 x[6];
+
+	bpf_probe_read_kernel(x, sizeof(x), (void *)r + bpf_core_field_offset(r->regs));
+	s->args[0] = BPF_CORE_READ(r, orig_x0);
+	s->args[1] = x[1];
+	s->args[2] = x[2];
+	s->args[3] = x[3];
+	s->args[4] = x[4];
+	s->args[5] = x[5];
+#else
 	/* r10..rdi are contiguous in pt_regs: one read instead of six. */
 	u64 r[8];
 
@@ -131,6 +145,23 @@ static __always_inline void bs_syscall_args(struct pt_regs *regs, struct bs_scra
 	s->args[3] = r[0]; /* r10 */
 	s->args[4] = r[2]; /* r8 */
 	s->args[5] = r[1]; /* r9 */
+#endif
+}
+
+/* The number of the syscall returning (sys_exit's record has it, the raw
+ * tracepoint only the registers). */
+static __always_inline u64 bs_syscall_nr(struct pt_regs *regs)
+{
+#if defined(__TARGET_ARCH_arm64)
+	__s32 nr = BPF_CORE_READ((struct pt_regs___bs *)regs, syscallno);
+
+	return nr < 0 ? BS_SYS_MAX : (u64)nr;
+#else
+	u64 nr = 0;
+
+	bpf_probe_read_kernel(&nr, sizeof(nr), (void *)regs + __builtin_offsetof(struct pt_regs, orig_rax));
+	return nr;
+#endif
 }
 
 static __always_inline int bs_syscall(u64 *ctx, u32 slot, int exit)
@@ -173,10 +204,8 @@ int bpfscope_sysin(u64 *ctx)
 SEC("raw_tp/sys_exit")
 int bpfscope_sysout(u64 *ctx)
 {
-	struct pt_regs *regs = (struct pt_regs *)ctx[0];
-	u64 nr = 0;
+	u64 nr = bs_syscall_nr((struct pt_regs *)ctx[0]);
 
-	bpf_probe_read_kernel(&nr, sizeof(nr), (void *)regs + __builtin_offsetof(struct pt_regs, orig_rax));
 	if (nr >= BS_SYS_MAX)
 		return 0;
 	return bs_syscall(ctx, BS_SYS_EXIT_BASE + nr, 1);
@@ -238,7 +267,8 @@ static __always_inline int bs_user_probe(struct pt_regs *ctx, u32 idx, int usdt)
 				s->args[i] = v;
 			}
 		} else {
-			/* The x86-64 calling convention. */
+			/* The C calling convention (bpf_tracing.h: rdi... on
+			 * x86-64, x0... on arm64); six registers on both. */
 			s->args[0] = PT_REGS_PARM1(ctx);
 			s->args[1] = PT_REGS_PARM2(ctx);
 			s->args[2] = PT_REGS_PARM3(ctx);

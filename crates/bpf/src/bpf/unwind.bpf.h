@@ -51,6 +51,36 @@
 #define SIGCONTEXT_RSP (40 + 15 * 8)
 #define SIGCONTEXT_RIP (40 + 16 * 8)
 
+#if defined(__TARGET_ARCH_arm64)
+/* AArch64 (the crate documentation's AArch64 section): bits 6-7 of the
+ * kind byte say where the return address and x29 are. */
+#define K_A64_LR 0
+#define K_A64_RECORD 1
+#define K_A64_RA 2
+#define K_A64_RA_FP_LOST 3
+/* The signal frame at SP in __kernel_rt_sigreturn (rule::A64_SIGCONTEXT_*). */
+#define A64_SIGCONTEXT_X29 (128 + 176 + 8 + 29 * 8)
+#define A64_SIGCONTEXT_X30 (128 + 176 + 8 + 30 * 8)
+#define A64_SIGCONTEXT_SP (128 + 176 + 8 + 31 * 8)
+#define A64_SIGCONTEXT_PC (128 + 176 + 8 + 32 * 8)
+/* Code addresses of user space fit in 48 bits; a return address signed by
+ * pointer authentication carries its code in the bits above. */
+#define BP_ADDR_MASK ((1ULL << 48) - 1)
+/* struct user_pt_regs: x0-x30, sp, pc, pstate. */
+#define BP_NREGS 34
+#define BP_REG_FP 29
+#define BP_REG_LR 30
+#define BP_REG_SP 31
+#define BP_REG_PC 32
+#else
+#define BP_ADDR_MASK (~0ULL)
+/* struct pt_regs, r15 to ss. */
+#define BP_NREGS 21
+#define BP_REG_FP 4
+#define BP_REG_SP 19
+#define BP_REG_PC 16
+#endif
+
 struct vm_area_struct {
 	unsigned long vm_start;
 	unsigned long vm_end;
@@ -162,8 +192,15 @@ struct bp_unwind {
 	u32 py_frames;
 	/* The native walk has ended: only Python frames are left. */
 	u32 native_done;
-	/* The first frame's registers, in struct pt_regs order. */
-	u64 regs[21];
+	/* arm64: lr holds the frame's return address (x30: only the
+	 * interrupted frame, or one a signal frame restored, knows it); sp
+	 * is the frame's SP (after a frame-pointer step it is not known). */
+	u32 lr_valid;
+	u32 sp_valid;
+	u64 lr;
+	/* The first frame's registers, in struct pt_regs order (arm64:
+	 * struct user_pt_regs). */
+	u64 regs[BP_NREGS];
 };
 
 struct {
@@ -466,6 +503,15 @@ static __always_inline int bp_dwarf_reg(struct bp_unwind *u, u32 reg, u64 *out)
 {
 	u32 slot;
 
+#if defined(__TARGET_ARCH_arm64)
+	/* x0-x30 are DWARF 0-30, in that order in user_pt_regs. */
+	slot = reg;
+	asm volatile("" : "+r"(slot));
+	if (slot >= 31)
+		return -1;
+	*out = u->regs[slot];
+	return 0;
+#endif
 	switch (reg) {
 	case 0: slot = 10; break; /* rax */
 	case 1: slot = 12; break; /* rdx */
@@ -485,7 +531,7 @@ static __always_inline int bp_dwarf_reg(struct bp_unwind *u, u32 reg, u64 *out)
 	}
 	/* Keeps the bound visible to the verifier after the compiler's folding. */
 	asm volatile("" : "+r"(slot));
-	if (slot >= 21)
+	if (slot >= BP_NREGS)
 		return -1;
 	*out = u->regs[slot];
 	return 0;
@@ -538,9 +584,15 @@ static __always_inline int bp_fp_step(struct bp_unwind *u)
 		return 1;
 	}
 	next_bp = pair[0];
-	ra = pair[1];
+	ra = pair[1] & BP_ADDR_MASK;
 	u->fp_frames++;
 	u->sp = u->bp + 16;
+#if defined(__TARGET_ARCH_arm64)
+	/* The frame record sits anywhere in the caller's frame, not at its
+	 * top: its SP is not known, only frame pointers go on from here. */
+	u->sp_valid = 0;
+	u->lr_valid = 0;
+#endif
 	u->bp = next_bp;
 	u->pc = ra;
 	u->exact = 0;
@@ -548,6 +600,112 @@ static __always_inline int bp_fp_step(struct bp_unwind *u)
 	return 0;
 }
 
+#if defined(__TARGET_ARCH_arm64)
+/* One step up by a table rule (entry e), AArch64's word; 1 when the walk ends. */
+static __always_inline int bp_table_step(struct bp_unwind *u, u64 e)
+{
+	u32 w = e >> 32;
+	u32 arg = w & 0xffff;
+	u32 kb = (w >> 16) & 0xff;
+	u32 aux = w >> 24;
+	u64 cfa, base, ra, at, v;
+
+	switch (kb & 0xf) {
+	case K_RSP:
+	case K_RSP_X8:
+		/* Above a frame-pointer step the SP is not known. */
+		if (!u->sp_valid)
+			return bp_fp_step(u);
+		base = u->sp;
+		cfa = base + ((kb & 0xf) == K_RSP ? (u64)arg : (u64)arg * 8);
+		break;
+	case K_RBP:
+		if (!u->bp_valid)
+			goto no_rule;
+		base = u->bp;
+		cfa = base + arg;
+		break;
+	case K_REGISTER:
+		/* Only the interrupted frame's registers are known. */
+		if (u->depth != 1 || bp_dwarf_reg(u, aux, &v))
+			goto no_rule;
+		base = v;
+		cfa = v + arg;
+		break;
+	case K_SIGCONTEXT:
+		/* The handler returned here: the interrupted registers are in
+		 * the signal frame at SP. */
+		if (!u->sp_valid)
+			goto no_rule;
+		v = u->sp;
+		if (bp_read(&u->pc, v + A64_SIGCONTEXT_PC) ||
+		    bp_read(&u->bp, v + A64_SIGCONTEXT_X29) ||
+		    bp_read(&u->lr, v + A64_SIGCONTEXT_X30) ||
+		    bp_read(&u->sp, v + A64_SIGCONTEXT_SP))
+			goto read_failed;
+		u->bp_valid = 1;
+		u->lr_valid = 1;
+		u->sp_valid = 1;
+		u->exact = 1;
+		u->trusted = 1;
+		u->table_frames++;
+		return 0;
+	default:
+		goto no_rule;
+	}
+	if (kb & K_RA_UNDEFINED) {
+		bs_count(&lost, BP_UNW_END_OUTERMOST);
+		return 1;
+	}
+	/* The caller's stack is above the callee's (a leaf's CFA is its SP). */
+	if (u->sp_valid && cfa < u->sp)
+		goto read_failed;
+	/* aux 0: the save is where the CFA's register points. */
+	at = aux ? cfa + (s64)(__s8)aux * 8 : base;
+	switch (kb >> K_RBP_SHIFT) {
+	case K_A64_LR:
+		/* Only the interrupted frame (or a signal frame's) has x30. */
+		if (!u->lr_valid)
+			goto no_rule;
+		ra = u->lr;
+		break;
+	case K_A64_RECORD: {
+		/* The frame record: x29, then the return address. One read. */
+		u64 pair[2];
+
+		if (bpf_probe_read_user(pair, sizeof(pair), (void *)at))
+			goto read_failed;
+		u->bp = pair[0];
+		u->bp_valid = 1;
+		ra = pair[1];
+		break;
+	}
+	case K_A64_RA:
+		if (bp_read(&ra, at))
+			goto read_failed;
+		break;
+	default:
+		if (bp_read(&ra, at))
+			goto read_failed;
+		u->bp_valid = 0;
+		break;
+	}
+	u->table_frames++;
+	u->sp = cfa;
+	u->sp_valid = 1;
+	u->lr_valid = 0;
+	u->pc = ra & BP_ADDR_MASK;
+	u->exact = 0;
+	u->trusted = 1;
+	return 0;
+no_rule:
+	bs_count(&lost, BP_UNW_END_NO_RULE);
+	return 1;
+read_failed:
+	bs_count(&lost, BP_UNW_END_READ);
+	return 1;
+}
+#else
 /* One step up by a table rule (entry e); 1 when the walk ends. */
 static __always_inline int bp_table_step(struct bp_unwind *u, u64 e)
 {
@@ -651,6 +809,8 @@ read_failed:
 	bs_count(&lost, BP_UNW_END_READ);
 	return 1;
 }
+
+#endif
 
 static __always_inline void bp_record(struct bp_unwind *u, struct bp_stack_buf *buf, u32 d,
 				      u64 frame)
@@ -828,10 +988,18 @@ static __always_inline u64 bp_user_stack(struct task_struct *t, u32 tgid)
 		return 0;
 	if (bpf_probe_read_kernel(u->regs, sizeof(u->regs), regs))
 		return 0;
-	u->pc = u->regs[16];
-	u->sp = u->regs[19];
-	u->bp = u->regs[4];
+	u->pc = u->regs[BP_REG_PC];
+	u->sp = u->regs[BP_REG_SP];
+	u->bp = u->regs[BP_REG_FP];
 	u->bp_valid = 1;
+	u->sp_valid = 1;
+#if defined(__TARGET_ARCH_arm64)
+	u->lr = u->regs[BP_REG_LR] & BP_ADDR_MASK;
+	u->lr_valid = 1;
+#else
+	u->lr = 0;
+	u->lr_valid = 0;
+#endif
 	u->exact = 1;
 	u->trusted = 1;
 	u->depth = 0;
@@ -845,7 +1013,11 @@ static __always_inline u64 bp_user_stack(struct task_struct *t, u32 tgid)
 	u->py_interp = 0;
 	u->py_frames = 0;
 	u->native_done = 0;
+#if defined(__TARGET_ARCH_arm64)
+	u->fsbase = 0;
+#else
 	u->fsbase = BPF_CORE_READ((struct task_struct___fs *)t, thread.fsbase);
+#endif
 	u->h1 = 0x84222325cbf29ce4ULL;
 	u->h2 = 2;
 	p = bpf_map_lookup_elem(&procmaps, &tgid);
