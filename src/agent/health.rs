@@ -323,6 +323,11 @@ pub fn server_families(h: &super::http::Stats, p: &super::push::PushStats) -> Ve
             "Profile requests whose client went away before the answer (their work stopped)",
             n(&h.cancelled),
         ),
+        gauge(
+            "bpfscope_agent_http_profiles_in_progress",
+            "Profile requests being gathered now (at most http.max_profiles)",
+            n(&h.profiles_in_progress) as f64,
+        ),
         counter(
             "bpfscope_agent_push_sent_total",
             "Windows pushed to the profile store",

@@ -51,6 +51,25 @@ pub struct Stats {
     pub unauthorized: AtomicU64,
     /// Profile requests whose client went away before the answer.
     pub cancelled: AtomicU64,
+    /// Profile requests holding a slot now (a gauge).
+    pub profiles_in_progress: AtomicU64,
+}
+
+/// Counts a profile request in progress for as long as it holds its slot,
+/// however its task ends (answered, or dropped with its client).
+struct InProgress<'a>(&'a AtomicU64);
+
+impl<'a> InProgress<'a> {
+    fn new(n: &'a AtomicU64) -> Self {
+        n.fetch_add(1, Ordering::Relaxed);
+        Self(n)
+    }
+}
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// What every request's task shares.
@@ -458,6 +477,7 @@ async fn profile(q: &[(String, String)], ctx: &Ctx) -> Response<Body> {
             &seconds.to_string(),
         );
     };
+    let _counted = InProgress::new(&shared.http.profiles_in_progress);
     let (tx, rx) = oneshot::channel();
     let r = ProfileRequest {
         seconds,

@@ -620,7 +620,22 @@ pub fn wait4_timeout(
 ) -> Option<(std::process::ExitStatus, libc::rusage)> {
     use std::os::unix::process::ExitStatusExt;
     let deadline = Instant::now() + timeout;
+    // ru_maxrss is no measure of the child alone: std spawns with vfork, and
+    // exec carries the shared (parent's) address space's high-water mark
+    // into the child's. The child's own mark (VmHWM, only ever growing) is
+    // read while it runs instead.
+    let mut hwm_kib: Option<i64> = None;
     loop {
+        if let Some(kib) = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+            })
+        {
+            hwm_kib = Some(hwm_kib.map_or(kib, |h| h.max(kib)));
+        }
         let mut status = 0;
         // SAFETY: an all-zero rusage is a valid value of this plain C struct.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -628,6 +643,9 @@ pub fn wait4_timeout(
         // pid is our own unreaped child (std's Child never reaps on its own).
         let r = unsafe { libc::wait4(child.id() as i32, &mut status, libc::WNOHANG, &mut ru) };
         if r == child.id() as i32 {
+            if let Some(h) = hwm_kib {
+                ru.ru_maxrss = h;
+            }
             return Some((std::process::ExitStatus::from_raw(status), ru));
         }
         assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
