@@ -66,8 +66,8 @@ pub struct RunArgs {
     #[arg(value_name = "PARAM", allow_hyphen_values = false)]
     pub params: Vec<String>,
 
-    /// The program text instead of a file
-    #[arg(short = 'e', value_name = "PROGRAM", conflicts_with = "file")]
+    /// The program text instead of a file (the words after it are its parameters)
+    #[arg(short = 'e', value_name = "PROGRAM")]
     pub expr: Option<String>,
 
     /// Run this command (a shell-split line, as bpftrace -c) and stop when it exits

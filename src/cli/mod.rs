@@ -49,6 +49,8 @@ pub struct RunSettings {
     pub source: String,
     pub origin: String,
     pub params: Vec<String>,
+    /// Keys each map holds (bpftrace's BPFTRACE_MAP_KEYS_MAX, 4096 by default).
+    pub map_keys_max: u32,
     /// A command to run (not a filter: as bpftrace -c, every event counts).
     pub command: Option<Target>,
     pub pid: Option<u32>,
@@ -495,6 +497,7 @@ fn run_settings(a: args::RunArgs) -> Result<RunSettings, Error> {
         source,
         origin,
         params,
+        map_keys_max: map_keys_max(std::env::var("BPFTRACE_MAP_KEYS_MAX").ok().as_deref())?,
         command,
         pid,
         duration: seconds(a.duration, "--duration")?,
@@ -502,6 +505,22 @@ fn run_settings(a: args::RunArgs) -> Result<RunSettings, Error> {
         dry_run: a.dry_run,
         verbose: a.verbose,
     })
+}
+
+/// Keys per script map: bpftrace's default, or BPFTRACE_MAP_KEYS_MAX as
+/// bpftrace reads it (a positive integer).
+fn map_keys_max(env: Option<&str>) -> Result<u32, Error> {
+    const DEFAULT: u32 = 4096;
+    let Some(v) = env else {
+        return Ok(DEFAULT);
+    };
+    v.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_KEYS).contains(n))
+        .ok_or_else(|| {
+            usage!("BPFTRACE_MAP_KEYS_MAX={v}: expected a number of keys from 1 to {MAX_KEYS}")
+        })
 }
 
 /// `-p PID`: a process that exists.

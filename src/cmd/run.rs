@@ -23,29 +23,31 @@ use crate::collect::{stacks, Lost, StopReason, Stopper};
 use crate::render::bpftrace::{self as fmt, Agg, MapData, Value};
 use crate::script::lower::{Action, AggFn, Arg, Lowered, MapKind, Trigger, Ty, JOIN_MAX, STR_MAX};
 use crate::script::{self, trigger};
-use bpfscope_bpf::abi::{bs_event_hdr, bs_key_hdr};
+use bpfscope_bpf::abi::{bs_event_hdr, bs_key_hdr, bs_limits, bs_note};
 use bpfscope_sys::pod;
 
-/// Aggregation keys the script's maps hold in all (bpftrace's default map size).
-const MAX_KEYS: u32 = 10240;
 const MAX_STACKS: u32 = 4096;
 const RINGBUF: u32 = 4 << 20;
 /// Longest wait for records: a command's exit or a signal is seen within it.
 const POLL: Duration = Duration::from_millis(10);
 const HDR: usize = std::mem::size_of::<bs_event_hdr>();
+/// Steps one run of a probe takes at most.
+const STEPS: u32 = bs_limits::BS_VM_STEPS.0;
 const KHDR: usize = std::mem::size_of::<bs_key_hdr>();
 
 pub fn run(s: RunSettings) -> Result<()> {
     libbpf_log::init(s.verbose);
     let features = Features::detect();
     let pid = s.pid;
-    let compiled =
-        script::compile(&s.source, s.params.clone(), pid, &features).map_err(|e| match e {
-            crate::error::Error::Usage(m) => {
-                crate::error::Error::Usage(format!("{}:{m}", s.origin))
-            }
-            e => e,
-        })?;
+    let opts = script::Options {
+        params: s.params.clone(),
+        pid,
+        keys_max: s.map_keys_max,
+    };
+    let compiled = script::compile(&s.source, &opts, &features).map_err(|e| match e {
+        crate::error::Error::Usage(m) => crate::error::Error::Usage(format!("{}:{m}", s.origin)),
+        e => e,
+    })?;
     let plan = &compiled.plan;
     let low = &compiled.lowered;
     if s.dry_run || s.verbose {
@@ -83,7 +85,8 @@ pub fn run(s: RunSettings) -> Result<()> {
     }
     let load = LoadConfig {
         target: Target::All,
-        max_keys: Some(MAX_KEYS),
+        // The script's maps are kernel maps of their own (vm_aggs, vm_vals).
+        max_keys: None,
         max_stacks: (low.stacks.0 || low.stacks.1).then_some(MAX_STACKS),
         ringbuf_bytes: Some(RINGBUF),
         verbose: s.verbose,
@@ -116,6 +119,7 @@ pub fn run(s: RunSettings) -> Result<()> {
         low,
         out,
         exit: false,
+        keys_max: s.map_keys_max,
     };
     let result = ctx.main_loop(&stopper, gated);
     match result {
@@ -167,6 +171,7 @@ struct RunCtx<'a, 'obj> {
     low: &'a Lowered,
     out: Out,
     exit: bool,
+    keys_max: u32,
 }
 
 impl RunCtx<'_, '_> {
@@ -223,12 +228,21 @@ impl RunCtx<'_, '_> {
         self.drain(&queue)?;
         self.print_all()?;
         let lost = Lost::read(&self.session.skel.maps.lost)?;
-        let steps = crate::collect::lost_counter(
-            &self.session.skel.maps.lost,
-            bpfscope_bpf::abi::bs_lost::BS_LOST_VM_STEPS.0,
-        )?;
+        let mut parts = Vec::new();
+        for (i, n) in counts(&self.session.skel.maps.vm_cut, self.low.probes.len()) {
+            parts.push(format!(
+                "{n} runs of {} cut short at {STEPS} steps",
+                self.low.probes[i].probe.name
+            ));
+        }
+        for (i, n) in counts(&self.session.skel.maps.vm_full, self.low.maps.len()) {
+            parts.push(format!(
+                "{n} updates of {} (full at {} keys)",
+                self.low.maps[i].name, self.keys_max
+            ));
+        }
         self.out.w.flush()?;
-        report_lost(lost, steps);
+        report_lost(lost, parts);
         self.session.detach_in_background();
         Ok(())
     }
@@ -249,6 +263,10 @@ impl RunCtx<'_, '_> {
         let Some(hdr) = pod::read::<bs_event_hdr>(rec) else {
             return Ok(());
         };
+        if hdr.probe & (bs_note::BS_NOTE_CUT.0 | bs_note::BS_NOTE_FULL.0) != 0 {
+            self.notice(hdr.probe);
+            return Ok(());
+        }
         let data = rec.get(HDR..).unwrap_or(&[]);
         let Some(action) = self.low.actions.get(hdr.probe as usize).cloned() else {
             return Ok(());
@@ -296,6 +314,29 @@ impl RunCtx<'_, '_> {
             Action::Exit => self.exit = true,
         }
         Ok(())
+    }
+
+    /// A limit the kernel side hit, said at once (the first time for each
+    /// probe or map; the end of the run says how often).
+    fn notice(&mut self, note: u32) {
+        let i = (note & bs_note::BS_NOTE_INDEX.0) as usize;
+        // Said after what the script printed before it.
+        let _ = self.out.w.flush();
+        if note & bs_note::BS_NOTE_CUT.0 != 0 {
+            let name = self
+                .low
+                .probes
+                .get(i)
+                .map_or("?", |p| p.probe.name.as_str());
+            eprintln!(
+                "bpfscope: warning: {name}: a run was cut short at {STEPS} steps, the most one run of a probe takes; its effects so far stay"
+            );
+        } else if let Some(m) = self.low.maps.get(i) {
+            eprintln!(
+                "bpfscope: warning: {} is full ({} keys): new keys are dropped (BPFTRACE_MAP_KEYS_MAX sets the size)",
+                m.name, self.keys_max
+            );
+        }
     }
 
     /// A record's argument.
@@ -392,7 +433,7 @@ impl RunCtx<'_, '_> {
     fn read_map(&self, id: u32) -> Result<MapData> {
         let def = &self.low.maps[id as usize];
         let map = self.map_of(id);
-        let keys: Vec<Vec<u8>> = map.keys().filter(|k| map_id_of(k) == Some(id)).collect();
+        let keys: Vec<Vec<u8>> = map.keys().collect();
         let stack_ids = keys.iter().flat_map(|k| {
             let data = k.get(KHDR..).unwrap_or(&[]);
             def.keys.iter().filter_map(move |p| match p.ty {
@@ -477,7 +518,7 @@ impl RunCtx<'_, '_> {
             return self.zero_map(id);
         }
         let map = self.map_of(id);
-        let keys: Vec<Vec<u8>> = map.keys().filter(|k| map_id_of(k) == Some(id)).collect();
+        let keys: Vec<Vec<u8>> = map.keys().collect();
         for k in keys {
             // A key another CPU deleted meanwhile is not an error.
             let _ = map.delete(&k);
@@ -489,7 +530,7 @@ impl RunCtx<'_, '_> {
     fn zero_map(&mut self, id: u32) -> Result<()> {
         let plain = matches!(self.low.maps[id as usize].kind, MapKind::Plain(_));
         let map = self.map_of(id);
-        let keys: Vec<Vec<u8>> = map.keys().filter(|k| map_id_of(k) == Some(id)).collect();
+        let keys: Vec<Vec<u8>> = map.keys().collect();
         for k in keys {
             if plain {
                 let zero = vec![0u8; map.value_size() as usize];
@@ -505,10 +546,7 @@ impl RunCtx<'_, '_> {
     }
 
     fn map_of(&self, id: u32) -> &dyn MapCore {
-        match self.low.maps[id as usize].kind {
-            MapKind::Plain(_) => &self.session.skel.maps.vals,
-            MapKind::Agg(..) => &self.session.skel.maps.aggs,
-        }
+        &self.session.vm_maps[id as usize]
     }
 
     /// The maps left at the end, as bpftrace prints them: a blank-line
@@ -607,19 +645,25 @@ fn user_name(uid: u32) -> String {
         .unwrap_or_else(|| uid.to_string())
 }
 
-fn map_id_of(k: &[u8]) -> Option<u32> {
-    let b = k.get(KHDR..KHDR + 8)?;
-    Some(u64::from_ne_bytes(b.try_into().ok()?) as u32)
-}
-
 fn cstr(b: &[u8]) -> String {
     let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     String::from_utf8_lossy(&b[..n]).into_owned()
 }
 
+/// The non-zero counts of an array of u64 (vm_cut, vm_full), by index.
+fn counts(map: &dyn MapCore, n: usize) -> Vec<(usize, u64)> {
+    (0..n)
+        .filter_map(|i| {
+            let v = map
+                .lookup(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                .ok()??;
+            Some((i, word(&v))).filter(|(_, n)| *n > 0)
+        })
+        .collect()
+}
+
 /// Drops are never silent: what was lost goes to stderr.
-fn report_lost(lost: Lost, steps: u64) {
-    let mut parts = Vec::new();
+fn report_lost(lost: Lost, mut parts: Vec<String>) {
     if lost.events > 0 {
         parts.push(format!("{} records (ring buffer full)", lost.events));
     }
@@ -628,11 +672,6 @@ fn report_lost(lost: Lost, steps: u64) {
     }
     if lost.stacks > 0 {
         parts.push(format!("{} stacks", lost.stacks));
-    }
-    if steps > 0 {
-        parts.push(format!(
-            "{steps} probe runs cut short (more than the machine's step limit)"
-        ));
     }
     if !parts.is_empty() {
         eprintln!("bpfscope: lost {}", parts.join(", "));

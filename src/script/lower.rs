@@ -29,6 +29,8 @@ pub const JOIN_MAX: usize = bs_limits::BS_VM_JOIN_MAX.0 as usize;
 pub const KEY_ID_LEN: usize = 8;
 /// Instructions in all probes' code.
 const CODE_MAX: usize = bs_limits::BS_VM_CODE_MAX.0 as usize;
+/// Buckets of a log2 histogram: negatives, zero, then [2^k, 2^(k+1)) for k in 0..64.
+pub const LOG2_BUCKETS: u32 = 66;
 /// `unroll` counts bpftrace accepts.
 const UNROLL_MAX: u64 = 100;
 

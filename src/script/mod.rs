@@ -21,9 +21,6 @@ use crate::usage;
 use ast::{Expr, ExprKind, ProbeBlock, Program, Span, Stmt};
 use lower::{LowerError, Lowered, LoweredProbe, Shared, Trigger};
 
-/// Entries of a script's plain maps (`@start[tid] = nsecs`), as bpftrace's default map size.
-pub const VALS_MAX: u32 = 10240;
-
 /// A script ready to load: the attach plan, and what user space needs to
 /// read its maps and records.
 pub struct Compiled {
@@ -40,14 +37,20 @@ enum Point {
     Clock { hz: u64, name: String },
 }
 
-/// Parses, resolves and lowers a script. `pid` narrows library lookups to
-/// a process; `params` are its positional parameters.
-pub fn compile(
-    src: &str,
-    params: Vec<String>,
-    pid: Option<u32>,
-    features: &Features,
-) -> Result<Compiled, Error> {
+/// What a script is compiled with besides its text.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Positional parameters ($1, $2, ...).
+    pub params: Vec<String>,
+    /// Narrows library lookups to a process.
+    pub pid: Option<u32>,
+    /// Keys each map holds (BPFTRACE_MAP_KEYS_MAX).
+    pub keys_max: u32,
+}
+
+/// Parses, resolves and lowers a script.
+pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compiled, Error> {
+    let (params, pid) = (opts.params.clone(), opts.pid);
     let program = parse::parse(src).map_err(|e| usage!("{e}"))?;
     let at = |span: Span, msg: String| usage!("{}", LowerError { span, msg }.render(src));
     let mut skipped = Vec::new();
@@ -140,7 +143,7 @@ pub fn compile(
         stacks: sh.stacks,
         key_size,
     };
-    let plan = plan_of(&lowered)?;
+    let plan = plan_of(&lowered, opts.keys_max)?;
     Ok(Compiled {
         plan,
         lowered,
@@ -335,7 +338,7 @@ fn expr_fields(e: &Expr, out: &mut BTreeSet<String>) {
 }
 
 /// The attach plan: one configuration per probe naming its code.
-fn plan_of(l: &Lowered) -> Result<Plan, Error> {
+fn plan_of(l: &Lowered, keys_max: u32) -> Result<Plan, Error> {
     let mut code = Vec::new();
     let mut probes = Vec::new();
     for p in &l.probes {
@@ -383,9 +386,26 @@ fn plan_of(l: &Lowered) -> Result<Plan, Error> {
         vm: Some(VmImage {
             code,
             srcs: l.srcs.clone(),
-            vals: VALS_MAX,
+            maps: l.maps.iter().map(|m| vm_map(m, keys_max)).collect(),
         }),
     })
+}
+
+/// A map's kernel map: `keys_max` keys, each with its buckets for a
+/// histogram (every bucket of a key is an entry of its own).
+fn vm_map(m: &lower::MapDef, keys_max: u32) -> crate::attach::plan::VmMap {
+    use lower::{AggFn, MapKind};
+    let (agg, per_key) = match m.kind {
+        MapKind::Plain(_) => (false, 1),
+        MapKind::Agg(AggFn::Hist, _) => (true, lower::LOG2_BUCKETS),
+        MapKind::Agg(AggFn::Lhist { min, max, step }, _) => (true, ((max - min) / step) as u32 + 2),
+        MapKind::Agg(..) => (true, 1),
+    };
+    crate::attach::plan::VmMap {
+        name: m.name.clone(),
+        agg,
+        entries: keys_max.saturating_mul(per_key),
+    }
 }
 
 fn reads_args(code: &[bpfscope_bpf::abi::bs_insn], srcs: &[bpfscope_bpf::abi::bs_src]) -> bool {

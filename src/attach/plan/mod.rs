@@ -277,8 +277,18 @@ pub struct Plan {
 pub struct VmImage {
     pub code: Vec<bpfscope_bpf::abi::bs_insn>,
     pub srcs: Vec<bs_src>,
-    /// Entries of the plain-value map (`@start[tid] = nsecs`).
-    pub vals: u32,
+    /// The script's maps by id, each a kernel map of its own.
+    pub maps: Vec<VmMap>,
+}
+
+/// One script map's kernel map: per-CPU aggregates or plain values, and
+/// how many entries it holds (keys, times buckets for a histogram).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmMap {
+    /// As the script names it (`@start`).
+    pub name: String,
+    pub agg: bool,
+    pub entries: u32,
 }
 
 impl Plan {

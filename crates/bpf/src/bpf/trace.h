@@ -33,11 +33,15 @@ enum bs_limits {
 	BS_MAX_MATCH = 4,
 	/* Pointers followed by one BTF-typed access such as skb->dev->name. */
 	BS_MAX_DEREF = 4,
-	/* Script machine (vm.bpf.h): registers, string slots, steps per run, instructions in all. */
+	/*
+	 * Script machine (vm.bpf.h): registers, string slots, steps per run
+	 * (bpf_loop's own limit, BPF_MAX_LOOPS: over a million passes of a
+	 * small loop), instructions in all (as a BPF program's 1M).
+	 */
 	BS_VM_REGS = 32,
 	BS_VM_STRS = 8,
-	BS_VM_STEPS = 8192,
-	BS_VM_CODE_MAX = 65536,
+	BS_VM_STEPS = 1 << 23,
+	BS_VM_CODE_MAX = 1 << 20,
 	/* Strings join() reads from an argv-style array. */
 	BS_VM_JOIN_MAX = 16,
 	/* Bytes of a plain (non-aggregating) map value: a number or a string. */
@@ -294,8 +298,20 @@ enum bs_lost {
 	BS_LOST_KEYS = 1,     /* aggregation map full */
 	BS_LOST_STACKS = 2,   /* stack could not be captured */
 	BS_LOST_UNMATCHED = 3, /* end without a start (latency) */
-	BS_LOST_VM_STEPS = 4, /* a script run out of steps before its end */
-	BS_LOST_NR = 5,
+	BS_LOST_NR = 4,
+};
+
+/*
+ * A script's notices: a record whose header's `probe` has one of these
+ * bits is not an action's. The first run of a probe cut short at
+ * BS_VM_STEPS (the low bits: the probe's index) and the first update a
+ * full map refused (the low bits: the map's id) each send one at once;
+ * vm_cut and vm_full count every occurrence.
+ */
+enum bs_note {
+	BS_NOTE_CUT = 0x40000000,
+	BS_NOTE_FULL = 0x20000000,
+	BS_NOTE_INDEX = 0x0fffffff,
 };
 
 enum bs_target_mode {

@@ -8,8 +8,11 @@
  * verifier checks one step whatever the script. Values are read through the
  * same readers as filters and keys (read.bpf.h); aggregations go to `aggs`
  * like the verbs' (a map id in the key's first data bytes); plain map
- * values to `vals`; printf, time, join, print, clear and exit become records
- * in the `events` ring buffer, formatted in user space.
+ * script maps are kernel maps of their own (`vm_aggs`, `vm_vals`: arrays of
+ * maps indexed by the map id in the key); printf, time, join, print, clear
+ * and exit become records in the `events` ring buffer, formatted in user
+ * space. A run cut short at BS_VM_STEPS and an update a full map refused
+ * are counted and announced at once (enum bs_note).
  */
 #ifndef BPFSCOPE_VM_BPF_H
 #define BPFSCOPE_VM_BPF_H
@@ -133,11 +136,43 @@ static __noinline void bs_vm_join(u8 *dst, u64 arr)
 	}
 }
 
-/* The aggregation update of BS_VM_AGG, on the key in s->key. */
+/*
+ * Counts a notice (enum bs_note) for probe or map `i`, and sends the first
+ * of its kind at once: a header of its own, since s->ev may hold a record
+ * being built.
+ */
+static __noinline void bs_vm_note(u32 what, u32 i)
+{
+	struct bs_event_hdr h = {};
+	u64 *n;
+
+	if (what == BS_NOTE_CUT)
+		n = bpf_map_lookup_elem(&vm_cut, &i);
+	else
+		n = bpf_map_lookup_elem(&vm_full, &i);
+	if (!n || __sync_fetch_and_add(n, 1))
+		return;
+	h.ts_ns = bpf_ktime_get_ns();
+	h.probe = what | (i & BS_NOTE_INDEX);
+	if (bpf_ringbuf_output(&events, &h, sizeof(h), BPF_RB_FORCE_WAKEUP))
+		bs_count(&lost, BS_LOST_EVENTS);
+}
+
+/* The map id the key being built names (its first word). */
+static __always_inline u32 bs_vm_map_id(struct bs_scratch *s)
+{
+	return *(u64 *)BS_KEYDATA;
+}
+
+/* The aggregation update of BS_VM_AGG, on the key in s->key, in its map. */
 static __noinline void bs_vm_agg(struct bs_scratch *s, u32 bucket, u64 v, u32 flags)
 {
-	bs_agg_add(s, bucket, v, !(flags & BS_VMF_COUNT), flags & BS_VMF_MINMAX,
-		   flags & BS_VMF_SIGNED);
+	u32 id = bs_vm_map_id(s);
+	void *m = bpf_map_lookup_elem(&vm_aggs, &id);
+
+	if (!m || bs_agg_add_to(m, s, bucket, v, !(flags & BS_VMF_COUNT), flags & BS_VMF_MINMAX,
+				flags & BS_VMF_SIGNED))
+		bs_vm_note(BS_NOTE_FULL, id);
 }
 
 /* A record of a script's action: printf arguments, join's strings... */
@@ -162,11 +197,30 @@ static __always_inline void bs_vm_key_whole(struct bs_scratch *s)
 	((struct bs_key_hdr *)s->key)->epoch = 0;
 }
 
+/* The plain map the key being built names. */
+static __always_inline void *bs_vm_valmap(struct bs_scratch *s)
+{
+	u32 id = bs_vm_map_id(s);
+
+	return bpf_map_lookup_elem(&vm_vals, &id);
+}
+
 /* A plain map's value for key s->key: number or string. */
 static __always_inline void *bs_vm_val(struct bs_scratch *s)
 {
+	void *m = bs_vm_valmap(s);
+
 	bs_vm_key_whole(s);
-	return bpf_map_lookup_elem(&vals, s->key);
+	return m ? bpf_map_lookup_elem(m, s->key) : NULL;
+}
+
+/* vals[key] = the value staged at v (BS_VAL_MAX bytes), for a new key. */
+static __noinline void bs_vm_insert(struct bs_scratch *s, const void *v)
+{
+	void *m = bs_vm_valmap(s);
+
+	if (!m || bpf_map_update_elem(m, s->key, v, BPF_ANY))
+		bs_vm_note(BS_NOTE_FULL, bs_vm_map_id(s));
 }
 
 /*
@@ -369,10 +423,9 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		if (in->op == BS_VM_MSET) {
 			__builtin_memset(s->str.s, 0, BS_STR_MAX);
 			*(u64 *)s->str.s = BS_R(in->a);
-			if (bpf_map_update_elem(&vals, s->key, s->str.s, BPF_ANY))
-				bs_count(&lost, BS_LOST_KEYS);
-		} else if (bpf_map_update_elem(&vals, s->key, BS_SV(in->a), BPF_ANY)) {
-			bs_count(&lost, BS_LOST_KEYS);
+			bs_vm_insert(s, s->str.s);
+		} else {
+			bs_vm_insert(s, BS_SV(in->a));
 		}
 		break;
 	}
@@ -395,15 +448,21 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 			BS_SV(in->dst)[0] = 0;
 		break;
 	}
-	case BS_VM_MDEL:
+	case BS_VM_MDEL: {
 		if (!BS_ON(BS_VM_MDEL))
 			break;
+		u32 id = bs_vm_map_id(s);
+		void *m;
+
 		bs_vm_key_whole(s);
 		if (in->flags & BS_VMF_AGG)
-			bpf_map_delete_elem(&aggs, s->key);
+			m = bpf_map_lookup_elem(&vm_aggs, &id);
 		else
-			bpf_map_delete_elem(&vals, s->key);
+			m = bpf_map_lookup_elem(&vm_vals, &id);
+		if (m)
+			bpf_map_delete_elem(m, s->key);
 		break;
+	}
 	case BS_VM_EVNUM:
 		*(u64 *)(BS_EVDATA + (in->arg & (BS_EVENT_DATA_MAX - 1))) = BS_R(in->a);
 		break;
@@ -459,7 +518,7 @@ static __always_inline int bs_vm_run(void *ctx, const struct bs_probe_cfg *cfg,
 	s->pc = 0;
 	bpf_loop(BS_VM_STEPS, bs_vm_step, &vc, 0);
 	if (s->pc < vc.len)
-		bs_count(&lost, BS_LOST_VM_STEPS);
+		bs_vm_note(BS_NOTE_CUT, idx);
 	return 0;
 }
 
