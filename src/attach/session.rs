@@ -157,7 +157,9 @@ impl<'obj> Session<'obj> {
         let max = bs_limits::BS_STR_MAX.0 as usize;
         for (i, s) in plan.strs.strs.iter().enumerate() {
             let mut buf = vec![0u8; max];
-            buf[..s.len()].copy_from_slice(s.as_bytes());
+            let b = crate::filter::raw::encode(s);
+            let n = b.len().min(max);
+            buf[..n].copy_from_slice(&b[..n]);
             maps.strs
                 .update(&(i as u32).to_ne_bytes(), &buf, MapFlags::ANY)
                 .context("writing filter strings")?;
@@ -294,7 +296,8 @@ impl<'obj> Session<'obj> {
         skip_refused: bool,
         out: &mut Attached,
     ) -> Result<Vec<Link>> {
-        if plan.probes.len() >= SLOW_ATTACH {
+        // A script prints bpftrace's own "Attaching N probes..." on stdout.
+        if plan.probes.len() >= SLOW_ATTACH && plan.vm.is_none() {
             eprintln!("Attaching {} probes...", plan.probes.len());
         }
         let mut links = Vec::new();

@@ -91,6 +91,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Output format, as bpftrace's -f: text or json
+    #[arg(short = 'f', value_name = "FORMAT", value_parser = ["text", "json"])]
+    pub format: Option<String>,
+
     /// Parse, resolve and lower the script, print the plan, attach nothing
     #[arg(long)]
     pub dry_run: bool,

@@ -459,14 +459,16 @@ fn run_settings(a: args::RunArgs) -> Result<RunSettings, Error> {
             (e, "-e".to_string(), params)
         }
         (None, Some(f)) if f == "-" => {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
                 .map_err(|e| usage!("reading the script from standard input: {e}"))?;
+            let text = crate::filter::raw::decode(&bytes).into_owned();
             (text, "<stdin>".to_string(), a.params)
         }
         (None, Some(f)) => {
-            let text =
-                std::fs::read_to_string(&f).map_err(|e| usage!("cannot read script '{f}': {e}"))?;
+            // Comments and strings may hold bytes that are not UTF-8.
+            let bytes = std::fs::read(&f).map_err(|e| usage!("cannot read script '{f}': {e}"))?;
+            let text = crate::filter::raw::decode(&bytes).into_owned();
             (text, f, a.params)
         }
         (None, None) => return Err(usage!("give a script file or -e 'PROGRAM'")),
@@ -501,7 +503,7 @@ fn run_settings(a: args::RunArgs) -> Result<RunSettings, Error> {
         command,
         pid,
         duration: seconds(a.duration, "--duration")?,
-        json: a.json,
+        json: a.json || a.format.as_deref() == Some("json"),
         dry_run: a.dry_run,
         verbose: a.verbose,
     })

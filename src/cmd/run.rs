@@ -48,6 +48,9 @@ pub fn run(s: RunSettings) -> Result<()> {
         crate::error::Error::Usage(m) => crate::error::Error::Usage(format!("{}:{m}", s.origin)),
         e => e,
     })?;
+    for w in &compiled.warnings {
+        eprintln!("bpfscope: warning: {}:{w}", s.origin);
+    }
     let plan = &compiled.plan;
     let low = &compiled.lowered;
     if s.dry_run || s.verbose {
@@ -103,8 +106,10 @@ pub fn run(s: RunSettings) -> Result<()> {
     for i in trigger::of(low, Trigger::Begin) {
         session.fire(i)?;
     }
+    // Ctrl-C while attaching ends the run as it would a moment later:
+    // END runs and the maps print (bpftrace does the same).
     let mut att = match session.attach(plan, false, upid, true) {
-        Err(e) if crate::error::is_interrupted(&e) => return Ok(()),
+        Err(e) if crate::error::is_interrupted(&e) => crate::attach::session::Attached::default(),
         r => r.map_err(crate::error::refused)?,
     };
     let mut out = Out::new(s.json);
@@ -160,7 +165,7 @@ impl Out {
         if self.json {
             writeln!(self.w, "{}", json(t))?;
         } else {
-            self.w.write_all(t.as_bytes())?;
+            self.w.write_all(&crate::filter::raw::encode(t))?;
         }
         Ok(())
     }
@@ -183,33 +188,38 @@ impl RunCtx<'_, '_> {
             0
         })?;
         let rb = builder.build().context("setting up the ring buffer")?;
+        // Interrupted before the command was let go: it never runs (the
+        // gate's drop kills it), and the run ends at once, with END.
+        let early = bpfscope_sys::signals::interrupted();
         if let Some(g) = gated {
-            if bpfscope_sys::signals::interrupted() {
+            if early {
                 drop(g);
-                return Ok(());
+            } else {
+                stopper.watch_child(g.release()?);
             }
-            stopper.watch_child(g.release()?);
         }
         let mut intervals = trigger::Intervals::new(self.low, Instant::now());
-        loop {
-            rb.consume().context("reading records")?;
-            self.drain(&queue)?;
-            if self.exit {
-                break;
-            }
-            if let Some(reason) = stopper.poll() {
-                if reason == StopReason::OutputClosed {
-                    return Ok(());
+        if !early {
+            loop {
+                rb.consume().context("reading records")?;
+                self.drain(&queue)?;
+                if self.exit {
+                    break;
                 }
-                break;
-            }
-            for i in intervals.take_due(Instant::now()) {
-                self.session.fire(i)?;
-            }
-            let wait = intervals.wait(Instant::now()).unwrap_or(POLL).min(POLL);
-            match rb.poll(wait) {
-                Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
-                r => r.context("reading records")?,
+                if let Some(reason) = stopper.poll() {
+                    if reason == StopReason::OutputClosed {
+                        return Ok(());
+                    }
+                    break;
+                }
+                for i in intervals.take_due(Instant::now()) {
+                    self.session.fire(i)?;
+                }
+                let wait = intervals.wait(Instant::now()).unwrap_or(POLL).min(POLL);
+                match rb.poll(wait) {
+                    Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
+                    r => r.context("reading records")?,
+                }
             }
         }
         // The probes stop before END runs, so what END prints and clears is
@@ -306,7 +316,7 @@ impl RunCtx<'_, '_> {
                 } else {
                     let mut s = String::new();
                     fmt::print_value(&mut s, &v);
-                    self.out.w.write_all(s.as_bytes())?;
+                    self.out.w.write_all(&crate::filter::raw::encode(&s))?;
                 }
             }
             Action::Clear { map } => self.clear_map(map)?,
@@ -343,7 +353,7 @@ impl RunCtx<'_, '_> {
     fn arg_value(&self, data: &[u8], a: Arg) -> Value {
         let b = data.get(a.off..).unwrap_or(&[]);
         let names = match a.ty {
-            Ty::Stack { user } => self.name_stacks([(user, word(b))]),
+            Ty::Stack { user, .. } => self.name_stacks([(user, word(b))]),
             _ => StackNames::new(),
         };
         value_of(a.ty, b, &names)
@@ -351,9 +361,10 @@ impl RunCtx<'_, '_> {
 
     /// The frames of stacks by (user?, id), named in one batch, as bpftrace
     /// names them: kernel frames `function+offset` from the return
-    /// addresses, without the script machine's own frames (the stack is
-    /// taken inside it); user frames by function through their build ids
-    /// (after the process has gone too), `0x...` where nothing names them.
+    /// addresses, starting at the traced code (not at the script machine's
+    /// frames, nor the BPF dispatch of a raw tracepoint or trampoline);
+    /// user frames `function+offset` through their build ids (after the
+    /// process has gone too), `0x...` where nothing names them.
     fn name_stacks(&self, ids: impl IntoIterator<Item = (bool, u64)>) -> StackNames {
         let (mut kernel, mut user) = (BTreeSet::new(), BTreeSet::new());
         for (u, id) in ids {
@@ -392,33 +403,34 @@ impl RunCtx<'_, '_> {
         for (id, ips) in frames {
             let named = ips
                 .iter()
-                .map(|ip| match names.next().flatten() {
-                    Some((name, off)) => format!("{name}+{off}"),
-                    None => format!("{ip:#x}"),
+                .map(|&ip| match names.next().flatten() {
+                    Some((name, off)) => (ip, format!("{name}+{off}")),
+                    None => (ip, format!("{ip:#x}")),
                 })
-                .skip_while(|f| f.starts_with("bpf_prog_"))
+                .skip_while(|(_, f)| is_dispatch_frame(f))
                 .collect();
             out.insert((false, id), named);
         }
         if !user.is_empty() {
-            let table = stacks::resolve(
-                &maps.kstacks,
+            let table = stacks::user_with_offsets(
                 &maps.ustacks,
-                &BTreeSet::new(),
                 &user,
-                &[],
                 &bpfscope_symbolize::SymbolConfig::default(),
             );
-            for (id, frames) in table.user {
+            for (id, frames) in table {
                 let named = frames
-                    .iter()
+                    .into_iter()
                     .map(|f| {
                         match f
                             .strip_prefix("[unknown ")
                             .and_then(|x| x.strip_suffix(']'))
                         {
-                            Some(hex) => hex.to_string(),
-                            None => f.clone(),
+                            Some(hex) => {
+                                let ip = u64::from_str_radix(hex.trim_start_matches("0x"), 16)
+                                    .unwrap_or(0);
+                                (ip, hex.to_string())
+                            }
+                            None => (0, f),
                         }
                     })
                     .collect();
@@ -437,7 +449,7 @@ impl RunCtx<'_, '_> {
         let stack_ids = keys.iter().flat_map(|k| {
             let data = k.get(KHDR..).unwrap_or(&[]);
             def.keys.iter().filter_map(move |p| match p.ty {
-                Ty::Stack { user } => Some((user, word(data.get(p.off..).unwrap_or(&[])))),
+                Ty::Stack { user, .. } => Some((user, word(data.get(p.off..).unwrap_or(&[])))),
                 _ => None,
             })
         });
@@ -449,13 +461,27 @@ impl RunCtx<'_, '_> {
                 .map(|p| value_of(p.ty, data.get(p.off..p.off + p.len).unwrap_or(&[]), &names))
                 .collect()
         };
+        // Keys whose stacks print the same (cut to their frame limit) are
+        // one key, as in bpftrace, whose stack map holds only that many.
+        let has_stack = def.keys.iter().any(|p| matches!(p.ty, Ty::Stack { .. }));
+        let group = |k: &[u8]| -> Vec<u8> {
+            if has_stack {
+                format!("{:?}", decode_key(k)).into_bytes()
+            } else {
+                k.get(KHDR..).unwrap_or(&[]).to_vec()
+            }
+        };
         let mut entries = Vec::new();
         match def.kind {
             MapKind::Plain(ty) => {
+                let mut seen = BTreeSet::new();
                 for k in keys {
                     let Some(v) = map.lookup(&k, MapFlags::ANY).context("reading a map")? else {
                         continue;
                     };
+                    if has_stack && !seen.insert(group(&k)) {
+                        continue;
+                    }
                     entries.push((decode_key(&k), Agg::Scalar(value_of(ty, &v, &names))));
                 }
             }
@@ -471,7 +497,7 @@ impl RunCtx<'_, '_> {
                     };
                     let bucket = u32::from_ne_bytes(k[..4].try_into().unwrap_or([0; 4]));
                     let e = acc
-                        .entry(k[KHDR..].to_vec())
+                        .entry(group(&k))
                         .or_insert_with(|| (decode_key(&k), BTreeMap::new(), AggVal::default()));
                     for c in per_cpu {
                         let v = AggVal::from_bytes(&c);
@@ -491,8 +517,8 @@ impl RunCtx<'_, '_> {
                             count: t.count,
                             sum: t.sum,
                         },
-                        AggFn::Min => Agg::Min(t.min),
-                        AggFn::Max => Agg::Max(t.max),
+                        AggFn::Min => Agg::Min(by_sign(t.min, signed)),
+                        AggFn::Max => Agg::Max(by_sign(t.max, signed)),
                         AggFn::Hist => Agg::Hist(buckets),
                         AggFn::Lhist { min, max, step } => Agg::Lhist {
                             min,
@@ -505,18 +531,23 @@ impl RunCtx<'_, '_> {
                 }
             }
         }
+        // A count() map without keys always has its value (bpftrace's is an
+        // array): never updated, it prints `@c: 0`.
+        if entries.is_empty()
+            && def.keys.is_empty()
+            && matches!(def.kind, MapKind::Agg(AggFn::Count, _))
+        {
+            entries.push((Vec::new(), Agg::Count(0)));
+        }
         Ok(MapData {
             name: def.name.clone(),
             entries,
         })
     }
 
-    /// clear(): a keyed map loses its entries; a map without keys keeps
-    /// its one entry at zero, as bpftrace 0.17 does (it prints `@: 0`).
+    /// clear(): the map loses its entries (a count() without keys then
+    /// reads 0, as bpftrace's array does).
     fn clear_map(&mut self, id: u32) -> Result<()> {
-        if self.low.maps[id as usize].keys.is_empty() {
-            return self.zero_map(id);
-        }
         let map = self.map_of(id);
         let keys: Vec<Vec<u8>> = map.keys().collect();
         for k in keys {
@@ -566,7 +597,7 @@ impl RunCtx<'_, '_> {
             } else if !self.out.json {
                 let mut s = String::new();
                 fmt::print_empty_map(&mut s, agg_kind(self.low.maps[id].kind));
-                self.out.w.write_all(s.as_bytes())?;
+                self.out.w.write_all(&crate::filter::raw::encode(&s))?;
             }
         }
         Ok(())
@@ -579,7 +610,7 @@ impl RunCtx<'_, '_> {
         } else {
             let mut s = String::new();
             fmt::print_map(&mut s, m, top, div);
-            self.out.w.write_all(s.as_bytes())?;
+            self.out.w.write_all(&crate::filter::raw::encode(&s))?;
         }
         Ok(())
     }
@@ -601,8 +632,31 @@ fn agg_kind(k: MapKind) -> fmt::AggKind {
     }
 }
 
-/// Stack frames by (user?, stack id).
-type StackNames = HashMap<(bool, u32), Vec<String>>;
+/// A minimum or maximum as its values' type reads it.
+fn by_sign(v: i64, signed: bool) -> i128 {
+    if signed {
+        i128::from(v)
+    } else {
+        i128::from(v as u64)
+    }
+}
+
+/// Stack frames by (user?, stack id): address (0 where only a file
+/// offset is known) and name, leaf first.
+type StackNames = HashMap<(bool, u32), Vec<(u64, String)>>;
+
+/// Frames above the traced code in a kernel stack taken in the script
+/// machine: the BPF program itself, a raw tracepoint's dispatch
+/// (`bpf_trace_run2`, `__bpf_trace_sys_enter`, and `__traceiter_sys_enter`
+/// when several programs share the tracepoint) and a trampoline's.
+/// bpftrace's stacks start below them.
+fn is_dispatch_frame(f: &str) -> bool {
+    f.starts_with("bpf_prog_")
+        || f.starts_with("bpf_trace_run")
+        || f.starts_with("__bpf_trace_")
+        || f.starts_with("__traceiter_")
+        || f.starts_with("bpf_trampoline_")
+}
 
 /// The first 8 bytes as a number (0 when short).
 fn word(b: &[u8]) -> u64 {
@@ -618,10 +672,24 @@ fn value_of(ty: Ty, b: &[u8], stacks: &StackNames) -> Value {
         Ty::Int { signed: true } => Value::Int(word(b) as i64),
         Ty::Int { signed: false } | Ty::Ptr { .. } => Value::UInt(word(b)),
         Ty::Str => Value::Str(cstr(b.get(..STR_MAX).unwrap_or(b))),
-        Ty::Stack { user } => Value::Stack(
+        Ty::Stack { user, limit, perf } => Value::Stack(
             u32::try_from(word(b) as i64)
                 .ok()
-                .and_then(|id| stacks.get(&(user, id)).cloned())
+                .and_then(|id| stacks.get(&(user, id)))
+                .map(|frames| {
+                    frames
+                        .iter()
+                        .take(usize::from(limit))
+                        .map(|(ip, name)| {
+                            if perf {
+                                // perf's form: a tab, the address, the symbol.
+                                format!("\t{ip:x} {name}")
+                            } else {
+                                name.clone()
+                            }
+                        })
+                        .collect()
+                })
                 .unwrap_or_default(),
         ),
         Ty::User => Value::Str(user_name(word(b) as u32)),
@@ -647,7 +715,8 @@ fn user_name(uid: u32) -> String {
 
 fn cstr(b: &[u8]) -> String {
     let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..n]).into_owned()
+    // Bytes that are not UTF-8 are kept, and written back as they were.
+    crate::filter::raw::decode(&b[..n]).into_owned()
 }
 
 /// The non-zero counts of an array of u64 (vm_cut, vm_full), by index.

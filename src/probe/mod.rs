@@ -209,6 +209,29 @@ impl Resolver {
         })
     }
 
+    /// As `resolve_all` for one spec, except that a spec nothing matches is
+    /// no error: Ok(Err(what resolve_all would have said)), so a script can
+    /// skip it as bpftrace does. A binary that does not exist is an error.
+    pub fn resolve_optional(
+        &mut self,
+        spec: &ProbeSpec,
+    ) -> Result<Result<Resolved, String>, Error> {
+        let before = self.skipped.len();
+        let matched = self.matches(spec)?;
+        if matched.is_empty() && self.skipped.len() == before {
+            return Ok(Err(self.unknown(spec).to_string()));
+        }
+        let mut seen = BTreeSet::new();
+        let probes = matched
+            .into_iter()
+            .filter(|p| seen.insert(p.name.clone()))
+            .collect();
+        Ok(Ok(Resolved {
+            probes,
+            skipped: self.skipped[before..].to_vec(),
+        }))
+    }
+
     fn kfuncs(&mut self) -> Result<Rc<kfunc::Catalog>, Error> {
         if let Some(c) = &self.kfuncs {
             return Ok(c.clone());

@@ -54,8 +54,10 @@ pub enum Agg {
     Scalar(Value),
     Count(u64),
     Sum(i64),
-    Min(i64),
-    Max(i64),
+    /// By the value's signedness: an unsigned minimum or maximum past
+    /// 2^63 stays positive.
+    Min(i128),
+    Max(i128),
     Avg {
         count: u64,
         sum: i64,
@@ -184,7 +186,10 @@ fn stack_str(frames: &[String], indent: usize) -> String {
     let pad = " ".repeat(indent);
     let mut s = String::from("\n");
     for f in frames {
-        s.push_str(&pad);
+        // perf's mode (`kstack(perf)`): the frame is its own line, a tab first.
+        if !f.starts_with('\t') {
+            s.push_str(&pad);
+        }
         s.push_str(f);
         s.push('\n');
     }
@@ -529,9 +534,8 @@ fn hist_total(buckets: &BTreeMap<u32, u64>) -> u64 {
 fn numeric_key(a: &Agg) -> Option<i128> {
     Some(match a {
         Agg::Count(c) => i128::from(*c),
-        Agg::Sum(s) | Agg::Min(s) => i128::from(*s),
-        // max_value() reads uint64_t.
-        Agg::Max(m) => i128::from(*m as u64),
+        Agg::Sum(s) => i128::from(*s),
+        Agg::Min(m) | Agg::Max(m) => *m,
         Agg::Scalar(Value::Int(i)) => i128::from(*i),
         Agg::Scalar(Value::UInt(u)) => i128::from(*u),
         _ => return None,
@@ -814,8 +818,8 @@ fn agg_text(a: &Agg, div: u32) -> String {
     match a {
         Agg::Scalar(v) => value_str(v, div),
         Agg::Count(c) => (c / u64::from(div)).to_string(),
-        Agg::Sum(s) | Agg::Min(s) => s.wrapping_div(d).to_string(),
-        Agg::Max(m) => (*m as u64 / u64::from(div)).to_string(),
+        Agg::Sum(s) => s.wrapping_div(d).to_string(),
+        Agg::Min(m) | Agg::Max(m) => (m / i128::from(div.max(1))).to_string(),
         Agg::Avg { count, sum } => avg_of(*count, *sum).wrapping_div(d).to_string(),
         // stats() ignores div.
         Agg::Stats { count, sum } => format!(
@@ -2094,8 +2098,10 @@ mod tests {
             "@c[2]: -9223372036854775808\n@c[1]: 18446744073709551615\n"
         );
         let mut out = String::new();
+        // max() of signed values is signed, as min() (bpftrace 0.17 read
+        // it as unsigned, or printed nothing).
         print_map(&mut out, &one("@m", Agg::Max(-5)), 0, 0);
-        assert_eq!(out, "@m: 18446744073709551611\n");
+        assert_eq!(out, "@m: -5\n");
         // A count past 2^32 wraps to a small int: bpftrace shows no rows.
         let mut out = String::new();
         print_map(&mut out, &one("@w", hist(&[(3, 1 << 32)])), 0, 0);

@@ -29,6 +29,8 @@ pub const JOIN_MAX: usize = bs_limits::BS_VM_JOIN_MAX.0 as usize;
 pub const KEY_ID_LEN: usize = 8;
 /// Instructions in all probes' code.
 const CODE_MAX: usize = bs_limits::BS_VM_CODE_MAX.0 as usize;
+/// Frames a stack holds (the stack maps' depth; bpftrace's default).
+pub const STACK_FRAMES: u8 = 127;
 /// Buckets of a log2 histogram: negatives, zero, then [2^k, 2^(k+1)) for k in 0..64.
 pub const LOG2_BUCKETS: u32 = 66;
 /// `unroll` counts bpftrace accepts.
@@ -41,9 +43,12 @@ pub enum Ty {
         signed: bool,
     },
     Str,
-    /// A stack id in the kernel or user stack map.
+    /// A stack id in the kernel or user stack map, printed with at most
+    /// `limit` frames, in bpftrace's mode or perf's (`kstack(perf, 8)`).
     Stack {
         user: bool,
+        limit: u8,
+        perf: bool,
     },
     /// A user id, shown as the user's name (`username`).
     User,
@@ -232,6 +237,9 @@ pub struct Shared {
     pub params: Vec<String>,
     /// Constants known by name (macros of the headers scripts include).
     pub consts: HashMap<String, i64>,
+    /// Maps some statement of the script assigns (with '@'): any other
+    /// map named is undefined, as bpftrace says.
+    pub defined: std::collections::HashSet<String>,
 }
 
 impl Shared {
@@ -245,6 +253,14 @@ impl Shared {
             consts,
             ..Default::default()
         }
+    }
+
+    /// A map no statement assigns.
+    fn undefined<T>(&self, name: &str, span: Span) -> Res<T> {
+        err(
+            span,
+            format!("Undefined map: {name} (no statement of the script assigns it)"),
+        )
     }
 
     fn map_id(&self, name: &str) -> Option<u32> {
@@ -352,8 +368,8 @@ fn describe_ty(t: Ty) -> &'static str {
     match t {
         Ty::Int { .. } => "an integer",
         Ty::Str => "a string",
-        Ty::Stack { user: false } => "a kernel stack",
-        Ty::Stack { user: true } => "a user stack",
+        Ty::Stack { user: false, .. } => "a kernel stack",
+        Ty::Stack { user: true, .. } => "a user stack",
         Ty::Ptr { .. } => "a pointer",
         Ty::User => "a user name",
     }
@@ -902,7 +918,10 @@ impl<'a> Lower<'a> {
                 };
                 let m = name_or_at(m);
                 let Some(id) = self.sh.map_id(&m) else {
-                    // Deleting from a map never written: nothing to do.
+                    if !self.sh.defined.contains(&m) {
+                        return self.sh.undefined(&m, *span);
+                    }
+                    // Written only in skipped blocks: nothing to delete.
                     return Ok(());
                 };
                 let keyvals = self.keys(keys)?;
@@ -946,8 +965,9 @@ impl<'a> Lower<'a> {
                 let n = name_or_at(name);
                 match self.sh.map_id(&n) {
                     Some(id) => Ok(id),
-                    // A map no probe wrote before this point is declared as a
-                    // count map with no key: printing it prints nothing.
+                    None if !self.sh.defined.contains(&n) => self.sh.undefined(&n, *s),
+                    // Assigned only in blocks whose attach points were all
+                    // skipped: an integer map that stays empty.
                     None => self
                         .sh
                         .declare(&n, MapKind::Plain(Ty::Int { signed: true }), &[], *s),
@@ -1119,7 +1139,7 @@ impl<'a> Lower<'a> {
     }
 
     fn cstr(&mut self, s: &str, span: Span) -> Res<Val> {
-        if s.len() >= STR_MAX {
+        if crate::filter::raw::len(s) >= STR_MAX {
             return err(span, format!("strings are at most {} bytes", STR_MAX - 1));
         }
         let idx = self.sh.strs.intern(s);
@@ -1161,6 +1181,7 @@ impl<'a> Lower<'a> {
                 Some(v) => Ok(*v),
                 None => err(e.span, format!("${name} is used before it is assigned")),
             },
+            ExprKind::Positional(0) => err(e.span, "positional parameters start at $1"),
             ExprKind::Positional(n) => {
                 let p = self.sh.params.get(*n as usize - 1).cloned();
                 match p {
@@ -1445,7 +1466,11 @@ impl<'a> Lower<'a> {
         let m = name_or_at(name);
         let keyvals = self.keys(keys)?;
         let Some(id) = self.sh.map_id(&m) else {
-            // Read before any probe wrote it: it reads as 0, as in bpftrace.
+            if !self.sh.defined.contains(&m) {
+                return self.sh.undefined(&m, span);
+            }
+            // Written only in skipped blocks (or later, in the first pass):
+            // it reads as 0, as in bpftrace.
             return self.int(0, span);
         };
         let def = self.sh.maps[id as usize].clone();
@@ -1547,7 +1572,11 @@ impl<'a> Lower<'a> {
             ValueKind::Hex | ValueKind::Buf | ValueKind::Cgroup | ValueKind::Probe => {
                 Ty::Int { signed: false }
             }
-            ValueKind::Stack { user } => Ty::Stack { user },
+            ValueKind::Stack { user } => Ty::Stack {
+                user,
+                limit: STACK_FRAMES,
+                perf: false,
+            },
             ValueKind::Str => {
                 let t = bs_val_type(src.r#type.into());
                 if t == bs_val_type::BS_T_STR_UPTR || t == bs_val_type::BS_T_STR_KPTR {
@@ -1682,7 +1711,7 @@ impl<'a> Lower<'a> {
             "curtask" => (b(bs_src_kind::BS_SRC_CURTASK), u),
             "rand" => (b(bs_src_kind::BS_SRC_RAND), u),
             "jiffies" => (b(bs_src_kind::BS_SRC_JIFFIES), u),
-            "kstack" | "ustack" => return self.stack(name == "ustack", span),
+            "kstack" | "ustack" => return self.stack(name == "ustack", &[], span),
             "username" => (b(bs_src_kind::BS_SRC_UID), Ty::User),
             "comm" => {
                 let s = bs_src {
@@ -1737,6 +1766,33 @@ impl<'a> Lower<'a> {
         self.read_src(src, ty, span)
     }
 
+    /// The text of a string positional parameter `$N`, or of `$N + k`
+    /// (its bytes from k on, empty past its end).
+    fn param_str(&self, e: &Expr) -> Option<String> {
+        let param = |e: &Expr| match e.kind {
+            ExprKind::Positional(n) => {
+                let p = self.sh.params.get((n as usize).checked_sub(1)?)?;
+                parse_int(p).is_none().then(|| p.clone())
+            }
+            _ => None,
+        };
+        match &e.kind {
+            ExprKind::Positional(_) => param(e),
+            ExprKind::Binary {
+                op: BinOp::Add,
+                lhs,
+                rhs,
+            } => {
+                let ExprKind::Int(k) = rhs.kind else {
+                    return None;
+                };
+                let p = param(lhs)?;
+                Some(p.get(k as usize..).unwrap_or_default().to_string())
+            }
+            _ => None,
+        }
+    }
+
     fn returns(&self) -> bool {
         match &self.pc.probe.kind {
             ProbeKind::Uprobe { ret, .. } => *ret,
@@ -1745,7 +1801,37 @@ impl<'a> Lower<'a> {
         }
     }
 
-    fn stack(&mut self, user: bool, span: Span) -> Res<Val> {
+    /// `kstack`, `ustack(8)`, `kstack(perf)`, `ustack(bpftrace, 3)`.
+    fn stack(&mut self, user: bool, args: &[Expr], span: Span) -> Res<Val> {
+        let mut limit = STACK_FRAMES;
+        let mut perf = false;
+        let bad = |at: Span| {
+            err(
+                at,
+                format!(
+                    "{}stack takes a mode (bpftrace or perf) and a frame count, e.g. {}stack(perf, 8)",
+                    if user { "u" } else { "k" },
+                    if user { "u" } else { "k" }
+                ),
+            )
+        };
+        if args.len() > 2 {
+            return bad(span);
+        }
+        for (i, a) in args.iter().enumerate() {
+            match &a.kind {
+                ExprKind::Ident(m) if i == 0 && (m == "perf" || m == "bpftrace") => {
+                    perf = m == "perf";
+                }
+                ExprKind::Int(n) if i + 1 == args.len() => {
+                    if *n == 0 || *n > u64::from(STACK_FRAMES) {
+                        return err(a.span, format!("a stack holds 1 to {STACK_FRAMES} frames"));
+                    }
+                    limit = *n as u8;
+                }
+                _ => return bad(a.span),
+            }
+        }
         if user {
             self.sh.stacks.1 = true;
         } else {
@@ -1762,7 +1848,7 @@ impl<'a> Lower<'a> {
             size: 8,
             ..Default::default()
         };
-        self.read_src(s, Ty::Stack { user }, span)
+        self.read_src(s, Ty::Stack { user, limit, perf }, span)
     }
 
     fn call(&mut self, name: &str, args: &[Expr], span: Span) -> Res<Val> {
@@ -1771,6 +1857,18 @@ impl<'a> Lower<'a> {
                 let Some(a) = args.first() else {
                     return err(span, "str() takes a pointer and an optional length");
                 };
+                // A string parameter, or past its first bytes (`str($1 + 2)`,
+                // bpftrace's pointer arithmetic on it): a constant.
+                if let Some(c) = self.param_str(a) {
+                    let c = match args.get(1) {
+                        Some(Expr {
+                            kind: ExprKind::Int(n),
+                            ..
+                        }) => c.chars().take(*n as usize).collect(),
+                        _ => c,
+                    };
+                    return self.cstr(&c, span);
+                }
                 // A constant limit, or one read at run time (str(buf, count)).
                 let limit = match args.get(1) {
                     None => None,
@@ -1839,7 +1937,7 @@ impl<'a> Lower<'a> {
                     lit: false,
                 })
             }
-            "kstack" | "ustack" => self.stack(name == "ustack", span),
+            "kstack" | "ustack" => self.stack(name == "ustack", args, span),
             "kaddr" => {
                 let Some(Expr {
                     kind: ExprKind::Str(sym),
@@ -1919,11 +2017,23 @@ fn name_or_at(n: &str) -> String {
     format!("@{}", n.trim_start_matches('@'))
 }
 
+/// A positional parameter as a number, as bpftrace reads one (C's
+/// strtoll with base 0): `0x` hex, a leading 0 octal, else decimal.
 fn parse_int(s: &str) -> Option<i64> {
-    match s.strip_prefix("0x") {
-        Some(h) => i64::from_str_radix(h, 16).ok(),
-        None => s.parse().ok(),
-    }
+    let (neg, t) = match s.strip_prefix('-') {
+        Some(t) => (true, t),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        i64::from_str_radix(h, 16).ok()?
+    } else if t.len() > 1 && t.starts_with('0') {
+        i64::from_str_radix(&t[1..], 8).ok()?
+    } else if !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit()) {
+        t.parse().ok()?
+    } else {
+        return None;
+    };
+    Some(if neg { -v } else { v })
 }
 
 fn arg_src(slot: u16, signed: bool, size: u8) -> bs_src {

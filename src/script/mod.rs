@@ -28,13 +28,22 @@ pub struct Compiled {
     pub lowered: Lowered,
     /// Probes that matched a pattern but cannot be attached (name, why).
     pub skipped: Vec<(String, String)>,
+    /// Attach points nothing matched, skipped as bpftrace skips them:
+    /// `LINE:COL: reason` each.
+    pub warnings: Vec<String>,
 }
 
 /// Where an attach point leads.
 enum Point {
     Probes(Vec<Probe>),
     Trigger(Trigger, String),
-    Clock { hz: u64, name: String },
+    Clock {
+        hz: u64,
+        name: String,
+    },
+    /// Nothing matched (a function a library does not have, a tracepoint
+    /// this kernel lacks): skipped with a warning, as bpftrace does.
+    Missing(String),
 }
 
 /// What a script is compiled with besides its text.
@@ -54,36 +63,76 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
     let program = parse::parse(src).map_err(|e| usage!("{e}"))?;
     let at = |span: Span, msg: String| usage!("{}", LowerError { span, msg }.render(src));
     let mut skipped = Vec::new();
+    let mut warnings = Vec::new();
     // One resolver for every attach point: the tracepoint list and binaries
     // are read once, not once per point.
     let mut resolver = probe::Resolver::new(pid);
     // Attach points in order of first appearance, each with the blocks naming it.
-    let mut points: Vec<(String, PointDef, Vec<usize>)> = Vec::new();
+    let mut points: Vec<(String, PointDef, Vec<usize>, Span)> = Vec::new();
     for (bi, block) in program.probes.iter().enumerate() {
+        // This block's attach points nothing matched: (position, spec, why).
+        let mut missing: Vec<(Span, &str, String)> = Vec::new();
         for (spec, span) in &block.specs {
             match point(spec, &mut resolver).map_err(|e| at(*span, e))? {
                 (Point::Probes(ps), sk) => {
                     skipped.extend(sk);
                     for p in ps {
-                        add(&mut points, p.name.clone(), PointDef::Probe(p), bi);
+                        add(&mut points, p.name.clone(), PointDef::Probe(p), bi, *span);
                     }
                 }
-                (Point::Trigger(t, name), _) => {
-                    add(&mut points, name.clone(), PointDef::Trigger(t, name), bi)
-                }
-                (Point::Clock { hz, name }, _) => {
-                    add(&mut points, name.clone(), PointDef::Clock(hz, name), bi)
-                }
+                (Point::Trigger(t, name), _) => add(
+                    &mut points,
+                    name.clone(),
+                    PointDef::Trigger(t, name),
+                    bi,
+                    *span,
+                ),
+                (Point::Clock { hz, name }, _) => add(
+                    &mut points,
+                    name.clone(),
+                    PointDef::Clock(hz, name),
+                    bi,
+                    *span,
+                ),
+                (Point::Missing(why), _) => missing.push((*span, spec, why)),
             }
         }
+        if let Some((span, _, why)) = missing.first() {
+            let (l, c) = parse::line_col(src, span.start);
+            warnings.push(match missing.len() {
+                1 => format!("{l}:{c}: skipped: {why}"),
+                n => format!(
+                    "{l}:{c}: skipped {n} attach points nothing matches: {}",
+                    missing.iter().map(|m| m.1).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+    }
+    if points.is_empty() {
+        // Nothing at all to run: the first point skipped says why.
+        return Err(usage!(
+            "{}",
+            warnings
+                .first()
+                .map_or("no attach points".to_string(), |w| w.replacen(
+                    "skipped: ",
+                    "",
+                    1
+                ))
+        ));
     }
     let mut ctxs = Vec::new();
-    for (_, def, blocks) in &points {
+    for (_, def, blocks, span) in &points {
         let (probe, path, trig) = match def {
             PointDef::Probe(p) => {
                 let fields = fields_read(&program, blocks);
                 let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-                let path = crate::attach::plan::path_for(p, &fields, features)?;
+                // A kernel that refuses the probe's path: said at the attach point.
+                let path =
+                    crate::attach::plan::path_for(p, &fields, features).map_err(|e| match e {
+                        Error::Usage(m) | Error::Environment(m) => at(*span, m),
+                        e => e,
+                    })?;
                 (p.clone(), path, None)
             }
             PointDef::Trigger(t, name) => (synthetic(name), Path::Trigger, Some(*t)),
@@ -96,7 +145,9 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
     // Two passes: the first learns every map's type from its writes, so a
     // probe that reads a map before the probe that writes it (in script
     // order) still reads it with its type.
+    let defined = assigned_maps(&program);
     let mut seed = Shared::new(params.clone());
+    seed.defined = defined.clone();
     for (probe, path, _, blocks) in &ctxs {
         let pc = lower::ProbeCtx { probe, path };
         let mut l = lower::Lower::new(&mut seed, &pc);
@@ -106,6 +157,7 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
     }
     let mut sh = Shared::new(params);
     sh.maps = seed.maps;
+    sh.defined = defined;
     let mut lowered = Vec::new();
     for (probe, path, trig, blocks) in ctxs {
         let pc = lower::ProbeCtx {
@@ -148,6 +200,7 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
         plan,
         lowered,
         skipped,
+        warnings,
     })
 }
 
@@ -158,10 +211,11 @@ enum PointDef {
 }
 
 fn add(
-    points: &mut Vec<(String, PointDef, Vec<usize>)>,
+    points: &mut Vec<(String, PointDef, Vec<usize>, Span)>,
     name: String,
     def: PointDef,
     block: usize,
+    span: Span,
 ) {
     match points.iter_mut().find(|p| p.0 == name) {
         Some(p) => {
@@ -169,7 +223,7 @@ fn add(
                 p.2.push(block);
             }
         }
-        None => points.push((name, def, vec![block])),
+        None => points.push((name, def, vec![block], span)),
     }
 }
 
@@ -264,10 +318,42 @@ fn point(spec: &str, r: &mut probe::Resolver) -> Result<(Point, Vec<(String, Str
 
 fn resolve(spec: &str, r: &mut probe::Resolver) -> Result<(Point, Vec<(String, String)>), String> {
     let ps = ProbeSpec::parse(spec).map_err(|e| e.to_string())?;
-    let got = r
-        .resolve_all(std::slice::from_ref(&ps))
-        .map_err(|e| e.to_string())?;
-    Ok((Point::Probes(got.probes), got.skipped))
+    match r.resolve_optional(&ps).map_err(|e| e.to_string())? {
+        Err(why) => Ok((Point::Missing(why), Vec::new())),
+        Ok(got) if got.probes.is_empty() => {
+            // Everything matched was skipped: say why, as attaching would.
+            let (name, why) = got.skipped.first().cloned().unwrap_or_default();
+            Err(format!("{name}: {why}"))
+        }
+        Ok(got) => Ok((Point::Probes(got.probes), got.skipped)),
+    }
+}
+
+/// The maps some statement assigns (`@m[k] = v`, `@m = count()`, `@m++`),
+/// with their '@': the others are undefined.
+fn assigned_maps(program: &Program) -> std::collections::HashSet<String> {
+    fn walk(body: &[Stmt], out: &mut std::collections::HashSet<String>) {
+        for s in body {
+            match s {
+                Stmt::Assign { target, .. } | Stmt::Incr { target, .. } => {
+                    if let ExprKind::Map { name, .. } = &target.kind {
+                        out.insert(format!("@{}", name.trim_start_matches('@')));
+                    }
+                }
+                Stmt::If { then, els, .. } => {
+                    walk(then, out);
+                    walk(els, out);
+                }
+                Stmt::Unroll { body, .. } | Stmt::While { body, .. } => walk(body, out),
+                Stmt::Expr(_) | Stmt::Return(_) => {}
+            }
+        }
+    }
+    let mut out = std::collections::HashSet::new();
+    for b in &program.probes {
+        walk(&b.body, &mut out);
+    }
+    out
 }
 
 /// The `args` fields the blocks read, as the path choice needs them.

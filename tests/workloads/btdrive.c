@@ -13,6 +13,8 @@
  *   syscalls getppid, many times (a known count of one syscall)
  *   dio FILE direct 4 KiB writes to FILE (which must hold N blocks)
  *   dns      getaddrinfo("localhost")
+ * A last argument "hold" keeps the process (and its mappings) alive after
+ * the N rounds until a signal ends it, so its user stacks can be named.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -118,5 +120,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (!strcmp(argv[argc - 1], "hold"))
+		pause();
 	return 0;
 }
