@@ -331,6 +331,7 @@ impl<'obj> Session<'obj> {
             | Path::Uprobe { .. }
             | Path::Kfunc(_)
             | Path::Clock { .. }
+            | Path::Perf { .. }
             | Path::Trigger => return None,
             Path::Usdt {
                 binary,
@@ -424,20 +425,25 @@ impl<'obj> Session<'obj> {
     fn attach_clocks(&self, plan: &Plan) -> Result<Vec<Link>> {
         let mut links = Vec::new();
         for (i, p) in plan.probes.iter().enumerate() {
-            let Path::Clock { hz, cpu } = &p.path else {
-                continue;
+            let (cpus, ev) = match &p.path {
+                Path::Clock { hz, cpu: Some(c) } => (vec![*c], Err(*hz)),
+                Path::Clock { hz, cpu: None } => (Vec::new(), Err(*hz)),
+                Path::Perf { ty, config, period } => (Vec::new(), Ok((*ty, *config, *period))),
+                _ => continue,
             };
-            let cpus = match cpu {
-                Some(c) => vec![*c],
-                None => bpfscope_sys::online_cpus().context("reading the online CPUs")?,
+            let cpus = match cpus.is_empty() {
+                false => cpus,
+                true => bpfscope_sys::online_cpus().context("reading the online CPUs")?,
             };
+            let prog = &self.skel.progs.bpfscope_clock;
             for c in cpus {
-                let (link, _) = crate::attach::clock::attach(
-                    &self.skel.progs.bpfscope_clock,
-                    c,
-                    *hz,
-                    i as u64 + 1,
-                )
+                let cookie = i as u64 + 1;
+                let (link, _) = match ev {
+                    Err(hz) => crate::attach::clock::attach(prog, c, hz, cookie),
+                    Ok((ty, config, period)) => {
+                        crate::attach::clock::attach_event(prog, c, ty, config, period, cookie)
+                    }
+                }
                 .with_context(|| format!("attaching {}", p.probe.name))?;
                 links.push(link);
             }
@@ -1085,7 +1091,7 @@ impl Programs {
             umulti,
             uprobe: uprobes && !umulti,
             trigger: triggers,
-            clock: has(&|p| matches!(p, Path::Clock { .. })),
+            clock: has(&|p| matches!(p, Path::Clock { .. } | Path::Perf { .. })),
             usdt: has(&|p| matches!(p, Path::Usdt { .. })),
             fork: matches!(target, Target::Command { .. }),
             kprobe: uses(Mech::Kprobe, None),

@@ -91,6 +91,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Allow what changes the system (signal()), as bpftrace's --unsafe
+    #[arg(long = "unsafe")]
+    pub allow_unsafe: bool,
+
     /// Output format, as bpftrace's -f: text or json
     #[arg(short = 'f', value_name = "FORMAT", value_parser = ["text", "json"])]
     pub format: Option<String>,

@@ -51,6 +51,8 @@ pub struct RunSettings {
     pub params: Vec<String>,
     /// Keys each map holds (bpftrace's BPFTRACE_MAP_KEYS_MAX, 4096 by default).
     pub map_keys_max: u32,
+    /// `--unsafe`: signal() may be used.
+    pub allow_unsafe: bool,
     /// A command to run (not a filter: as bpftrace -c, every event counts).
     pub command: Option<Target>,
     pub pid: Option<u32>,
@@ -500,6 +502,7 @@ fn run_settings(a: args::RunArgs) -> Result<RunSettings, Error> {
         origin,
         params,
         map_keys_max: map_keys_max(std::env::var("BPFTRACE_MAP_KEYS_MAX").ok().as_deref())?,
+        allow_unsafe: a.allow_unsafe,
         command,
         pid,
         duration: seconds(a.duration, "--duration")?,

@@ -43,6 +43,7 @@ pub fn run(s: RunSettings) -> Result<()> {
         params: s.params.clone(),
         pid,
         keys_max: s.map_keys_max,
+        allow_unsafe: s.allow_unsafe,
     };
     let compiled = script::compile(&s.source, &opts, &features).map_err(|e| match e {
         crate::error::Error::Usage(m) => crate::error::Error::Usage(format!("{}:{m}", s.origin)),
@@ -125,6 +126,7 @@ pub fn run(s: RunSettings) -> Result<()> {
         out,
         exit: false,
         keys_max: s.map_keys_max,
+        syms: RefCell::new(SymCache::default()),
     };
     let result = ctx.main_loop(&stopper, gated);
     match result {
@@ -177,6 +179,7 @@ struct RunCtx<'a, 'obj> {
     out: Out,
     exit: bool,
     keys_max: u32,
+    syms: RefCell<SymCache>,
 }
 
 impl RunCtx<'_, '_> {
@@ -356,7 +359,7 @@ impl RunCtx<'_, '_> {
             Ty::Stack { user, .. } => self.name_stacks([(user, word(b))]),
             _ => StackNames::new(),
         };
-        value_of(a.ty, b, &names)
+        value_of(a.ty, b, &names, &self.syms)
     }
 
     /// The frames of stacks by (user?, id), named in one batch, as bpftrace
@@ -458,7 +461,14 @@ impl RunCtx<'_, '_> {
             let data = k.get(KHDR..).unwrap_or(&[]);
             def.keys
                 .iter()
-                .map(|p| value_of(p.ty, data.get(p.off..p.off + p.len).unwrap_or(&[]), &names))
+                .map(|p| {
+                    value_of(
+                        p.ty,
+                        data.get(p.off..p.off + p.len).unwrap_or(&[]),
+                        &names,
+                        &self.syms,
+                    )
+                })
                 .collect()
         };
         // Keys whose stacks print the same (cut to their frame limit) are
@@ -482,7 +492,10 @@ impl RunCtx<'_, '_> {
                     if has_stack && !seen.insert(group(&k)) {
                         continue;
                     }
-                    entries.push((decode_key(&k), Agg::Scalar(value_of(ty, &v, &names))));
+                    entries.push((
+                        decode_key(&k),
+                        Agg::Scalar(value_of(ty, &v, &names, &self.syms)),
+                    ));
                 }
             }
             MapKind::Agg(f, signed) => {
@@ -665,12 +678,70 @@ fn word(b: &[u8]) -> u64 {
         .map_or(0, u64::from_ne_bytes)
 }
 
+/// Kernel and user addresses named so far (ksym(), usym()), and the
+/// symbolizer of user ones: a printf per event names the same few.
+#[derive(Default)]
+struct SymCache {
+    kernel: HashMap<u64, String>,
+    user: HashMap<(u32, u64), String>,
+    resolver: Option<bpfscope_symbolize::Resolver>,
+}
+
+impl SymCache {
+    /// ksym(): the function, or the address in hex (as bpftrace).
+    fn kernel(&mut self, addr: u64) -> String {
+        self.kernel
+            .entry(addr)
+            .or_insert_with(|| {
+                bpfscope_symbolize::kernel::symbolize_live(&[addr])
+                    .into_iter()
+                    .next()
+                    .flatten()
+                    .map_or_else(|| format!("{addr:#x}"), |(name, _)| name)
+            })
+            .clone()
+    }
+
+    /// usym(): the function in the process, or the address in hex.
+    fn user(&mut self, pid: u32, addr: u64) -> String {
+        if let Some(n) = self.user.get(&(pid, addr)) {
+            return n.clone();
+        }
+        let r = self.resolver.get_or_insert_with(|| {
+            bpfscope_symbolize::Resolver::new(&bpfscope_symbolize::SymbolConfig::default(), false)
+        });
+        let name = r
+            .process(pid, &[addr])
+            .into_iter()
+            .next()
+            .flatten()
+            .and_then(|r| r.lines.first().map(|l| l.function.clone()))
+            .unwrap_or_else(|| format!("{addr:#x}"));
+        self.user.insert((pid, addr), name.clone());
+        name
+    }
+}
+
+/// An IP address as ntop() gives it: the family in byte 0, the bytes at 8.
+fn inet_text(b: &[u8]) -> String {
+    let a = b.get(8..24).unwrap_or(&[]);
+    match b.first() {
+        Some(10) if a.len() == 16 => {
+            let mut x = [0u8; 16];
+            x.copy_from_slice(a);
+            std::net::Ipv6Addr::from(x).to_string()
+        }
+        _ if a.len() >= 4 => std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).to_string(),
+        _ => String::new(),
+    }
+}
+
 /// A value of type `ty` from its bytes (in a record, a key or a plain
-/// map's value); stacks by their names in `stacks`.
-fn value_of(ty: Ty, b: &[u8], stacks: &StackNames) -> Value {
+/// map's value); stacks by their names in `stacks`, symbols through `syms`.
+fn value_of(ty: Ty, b: &[u8], stacks: &StackNames, syms: &RefCell<SymCache>) -> Value {
     match ty {
         Ty::Int { signed: true } => Value::Int(word(b) as i64),
-        Ty::Int { signed: false } | Ty::Ptr { .. } => Value::UInt(word(b)),
+        Ty::Int { signed: false } | Ty::Ptr { .. } | Ty::IntPtr { .. } => Value::UInt(word(b)),
         Ty::Str => Value::Str(cstr(b.get(..STR_MAX).unwrap_or(b))),
         Ty::Stack { user, limit, perf } => Value::Stack(
             u32::try_from(word(b) as i64)
@@ -693,6 +764,16 @@ fn value_of(ty: Ty, b: &[u8], stacks: &StackNames) -> Value {
                 .unwrap_or_default(),
         ),
         Ty::User => Value::Str(user_name(word(b) as u32)),
+        Ty::Inet => Value::Text(inet_text(b)),
+        Ty::Buf => {
+            let n = usize::from(b.first().copied().unwrap_or(0));
+            Value::Buf(b.get(1..1 + n).unwrap_or(&[]).to_vec())
+        }
+        Ty::KSym => Value::Text(syms.borrow_mut().kernel(word(b))),
+        Ty::USym => {
+            let pid = word(b.get(8..).unwrap_or(&[])) as u32;
+            Value::Text(syms.borrow_mut().user(pid, word(b)))
+        }
     }
 }
 

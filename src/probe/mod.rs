@@ -65,6 +65,8 @@ pub struct Field {
     pub offset: u16,
     /// Width of the value in bytes and its signedness, per the C type.
     pub size: u8,
+    /// Bytes of an array in the record (`__u8 saddr_v6[16]`: 16); 0 else.
+    pub array_bytes: u16,
     pub signed: bool,
     /// Argument slot (see BS_ARG_*) when the probe runs on the raw syscall path.
     pub arg_slot: Option<u8>,
@@ -690,6 +692,7 @@ pub(crate) fn user_fields(ret: bool) -> Vec<Field> {
         kind: FieldKind::Int,
         offset: 0,
         size: 8,
+        array_bytes: 0,
         signed: true,
         arg_slot: Some(slot),
         btf: None,
@@ -712,6 +715,7 @@ fn usdt_fields(args: &[elf::UsdtArg]) -> Vec<Field> {
             kind: FieldKind::Int,
             offset: 0,
             size: a.size,
+            array_bytes: 0,
             signed: a.signed,
             arg_slot: Some(i as u8),
             btf: None,
@@ -793,6 +797,7 @@ fn field_of(f: tracefs::RawField, is_syscall: bool, syscall: Option<SyscallTp>) 
     }
     let arg_slot = syscall.and_then(|sc| syscalls::arg_slot(&f.name, f.offset, sc.exit));
     Field {
+        array_bytes: f.array_len.map_or(0, |_| f.size),
         name: f.name,
         ctype: f.ctype,
         kind,

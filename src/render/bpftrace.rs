@@ -33,6 +33,9 @@ pub enum Value {
     /// those as `Str` when they are map values; as map keys pass a probe as
     /// `Text` (bpftrace leaves probe keys unsorted).
     Text(String),
+    /// Bytes from buf(), printed with printable ASCII as is and the rest
+    /// as `\xNN` (bpftrace's `%r`).
+    Buf(Vec<u8>),
 }
 
 impl Value {
@@ -43,8 +46,22 @@ impl Value {
             Value::Str(_) => ArgKind::Str,
             Value::Stack(_) => ArgKind::Stack,
             Value::Text(_) => ArgKind::Text,
+            Value::Buf(_) => ArgKind::Buf,
         }
     }
+}
+
+/// A buffer as bpftrace's %r prints it: printable ASCII as is, other bytes `\xNN`.
+pub fn buf_text(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len());
+    for &c in b {
+        if (32..=126).contains(&c) {
+            s.push(char::from(c));
+        } else {
+            s.push_str(&format!("\\x{c:02x}"));
+        }
+    }
+    s
 }
 
 /// A map's value per key, by the function that made it.
@@ -135,6 +152,8 @@ pub enum ArgKind {
     Stack,
     /// ksym/usym/probe/ntop/... (printed as a string).
     Text,
+    /// buf(): for `%r`.
+    Buf,
 }
 
 /// A printf format bpftrace would reject, or whose output is undefined.
@@ -203,6 +222,7 @@ fn key_part_str(v: &Value) -> String {
         Value::Int(i) => i.to_string(),
         Value::UInt(u) => (*u as i64).to_string(),
         Value::Str(s) | Value::Text(s) => s.clone(),
+        Value::Buf(b) => buf_text(b),
         Value::Stack(f) => stack_str(f, 4),
     }
 }
@@ -213,6 +233,7 @@ fn value_str(v: &Value, div: u32) -> String {
         Value::Int(i) => i.wrapping_div(i64::from(div)).to_string(),
         Value::UInt(u) => (u / u64::from(div)).to_string(),
         Value::Str(s) | Value::Text(s) => s.clone(),
+        Value::Buf(b) => buf_text(b),
         Value::Stack(f) => stack_str(f, 8),
     }
 }
@@ -1146,6 +1167,7 @@ fn tokens(b: &[u8]) -> Vec<Token> {
 fn kind_type_name(k: ArgKind) -> &'static str {
     match k {
         ArgKind::Int => "integer",
+        ArgKind::Buf => "buffer",
         _ => "string",
     }
 }
@@ -1330,7 +1352,15 @@ fn plan<'a>(fmt: &'a str, kinds: &[ArgKind]) -> Result<Plan<'a>, FormatError> {
     for (t, &k) in toks.iter().zip(kinds) {
         let part = &b[last..t.end];
         last = t.end;
-        let segs = glibc_segments(part)?;
+        // bpftrace hands a buffer's %r to snprintf as %s of its text.
+        let segs = match t.ty.strip_prefix('r') {
+            Some(rest) if t.ty.starts_with('r') => {
+                let mut p = part[..part.len() - 1 - rest.len()].to_vec();
+                p.push(b's');
+                glibc_segments(&p)?
+            }
+            _ => glibc_segments(part)?,
+        };
         let mut convs = segs.iter().filter_map(|s| match s {
             Seg::Conv(c) => Some(c),
             Seg::Lit(_) => None,
@@ -1425,6 +1455,7 @@ fn format_conv(out: &mut Vec<u8>, s: &Spec, arg: &Value) {
         b's' => {
             let text = match arg {
                 Value::Str(t) | Value::Text(t) => t.clone(),
+                Value::Buf(b) => buf_text(b),
                 Value::Stack(f) => stack_str(f, 8),
                 Value::Int(_) | Value::UInt(_) => String::new(),
             };

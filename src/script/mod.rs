@@ -5,6 +5,7 @@
 //! runs: the kernel side is the same precompiled programs as the verbs'.
 
 pub mod ast;
+pub mod cpp;
 pub mod lower;
 pub mod parse;
 pub mod trigger;
@@ -41,6 +42,13 @@ enum Point {
         hz: u64,
         name: String,
     },
+    /// A software or hardware perf event (`software:page-faults:100`).
+    Perf {
+        ty: u32,
+        config: u64,
+        period: u64,
+        name: String,
+    },
     /// Nothing matched (a function a library does not have, a tracepoint
     /// this kernel lacks): skipped with a warning, as bpftrace does.
     Missing(String),
@@ -55,6 +63,8 @@ pub struct Options {
     pub pid: Option<u32>,
     /// Keys each map holds (BPFTRACE_MAP_KEYS_MAX).
     pub keys_max: u32,
+    /// `--unsafe`: signal() may be used.
+    pub allow_unsafe: bool,
 }
 
 /// Parses, resolves and lowers a script.
@@ -91,6 +101,21 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
                     &mut points,
                     name.clone(),
                     PointDef::Clock(hz, name),
+                    bi,
+                    *span,
+                ),
+                (
+                    Point::Perf {
+                        ty,
+                        config,
+                        period,
+                        name,
+                    },
+                    _,
+                ) => add(
+                    &mut points,
+                    name.clone(),
+                    PointDef::Perf(Path::Perf { ty, config, period }, name),
                     bi,
                     *span,
                 ),
@@ -139,6 +164,7 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
             PointDef::Clock(hz, name) => {
                 (synthetic(name), Path::Clock { hz: *hz, cpu: None }, None)
             }
+            PointDef::Perf(path, name) => (synthetic(name), path.clone(), None),
         };
         ctxs.push((probe, path, trig, blocks.clone()));
     }
@@ -146,8 +172,18 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
     // probe that reads a map before the probe that writes it (in script
     // order) still reads it with its type.
     let defined = assigned_maps(&program);
+    let mut defines = std::collections::HashMap::new();
+    for d in &program.defines {
+        let e = parse::parse_expr(&d.body)
+            .map_err(|e| at(d.span, format!("#define {}: {}", d.name, e.msg)))?;
+        defines.insert(d.name.clone(), e);
+    }
+    let macros = cpp::HeaderMacros::read(&program.includes);
     let mut seed = Shared::new(params.clone());
     seed.defined = defined.clone();
+    seed.defines = defines.clone();
+    seed.macros = macros.clone();
+    seed.unsafe_ok = opts.allow_unsafe;
     for (probe, path, _, blocks) in &ctxs {
         let pc = lower::ProbeCtx { probe, path };
         let mut l = lower::Lower::new(&mut seed, &pc);
@@ -158,6 +194,9 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
     let mut sh = Shared::new(params);
     sh.maps = seed.maps;
     sh.defined = defined;
+    sh.defines = defines;
+    sh.macros = macros;
+    sh.unsafe_ok = opts.allow_unsafe;
     let mut lowered = Vec::new();
     for (probe, path, trig, blocks) in ctxs {
         let pc = lower::ProbeCtx {
@@ -208,6 +247,7 @@ enum PointDef {
     Probe(Probe),
     Trigger(Trigger, String),
     Clock(u64, String),
+    Perf(Path, String),
 }
 
 fn add(
@@ -300,11 +340,14 @@ fn point(spec: &str, r: &mut probe::Resolver) -> Result<(Point, Vec<(String, Str
                 none,
             ))
         }
-        ["software" | "s", ..]
-        | ["hardware" | "h", ..]
-        | ["watchpoint" | "w", ..]
-        | ["asyncwatchpoint", ..] => Err(format!(
-            "{spec}: {} probes are not supported by bpfscope run (use profile:hz:N for sampling)",
+        ["software" | "s", ev, rest @ ..] if rest.len() <= 1 => {
+            perf_point(spec, ev, rest.first().copied(), false)
+        }
+        ["hardware" | "h", ev, rest @ ..] if rest.len() <= 1 => {
+            perf_point(spec, ev, rest.first().copied(), true)
+        }
+        ["watchpoint" | "w", ..] | ["asyncwatchpoint", ..] => Err(format!(
+            "{spec}: {} probes are not supported by bpfscope run",
             parts[0]
         )),
         ["rawtracepoint", ..] => Err(format!(
@@ -314,6 +357,170 @@ fn point(spec: &str, r: &mut probe::Resolver) -> Result<(Point, Vec<(String, Str
         ["kretfunc" | "fr", rest @ ..] => resolve(&format!("fexit:{}", rest.join(":")), r),
         _ => resolve(spec, r),
     }
+}
+
+/// bpftrace's software events: name, alias, perf config, default period.
+const SOFTWARE_EVENTS: &[(&str, &str, u32, u64)] = &[
+    (
+        "alignment-faults",
+        "",
+        libbpf_sys::PERF_COUNT_SW_ALIGNMENT_FAULTS,
+        1,
+    ),
+    ("bpf-output", "", libbpf_sys::PERF_COUNT_SW_BPF_OUTPUT, 1),
+    (
+        "context-switches",
+        "cs",
+        libbpf_sys::PERF_COUNT_SW_CONTEXT_SWITCHES,
+        1000,
+    ),
+    (
+        "cpu-clock",
+        "cpu",
+        libbpf_sys::PERF_COUNT_SW_CPU_CLOCK,
+        1_000_000,
+    ),
+    (
+        "cpu-migrations",
+        "",
+        libbpf_sys::PERF_COUNT_SW_CPU_MIGRATIONS,
+        1,
+    ),
+    ("dummy", "", libbpf_sys::PERF_COUNT_SW_DUMMY, 1),
+    (
+        "emulation-faults",
+        "",
+        libbpf_sys::PERF_COUNT_SW_EMULATION_FAULTS,
+        1,
+    ),
+    (
+        "major-faults",
+        "",
+        libbpf_sys::PERF_COUNT_SW_PAGE_FAULTS_MAJ,
+        1,
+    ),
+    (
+        "minor-faults",
+        "",
+        libbpf_sys::PERF_COUNT_SW_PAGE_FAULTS_MIN,
+        100,
+    ),
+    (
+        "page-faults",
+        "faults",
+        libbpf_sys::PERF_COUNT_SW_PAGE_FAULTS,
+        100,
+    ),
+    ("task-clock", "", libbpf_sys::PERF_COUNT_SW_TASK_CLOCK, 1),
+];
+
+/// bpftrace's hardware events, as above.
+const HARDWARE_EVENTS: &[(&str, &str, u32, u64)] = &[
+    (
+        "backend-stalls",
+        "",
+        libbpf_sys::PERF_COUNT_HW_STALLED_CYCLES_BACKEND,
+        1_000_000,
+    ),
+    (
+        "branch-instructions",
+        "branches",
+        libbpf_sys::PERF_COUNT_HW_BRANCH_INSTRUCTIONS,
+        100_000,
+    ),
+    (
+        "branch-misses",
+        "",
+        libbpf_sys::PERF_COUNT_HW_BRANCH_MISSES,
+        100_000,
+    ),
+    (
+        "bus-cycles",
+        "",
+        libbpf_sys::PERF_COUNT_HW_BUS_CYCLES,
+        100_000,
+    ),
+    (
+        "cache-misses",
+        "",
+        libbpf_sys::PERF_COUNT_HW_CACHE_MISSES,
+        1_000_000,
+    ),
+    (
+        "cache-references",
+        "",
+        libbpf_sys::PERF_COUNT_HW_CACHE_REFERENCES,
+        1_000_000,
+    ),
+    (
+        "cpu-cycles",
+        "cycles",
+        libbpf_sys::PERF_COUNT_HW_CPU_CYCLES,
+        1_000_000,
+    ),
+    (
+        "frontend-stalls",
+        "",
+        libbpf_sys::PERF_COUNT_HW_STALLED_CYCLES_FRONTEND,
+        1_000_000,
+    ),
+    (
+        "instructions",
+        "",
+        libbpf_sys::PERF_COUNT_HW_INSTRUCTIONS,
+        1_000_000,
+    ),
+    (
+        "ref-cycles",
+        "",
+        libbpf_sys::PERF_COUNT_HW_REF_CPU_CYCLES,
+        1_000_000,
+    ),
+];
+
+/// `software:EVENT[:PERIOD]` or `hardware:...`: the event, checked by
+/// opening it once on CPU 0 (a machine without a PMU refuses hardware
+/// events: said here, at the attach point).
+fn perf_point(
+    spec: &str,
+    ev: &str,
+    period: Option<&str>,
+    hw: bool,
+) -> Result<(Point, Vec<(String, String)>), String> {
+    let (table, ty, kind) = if hw {
+        (HARDWARE_EVENTS, libbpf_sys::PERF_TYPE_HARDWARE, "hardware")
+    } else {
+        (SOFTWARE_EVENTS, libbpf_sys::PERF_TYPE_SOFTWARE, "software")
+    };
+    let Some(&(_, _, config, default)) = table
+        .iter()
+        .find(|(n, a, _, _)| *n == ev || (!a.is_empty() && *a == ev))
+    else {
+        let names: Vec<&str> = table.iter().map(|e| e.0).collect();
+        return Err(format!(
+            "{spec}: no {kind} event '{ev}'; the events are {}",
+            names.join(", ")
+        ));
+    };
+    let period = match period {
+        None => default,
+        Some(p) => p
+            .parse::<u64>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| format!("{spec}: bad count '{p}': expected a positive integer"))?,
+    };
+    crate::attach::clock::open_event(0, ty, u64::from(config), period)
+        .map_err(|e| format!("{spec}: this kernel refuses it: {e:#}"))?;
+    Ok((
+        Point::Perf {
+            ty,
+            config: u64::from(config),
+            period,
+            name: spec.to_string(),
+        },
+        Vec::new(),
+    ))
 }
 
 fn resolve(spec: &str, r: &mut probe::Resolver) -> Result<(Point, Vec<(String, String)>), String> {
@@ -345,7 +552,7 @@ fn assigned_maps(program: &Program) -> std::collections::HashSet<String> {
                     walk(els, out);
                 }
                 Stmt::Unroll { body, .. } | Stmt::While { body, .. } => walk(body, out),
-                Stmt::Expr(_) | Stmt::Return(_) => {}
+                Stmt::Expr(_) | Stmt::Return(_) | Stmt::Break(_) | Stmt::Continue(_) => {}
             }
         }
     }
@@ -390,7 +597,7 @@ fn stmts_fields(body: &[Stmt], out: &mut BTreeSet<String>) {
                 expr_fields(cond, out);
                 stmts_fields(body, out);
             }
-            Stmt::Return(_) => {}
+            Stmt::Return(_) | Stmt::Break(_) | Stmt::Continue(_) => {}
         }
     }
 }

@@ -133,6 +133,9 @@ pub enum Path {
     Trigger,
     /// A software clock sampling every CPU (`profile:hz:N`), or one CPU.
     Clock { hz: u64, cpu: Option<u32> },
+    /// A perf event on every CPU, sampled every `period` occurrences
+    /// (`software:page-faults:100`): perf_event_attr's type and config.
+    Perf { ty: u32, config: u64, period: u64 },
 }
 
 /// How a kernel function probe is attached.
@@ -190,6 +193,7 @@ impl Path {
             },
             Path::Trigger => "run by bpfscope (BPF_PROG_TEST_RUN)",
             Path::Clock { .. } => "perf_event cpu-clock with cookie",
+            Path::Perf { .. } => "perf_event with cookie",
         }
     }
 

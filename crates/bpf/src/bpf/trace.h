@@ -185,6 +185,24 @@ enum bs_vm_op {
 	BS_VM_READ = 28,   /* r[dst] = arg (1, 2, 4, 8) bytes at address r[a], kernel then user; BS_VMF_SIGNED extends */
 	BS_VM_STREQC = 29, /* r[dst] = sv[a] == constant string arg (strs); imm: at most this many bytes */
 	BS_VM_KEY1 = 30,   /* KEYCLR, then r[a] as the one key part (KEYNUM at 8) */
+	/*
+	 * sv[dst] = an IP address (ntop): byte 0 the family (imm, or r[b] with
+	 * BS_VMF_REGLEN), bytes 8.. the address: r[a]'s 4 bytes (arg 0), 4 or 16
+	 * bytes read at address r[a] (arg 4, 16), or from sv[a] (arg 36, 48).
+	 */
+	BS_VM_NTOP = 31,
+	BS_VM_STRSTR = 32, /* r[dst] = sv[b] occurs in sv[a] (strcontains) */
+	BS_VM_SIGNAL = 33, /* send signal r[a] to the current process (signal(), --unsafe) */
+	/* sv[dst] = buf(): byte 0 the length n (r[b], or imm), then n <= 63 bytes at address r[a] */
+	BS_VM_BUF = 34,
+	BS_VM_USYM = 35,   /* sv[dst] = r[a] at 0, the current tgid at 8 (usym: named in user space) */
+	/*
+	 * for ($kv : @map): the map's entry number r[b] (the map is the key's
+	 * map id, set by KEYCLR) into the key buffer (its key data) and sv[dst]
+	 * (its value; an aggregate's count, sum, min, max); r[a] = 1 when there
+	 * was one, 0 past the last.
+	 */
+	BS_VM_NEXT = 36,
 };
 
 enum bs_vm_alu {
@@ -208,6 +226,7 @@ enum bs_vm_alu {
 	BS_ALU_NOT = 17,  /* !r[a] */
 	BS_ALU_BNOT = 18, /* ~r[a] */
 	BS_ALU_BOOL = 19, /* r[a] != 0 */
+	BS_ALU_BSWAP = 20, /* r[a]'s bytes reversed in its low imm bits (16, 32, 64) */
 };
 
 enum bs_vm_flags {
