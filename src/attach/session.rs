@@ -9,15 +9,15 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{
-    KprobeMultiOpts, KprobeOpts, Link, MapCore, MapFlags, OpenObject, RawTracepointOpts,
-    TracepointCategory, TracepointOpts, UprobeMultiOpts, UprobeOpts, UsdtOpts,
+    KprobeMultiOpts, KprobeOpts, Link, MapCore, MapFlags, MapHandle, MapType, OpenObject,
+    RawTracepointOpts, TracepointCategory, TracepointOpts, UprobeMultiOpts, UprobeOpts, UsdtOpts,
 };
 
 use crate::attach::features::{Features, Template};
 use crate::attach::kfunc::{self, ProgImage, RawLink};
 
 use crate::attach::libbpf_log;
-use crate::attach::plan::{KfuncPath, Mech, Path, Plan, PlannedProbe};
+use crate::attach::plan::{KfuncPath, Mech, Path, Plan, PlannedProbe, VmImage};
 use crate::attach::target::Target;
 use bpfscope_bpf::abi::{bs_limits, bs_target_mode};
 use bpfscope_bpf::trace::{OpenTraceSkel, TraceSkel, TraceSkelBuilder};
@@ -48,6 +48,8 @@ pub struct Session<'obj> {
     /// Syscall probes reach this session through a dispatcher's tail calls
     /// (attach::dispatch), not raw_tp links of its own.
     routed_syscalls: bool,
+    /// A script's maps by id, each a kernel map of its own.
+    pub vm_maps: Vec<MapHandle>,
 }
 
 /// A kernel function link, held to be dropped: dropping detaches.
@@ -99,11 +101,12 @@ impl<'obj> Session<'obj> {
             .open(storage)
             .context("opening the BPF object")?;
         specialize(&mut open, plan, s)?;
-        size_maps(&mut open, plan, s)?;
+        let templates = size_maps(&mut open, plan, s)?;
         let progs = Programs::for_plan(plan, &s.target, features);
         let template = progs.template(features)?;
         progs.select(&mut open, template.as_ref())?;
         let skel = load_object(open, s.verbose)?;
+        drop(templates);
         let images = [
             progs
                 .fentry
@@ -112,7 +115,7 @@ impl<'obj> Session<'obj> {
                 .fexit
                 .then(|| ProgImage::of(skel.object(), &skel.progs.bpfscope_fexit)),
         ];
-        let session = Session {
+        let mut session = Session {
             skel,
             links: Vec::new(),
             uprobe_multi: progs.umulti,
@@ -123,7 +126,11 @@ impl<'obj> Session<'obj> {
             template,
             template_used: [false; 2],
             routed_syscalls: false,
+            vm_maps: Vec::new(),
         };
+        if let Some(vm) = &plan.vm {
+            session.vm_maps = create_vm_maps(&session.skel, vm, start_size(plan))?;
+        }
         session.fill(plan)?;
         Ok(session)
     }
@@ -154,15 +161,32 @@ impl<'obj> Session<'obj> {
         let max = bs_limits::BS_STR_MAX.0 as usize;
         for (i, s) in plan.strs.strs.iter().enumerate() {
             let mut buf = vec![0u8; max];
-            buf[..s.len()].copy_from_slice(s.as_bytes());
+            let b = crate::filter::raw::encode(s);
+            let n = b.len().min(max);
+            buf[..n].copy_from_slice(&b[..n]);
             maps.strs
                 .update(&(i as u32).to_ne_bytes(), &buf, MapFlags::ANY)
                 .context("writing filter strings")?;
         }
         if let Some(vm) = &plan.vm {
-            for (i, insn) in vm.code.iter().enumerate() {
+            // In one call: a long script is a million instructions.
+            if !vm.code.is_empty() {
+                let keys: Vec<u8> = (0..vm.code.len() as u32)
+                    .flat_map(u32::to_ne_bytes)
+                    .collect();
+                let vals: Vec<u8> = vm
+                    .code
+                    .iter()
+                    .flat_map(|i| pod::bytes(i).iter().copied())
+                    .collect();
                 maps.vm_code
-                    .update(&(i as u32).to_ne_bytes(), pod::bytes(insn), MapFlags::ANY)
+                    .update_batch(
+                        &keys,
+                        &vals,
+                        vm.code.len() as u32,
+                        MapFlags::ANY,
+                        MapFlags::ANY,
+                    )
                     .context("writing script code")?;
             }
             for (i, src) in vm.srcs.iter().enumerate() {
@@ -308,7 +332,8 @@ impl<'obj> Session<'obj> {
         skip_refused: bool,
         out: &mut Attached,
     ) -> Result<Vec<Link>> {
-        if plan.probes.len() >= SLOW_ATTACH {
+        // A script prints bpftrace's own "Attaching N probes..." on stdout.
+        if plan.probes.len() >= SLOW_ATTACH && plan.vm.is_none() {
             eprintln!("Attaching {} probes...", plan.probes.len());
         }
         let mut links = Vec::new();
@@ -342,6 +367,7 @@ impl<'obj> Session<'obj> {
             | Path::Uprobe { .. }
             | Path::Kfunc(_)
             | Path::Clock { .. }
+            | Path::Perf { .. }
             | Path::Trigger => return None,
             Path::Usdt {
                 binary,
@@ -435,20 +461,25 @@ impl<'obj> Session<'obj> {
     fn attach_clocks(&self, plan: &Plan) -> Result<Vec<Link>> {
         let mut links = Vec::new();
         for (i, p) in plan.probes.iter().enumerate() {
-            let Path::Clock { hz, cpu } = &p.path else {
-                continue;
+            let (cpus, ev) = match &p.path {
+                Path::Clock { hz, cpu: Some(c) } => (vec![*c], Err(*hz)),
+                Path::Clock { hz, cpu: None } => (Vec::new(), Err(*hz)),
+                Path::Perf { ty, config, period } => (Vec::new(), Ok((*ty, *config, *period))),
+                _ => continue,
             };
-            let cpus = match cpu {
-                Some(c) => vec![*c],
-                None => bpfscope_sys::online_cpus().context("reading the online CPUs")?,
+            let cpus = match cpus.is_empty() {
+                false => cpus,
+                true => bpfscope_sys::online_cpus().context("reading the online CPUs")?,
             };
+            let prog = &self.skel.progs.bpfscope_clock;
             for c in cpus {
-                let (link, _) = crate::attach::clock::attach(
-                    &self.skel.progs.bpfscope_clock,
-                    c,
-                    *hz,
-                    i as u64 + 1,
-                )
+                let cookie = i as u64 + 1;
+                let (link, _) = match ev {
+                    Err(hz) => crate::attach::clock::attach(prog, c, hz, cookie),
+                    Ok((ty, config, period)) => {
+                        crate::attach::clock::attach_event(prog, c, ty, config, period, cookie)
+                    }
+                }
                 .with_context(|| format!("attaching {}", p.probe.name))?;
                 links.push(link);
             }
@@ -949,8 +980,10 @@ fn ringbuf_bytes(s: &LoadConfig) -> u32 {
 }
 
 /// Sizes the maps for this plan: what it does not use takes one entry.
-fn size_maps(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Result<()> {
+/// Returns the inner map templates of a script's maps, to hold until load.
+fn size_maps(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Result<Vec<MapHandle>> {
     let maps = &mut open.maps;
+    let mut templates = Vec::new();
     maps.probes
         .set_max_entries((plan.probes.len() as u32).max(1))?;
     maps.strs
@@ -969,15 +1002,21 @@ fn size_maps(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Resul
     }
     maps.aggs.set_max_entries(s.max_keys.unwrap_or(1))?;
     if let Some(vm) = &plan.vm {
-        // A script's aggregates take few keys, each for long: allocated as
-        // they come instead of 10,240 per CPU at load (8 ms of its start).
-        maps.aggs.set_map_flags(libbpf_sys::BPF_F_NO_PREALLOC)?;
         maps.vm_code
             .set_max_entries((vm.code.len() as u32).max(1))?;
         maps.vm_srcs
             .set_max_entries((vm.srcs.len() as u32).max(1))?;
-        maps.vals.set_key_size(start_size(plan))?;
-        maps.vals.set_max_entries(vm.vals.max(1))?;
+        let nmaps = (vm.maps.len() as u32).max(1);
+        for (agg, outer) in [(true, &mut maps.vm_aggs), (false, &mut maps.vm_vals)] {
+            outer.set_max_entries(nmaps)?;
+            let t = inner_template(agg, start_size(plan))
+                .context("creating the script maps' template")?;
+            outer.set_inner_map_fd(t.as_fd())?;
+            templates.push(t);
+        }
+        maps.vm_full.set_max_entries(nmaps)?;
+        maps.vm_cut
+            .set_max_entries((plan.probes.len() as u32).max(1))?;
     }
     maps.events.set_max_entries(ringbuf_bytes(s))?;
     // Only a run that follows processes fills `tracked` (65,536 entries
@@ -985,7 +1024,74 @@ fn size_maps(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Resul
     if matches!(s.target, Target::All) {
         maps.tracked.set_max_entries(1)?;
     }
-    Ok(())
+    Ok(templates)
+}
+
+/// The inner template of a script's array of maps (vm_aggs, vm_vals):
+/// its inner maps must have the template's key size, the script's
+/// longest key. Held until the object is loaded.
+fn inner_template(agg: bool, key_size: u32) -> Result<MapHandle> {
+    inner_map(agg, "bs_inner", key_size, 1)
+}
+
+/// A script map's kernel map: per-CPU aggregates allocated as keys come
+/// (most maps hold few), or plain values preallocated (as bpftrace's).
+fn inner_map(agg: bool, name: &str, key_size: u32, entries: u32) -> Result<MapHandle> {
+    let (ty, value_size, flags) = if agg {
+        (
+            MapType::PercpuHash,
+            std::mem::size_of::<bpfscope_bpf::abi::bs_agg_val>() as u32,
+            libbpf_sys::BPF_F_NO_PREALLOC,
+        )
+    } else {
+        (MapType::Hash, bs_limits::BS_VAL_MAX.0, 0)
+    };
+    let opts = libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as libbpf_sys::size_t,
+        map_flags: flags,
+        ..Default::default()
+    };
+    Ok(MapHandle::create(
+        ty,
+        Some(name),
+        key_size,
+        value_size,
+        entries,
+        &opts,
+    )?)
+}
+
+/// A script's maps, each a kernel map of its own, put in its outer array
+/// at its id.
+fn create_vm_maps(skel: &TraceSkel<'_>, vm: &VmImage, key_size: u32) -> Result<Vec<MapHandle>> {
+    let mut out = Vec::with_capacity(vm.maps.len());
+    for (id, m) in vm.maps.iter().enumerate() {
+        // Named after the script's map where bpftool shows it (15 bytes).
+        let name: String = m
+            .name
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .take(12)
+            .collect();
+        let h =
+            inner_map(m.agg, &format!("bs_{name}"), key_size, m.entries).with_context(|| {
+                format!(
+                    "creating the kernel map of {} ({} entries)",
+                    m.name, m.entries
+                )
+            })?;
+        let outer = if m.agg {
+            &skel.maps.vm_aggs
+        } else {
+            &skel.maps.vm_vals
+        };
+        let fd = h.as_fd().as_raw_fd() as u32;
+        outer
+            .update(&(id as u32).to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("adding the kernel map of {}", m.name))?;
+        out.push(h);
+    }
+    Ok(out)
 }
 
 /// The programs a plan needs loaded; the others are not loaded at all.
@@ -1032,7 +1138,7 @@ impl Programs {
             umulti,
             uprobe: uprobes && !umulti,
             trigger: triggers,
-            clock: has(&|p| matches!(p, Path::Clock { .. })),
+            clock: has(&|p| matches!(p, Path::Clock { .. } | Path::Perf { .. })),
             usdt: has(&|p| matches!(p, Path::Usdt { .. })),
             fork: matches!(target, Target::Command { .. }),
             kprobe: uses(Mech::Kprobe, None),

@@ -85,8 +85,8 @@ pub struct RunArgs {
     #[arg(value_name = "PARAM", allow_hyphen_values = false)]
     pub params: Vec<String>,
 
-    /// The program text instead of a file
-    #[arg(short = 'e', value_name = "PROGRAM", conflicts_with = "file")]
+    /// The program text instead of a file (the words after it are its parameters)
+    #[arg(short = 'e', value_name = "PROGRAM")]
     pub expr: Option<String>,
 
     /// Run this command (a shell-split line, as bpftrace -c) and stop when it exits
@@ -109,6 +109,14 @@ pub struct RunArgs {
     /// bpftrace's JSON output (as bpftrace -f json)
     #[arg(long)]
     pub json: bool,
+
+    /// Allow what changes the system (signal()), as bpftrace's --unsafe
+    #[arg(long = "unsafe")]
+    pub allow_unsafe: bool,
+
+    /// Output format, as bpftrace's -f: text or json
+    #[arg(short = 'f', value_name = "FORMAT", value_parser = ["text", "json"])]
+    pub format: Option<String>,
 
     /// Parse, resolve and lower the script, print the plan, attach nothing
     #[arg(long)]

@@ -49,6 +49,10 @@ pub struct RunSettings {
     pub source: String,
     pub origin: String,
     pub params: Vec<String>,
+    /// Keys each map holds (bpftrace's BPFTRACE_MAP_KEYS_MAX, 4096 by default).
+    pub map_keys_max: u32,
+    /// `--unsafe`: signal() may be used.
+    pub allow_unsafe: bool,
     /// A command to run (not a filter: as bpftrace -c, every event counts).
     pub command: Option<Target>,
     pub pid: Option<u32>,
@@ -464,14 +468,16 @@ fn run_settings(a: args::RunArgs) -> Result<RunSettings, Error> {
             (e, "-e".to_string(), params)
         }
         (None, Some(f)) if f == "-" => {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
                 .map_err(|e| usage!("reading the script from standard input: {e}"))?;
+            let text = crate::filter::raw::decode(&bytes).into_owned();
             (text, "<stdin>".to_string(), a.params)
         }
         (None, Some(f)) => {
-            let text =
-                std::fs::read_to_string(&f).map_err(|e| usage!("cannot read script '{f}': {e}"))?;
+            // Comments and strings may hold bytes that are not UTF-8.
+            let bytes = std::fs::read(&f).map_err(|e| usage!("cannot read script '{f}': {e}"))?;
+            let text = crate::filter::raw::decode(&bytes).into_owned();
             (text, f, a.params)
         }
         (None, None) => return Err(usage!("give a script file or -e 'PROGRAM'")),
@@ -502,13 +508,31 @@ fn run_settings(a: args::RunArgs) -> Result<RunSettings, Error> {
         source,
         origin,
         params,
+        map_keys_max: map_keys_max(std::env::var("BPFTRACE_MAP_KEYS_MAX").ok().as_deref())?,
+        allow_unsafe: a.allow_unsafe,
         command,
         pid,
         duration: seconds(a.duration, "--duration")?,
-        json: a.json,
+        json: a.json || a.format.as_deref() == Some("json"),
         dry_run: a.dry_run,
         verbose: a.verbose,
     })
+}
+
+/// Keys per script map: bpftrace's default, or BPFTRACE_MAP_KEYS_MAX as
+/// bpftrace reads it (a positive integer).
+fn map_keys_max(env: Option<&str>) -> Result<u32, Error> {
+    const DEFAULT: u32 = 4096;
+    let Some(v) = env else {
+        return Ok(DEFAULT);
+    };
+    v.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_KEYS).contains(n))
+        .ok_or_else(|| {
+            usage!("BPFTRACE_MAP_KEYS_MAX={v}: expected a number of keys from 1 to {MAX_KEYS}")
+        })
 }
 
 /// `-p PID`: a process that exists.

@@ -113,6 +113,7 @@ mod tests {
                     kind,
                     offset: r.offset,
                     size: r.size as u8,
+                    array_bytes: 0,
                     signed: r.signed,
                     arg_slot: None,
                     btf: None,

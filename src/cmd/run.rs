@@ -23,29 +23,35 @@ use crate::collect::{stacks, Lost, StopReason, Stopper};
 use crate::render::bpftrace::{self as fmt, Agg, MapData, Value};
 use crate::script::lower::{Action, AggFn, Arg, Lowered, MapKind, Trigger, Ty, JOIN_MAX, STR_MAX};
 use crate::script::{self, trigger};
-use bpfscope_bpf::abi::{bs_event_hdr, bs_key_hdr};
+use bpfscope_bpf::abi::{bs_event_hdr, bs_key_hdr, bs_limits, bs_note};
 use bpfscope_sys::pod;
 
-/// Aggregation keys the script's maps hold in all (bpftrace's default map size).
-const MAX_KEYS: u32 = 10240;
 const MAX_STACKS: u32 = 4096;
 const RINGBUF: u32 = 4 << 20;
 /// Longest wait for records: a command's exit or a signal is seen within it.
 const POLL: Duration = Duration::from_millis(10);
 const HDR: usize = std::mem::size_of::<bs_event_hdr>();
+/// Steps one run of a probe takes at most.
+const STEPS: u32 = bs_limits::BS_VM_STEPS.0;
 const KHDR: usize = std::mem::size_of::<bs_key_hdr>();
 
 pub fn run(s: RunSettings) -> Result<()> {
     libbpf_log::init(s.verbose);
     let features = Features::detect();
     let pid = s.pid;
-    let compiled =
-        script::compile(&s.source, s.params.clone(), pid, &features).map_err(|e| match e {
-            crate::error::Error::Usage(m) => {
-                crate::error::Error::Usage(format!("{}:{m}", s.origin))
-            }
-            e => e,
-        })?;
+    let opts = script::Options {
+        params: s.params.clone(),
+        pid,
+        keys_max: s.map_keys_max,
+        allow_unsafe: s.allow_unsafe,
+    };
+    let compiled = script::compile(&s.source, &opts, &features).map_err(|e| match e {
+        crate::error::Error::Usage(m) => crate::error::Error::Usage(format!("{}:{m}", s.origin)),
+        e => e,
+    })?;
+    for w in &compiled.warnings {
+        eprintln!("bpfscope: warning: {}:{w}", s.origin);
+    }
     let plan = &compiled.plan;
     let low = &compiled.lowered;
     if s.dry_run || s.verbose {
@@ -83,7 +89,8 @@ pub fn run(s: RunSettings) -> Result<()> {
     }
     let load = LoadConfig {
         target: Target::All,
-        max_keys: Some(MAX_KEYS),
+        // The script's maps are kernel maps of their own (vm_aggs, vm_vals).
+        max_keys: None,
         max_stacks: (low.stacks.0 || low.stacks.1).then_some(MAX_STACKS),
         ringbuf_bytes: Some(RINGBUF),
         verbose: s.verbose,
@@ -100,8 +107,10 @@ pub fn run(s: RunSettings) -> Result<()> {
     for i in trigger::of(low, Trigger::Begin) {
         session.fire(i)?;
     }
+    // Ctrl-C while attaching ends the run as it would a moment later:
+    // END runs and the maps print (bpftrace does the same).
     let mut att = match session.attach(plan, false, upid, true) {
-        Err(e) if crate::error::is_interrupted(&e) => return Ok(()),
+        Err(e) if crate::error::is_interrupted(&e) => crate::attach::session::Attached::default(),
         r => r.map_err(crate::error::refused)?,
     };
     let mut out = Out::new(s.json);
@@ -116,6 +125,8 @@ pub fn run(s: RunSettings) -> Result<()> {
         low,
         out,
         exit: false,
+        keys_max: s.map_keys_max,
+        syms: RefCell::new(SymCache::default()),
     };
     let result = ctx.main_loop(&stopper, gated);
     match result {
@@ -156,7 +167,7 @@ impl Out {
         if self.json {
             writeln!(self.w, "{}", json(t))?;
         } else {
-            self.w.write_all(t.as_bytes())?;
+            self.w.write_all(&crate::filter::raw::encode(t))?;
         }
         Ok(())
     }
@@ -167,6 +178,8 @@ struct RunCtx<'a, 'obj> {
     low: &'a Lowered,
     out: Out,
     exit: bool,
+    keys_max: u32,
+    syms: RefCell<SymCache>,
 }
 
 impl RunCtx<'_, '_> {
@@ -178,33 +191,38 @@ impl RunCtx<'_, '_> {
             0
         })?;
         let rb = builder.build().context("setting up the ring buffer")?;
+        // Interrupted before the command was let go: it never runs (the
+        // gate's drop kills it), and the run ends at once, with END.
+        let early = bpfscope_sys::signals::interrupted();
         if let Some(g) = gated {
-            if bpfscope_sys::signals::interrupted() {
+            if early {
                 drop(g);
-                return Ok(());
+            } else {
+                stopper.watch_child(g.release()?);
             }
-            stopper.watch_child(g.release()?);
         }
         let mut intervals = trigger::Intervals::new(self.low, Instant::now());
-        loop {
-            rb.consume().context("reading records")?;
-            self.drain(&queue)?;
-            if self.exit {
-                break;
-            }
-            if let Some(reason) = stopper.poll() {
-                if reason == StopReason::OutputClosed {
-                    return Ok(());
+        if !early {
+            loop {
+                rb.consume().context("reading records")?;
+                self.drain(&queue)?;
+                if self.exit {
+                    break;
                 }
-                break;
-            }
-            for i in intervals.take_due(Instant::now()) {
-                self.session.fire(i)?;
-            }
-            let wait = intervals.wait(Instant::now()).unwrap_or(POLL).min(POLL);
-            match rb.poll(wait) {
-                Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
-                r => r.context("reading records")?,
+                if let Some(reason) = stopper.poll() {
+                    if reason == StopReason::OutputClosed {
+                        return Ok(());
+                    }
+                    break;
+                }
+                for i in intervals.take_due(Instant::now()) {
+                    self.session.fire(i)?;
+                }
+                let wait = intervals.wait(Instant::now()).unwrap_or(POLL).min(POLL);
+                match rb.poll(wait) {
+                    Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
+                    r => r.context("reading records")?,
+                }
             }
         }
         // The probes stop before END runs, so what END prints and clears is
@@ -223,12 +241,21 @@ impl RunCtx<'_, '_> {
         self.drain(&queue)?;
         self.print_all()?;
         let lost = Lost::read(&self.session.skel.maps.lost)?;
-        let steps = crate::collect::lost_counter(
-            &self.session.skel.maps.lost,
-            bpfscope_bpf::abi::bs_lost::BS_LOST_VM_STEPS.0,
-        )?;
+        let mut parts = Vec::new();
+        for (i, n) in counts(&self.session.skel.maps.vm_cut, self.low.probes.len()) {
+            parts.push(format!(
+                "{n} runs of {} cut short at {STEPS} steps",
+                self.low.probes[i].probe.name
+            ));
+        }
+        for (i, n) in counts(&self.session.skel.maps.vm_full, self.low.maps.len()) {
+            parts.push(format!(
+                "{n} updates of {} (full at {} keys)",
+                self.low.maps[i].name, self.keys_max
+            ));
+        }
         self.out.w.flush()?;
-        report_lost(lost, steps);
+        report_lost(lost, parts);
         self.session.detach_in_background();
         Ok(())
     }
@@ -249,6 +276,10 @@ impl RunCtx<'_, '_> {
         let Some(hdr) = pod::read::<bs_event_hdr>(rec) else {
             return Ok(());
         };
+        if hdr.probe & (bs_note::BS_NOTE_CUT.0 | bs_note::BS_NOTE_FULL.0) != 0 {
+            self.notice(hdr.probe);
+            return Ok(());
+        }
         let data = rec.get(HDR..).unwrap_or(&[]);
         let Some(action) = self.low.actions.get(hdr.probe as usize).cloned() else {
             return Ok(());
@@ -288,7 +319,7 @@ impl RunCtx<'_, '_> {
                 } else {
                     let mut s = String::new();
                     fmt::print_value(&mut s, &v);
-                    self.out.w.write_all(s.as_bytes())?;
+                    self.out.w.write_all(&crate::filter::raw::encode(&s))?;
                 }
             }
             Action::Clear { map } => self.clear_map(map)?,
@@ -298,21 +329,45 @@ impl RunCtx<'_, '_> {
         Ok(())
     }
 
+    /// A limit the kernel side hit, said at once (the first time for each
+    /// probe or map; the end of the run says how often).
+    fn notice(&mut self, note: u32) {
+        let i = (note & bs_note::BS_NOTE_INDEX.0) as usize;
+        // Said after what the script printed before it.
+        let _ = self.out.w.flush();
+        if note & bs_note::BS_NOTE_CUT.0 != 0 {
+            let name = self
+                .low
+                .probes
+                .get(i)
+                .map_or("?", |p| p.probe.name.as_str());
+            eprintln!(
+                "bpfscope: warning: {name}: a run was cut short at {STEPS} steps, the most one run of a probe takes; its effects so far stay"
+            );
+        } else if let Some(m) = self.low.maps.get(i) {
+            eprintln!(
+                "bpfscope: warning: {} is full ({} keys): new keys are dropped (BPFTRACE_MAP_KEYS_MAX sets the size)",
+                m.name, self.keys_max
+            );
+        }
+    }
+
     /// A record's argument.
     fn arg_value(&self, data: &[u8], a: Arg) -> Value {
         let b = data.get(a.off..).unwrap_or(&[]);
         let names = match a.ty {
-            Ty::Stack { user } => self.name_stacks([(user, word(b))]),
+            Ty::Stack { user, .. } => self.name_stacks([(user, word(b))]),
             _ => StackNames::new(),
         };
-        value_of(a.ty, b, &names)
+        value_of(a.ty, b, &names, &self.syms)
     }
 
     /// The frames of stacks by (user?, id), named in one batch, as bpftrace
     /// names them: kernel frames `function+offset` from the return
-    /// addresses, without the script machine's own frames (the stack is
-    /// taken inside it); user frames by function through their build ids
-    /// (after the process has gone too), `0x...` where nothing names them.
+    /// addresses, starting at the traced code (not at the script machine's
+    /// frames, nor the BPF dispatch of a raw tracepoint or trampoline);
+    /// user frames `function+offset` through their build ids (after the
+    /// process has gone too), `0x...` where nothing names them.
     fn name_stacks(&self, ids: impl IntoIterator<Item = (bool, u64)>) -> StackNames {
         let (mut kernel, mut user) = (BTreeSet::new(), BTreeSet::new());
         for (u, id) in ids {
@@ -351,33 +406,34 @@ impl RunCtx<'_, '_> {
         for (id, ips) in frames {
             let named = ips
                 .iter()
-                .map(|ip| match names.next().flatten() {
-                    Some((name, off)) => format!("{name}+{off}"),
-                    None => format!("{ip:#x}"),
+                .map(|&ip| match names.next().flatten() {
+                    Some((name, off)) => (ip, format!("{name}+{off}")),
+                    None => (ip, format!("{ip:#x}")),
                 })
-                .skip_while(|f| f.starts_with("bpf_prog_"))
+                .skip_while(|(_, f)| is_dispatch_frame(f))
                 .collect();
             out.insert((false, id), named);
         }
         if !user.is_empty() {
-            let table = stacks::resolve(
-                &maps.kstacks,
+            let table = stacks::user_with_offsets(
                 &maps.ustacks,
-                &BTreeSet::new(),
                 &user,
-                &[],
                 &bpfscope_symbolize::SymbolConfig::default(),
             );
-            for (id, frames) in table.user {
+            for (id, frames) in table {
                 let named = frames
-                    .iter()
+                    .into_iter()
                     .map(|f| {
                         match f
                             .strip_prefix("[unknown ")
                             .and_then(|x| x.strip_suffix(']'))
                         {
-                            Some(hex) => hex.to_string(),
-                            None => f.clone(),
+                            Some(hex) => {
+                                let ip = u64::from_str_radix(hex.trim_start_matches("0x"), 16)
+                                    .unwrap_or(0);
+                                (ip, hex.to_string())
+                            }
+                            None => (0, f),
                         }
                     })
                     .collect();
@@ -392,11 +448,11 @@ impl RunCtx<'_, '_> {
     fn read_map(&self, id: u32) -> Result<MapData> {
         let def = &self.low.maps[id as usize];
         let map = self.map_of(id);
-        let keys: Vec<Vec<u8>> = map.keys().filter(|k| map_id_of(k) == Some(id)).collect();
+        let keys: Vec<Vec<u8>> = map.keys().collect();
         let stack_ids = keys.iter().flat_map(|k| {
             let data = k.get(KHDR..).unwrap_or(&[]);
             def.keys.iter().filter_map(move |p| match p.ty {
-                Ty::Stack { user } => Some((user, word(data.get(p.off..).unwrap_or(&[])))),
+                Ty::Stack { user, .. } => Some((user, word(data.get(p.off..).unwrap_or(&[])))),
                 _ => None,
             })
         });
@@ -405,17 +461,41 @@ impl RunCtx<'_, '_> {
             let data = k.get(KHDR..).unwrap_or(&[]);
             def.keys
                 .iter()
-                .map(|p| value_of(p.ty, data.get(p.off..p.off + p.len).unwrap_or(&[]), &names))
+                .map(|p| {
+                    value_of(
+                        p.ty,
+                        data.get(p.off..p.off + p.len).unwrap_or(&[]),
+                        &names,
+                        &self.syms,
+                    )
+                })
                 .collect()
+        };
+        // Keys whose stacks print the same (cut to their frame limit) are
+        // one key, as in bpftrace, whose stack map holds only that many.
+        let has_stack = def.keys.iter().any(|p| matches!(p.ty, Ty::Stack { .. }));
+        let group = |k: &[u8]| -> Vec<u8> {
+            if has_stack {
+                format!("{:?}", decode_key(k)).into_bytes()
+            } else {
+                k.get(KHDR..).unwrap_or(&[]).to_vec()
+            }
         };
         let mut entries = Vec::new();
         match def.kind {
             MapKind::Plain(ty) => {
+                let mut seen = BTreeSet::new();
                 for k in keys {
                     let Some(v) = map.lookup(&k, MapFlags::ANY).context("reading a map")? else {
                         continue;
                     };
-                    entries.push((decode_key(&k), Agg::Scalar(value_of(ty, &v, &names))));
+                    if has_stack && !seen.insert(group(&k)) {
+                        continue;
+                    }
+                    entries.push((
+                        decode_key(&k),
+                        Agg::Scalar(value_of(ty, &v, &names, &self.syms)),
+                    ));
                 }
             }
             MapKind::Agg(f, signed) => {
@@ -430,7 +510,7 @@ impl RunCtx<'_, '_> {
                     };
                     let bucket = u32::from_ne_bytes(k[..4].try_into().unwrap_or([0; 4]));
                     let e = acc
-                        .entry(k[KHDR..].to_vec())
+                        .entry(group(&k))
                         .or_insert_with(|| (decode_key(&k), BTreeMap::new(), AggVal::default()));
                     for c in per_cpu {
                         let v = AggVal::from_bytes(&c);
@@ -450,8 +530,8 @@ impl RunCtx<'_, '_> {
                             count: t.count,
                             sum: t.sum,
                         },
-                        AggFn::Min => Agg::Min(t.min),
-                        AggFn::Max => Agg::Max(t.max),
+                        AggFn::Min => Agg::Min(by_sign(t.min, signed)),
+                        AggFn::Max => Agg::Max(by_sign(t.max, signed)),
                         AggFn::Hist => Agg::Hist(buckets),
                         AggFn::Lhist { min, max, step } => Agg::Lhist {
                             min,
@@ -464,20 +544,25 @@ impl RunCtx<'_, '_> {
                 }
             }
         }
+        // A count() map without keys always has its value (bpftrace's is an
+        // array): never updated, it prints `@c: 0`.
+        if entries.is_empty()
+            && def.keys.is_empty()
+            && matches!(def.kind, MapKind::Agg(AggFn::Count, _))
+        {
+            entries.push((Vec::new(), Agg::Count(0)));
+        }
         Ok(MapData {
             name: def.name.clone(),
             entries,
         })
     }
 
-    /// clear(): a keyed map loses its entries; a map without keys keeps
-    /// its one entry at zero, as bpftrace 0.17 does (it prints `@: 0`).
+    /// clear(): the map loses its entries (a count() without keys then
+    /// reads 0, as bpftrace's array does).
     fn clear_map(&mut self, id: u32) -> Result<()> {
-        if self.low.maps[id as usize].keys.is_empty() {
-            return self.zero_map(id);
-        }
         let map = self.map_of(id);
-        let keys: Vec<Vec<u8>> = map.keys().filter(|k| map_id_of(k) == Some(id)).collect();
+        let keys: Vec<Vec<u8>> = map.keys().collect();
         for k in keys {
             // A key another CPU deleted meanwhile is not an error.
             let _ = map.delete(&k);
@@ -489,7 +574,7 @@ impl RunCtx<'_, '_> {
     fn zero_map(&mut self, id: u32) -> Result<()> {
         let plain = matches!(self.low.maps[id as usize].kind, MapKind::Plain(_));
         let map = self.map_of(id);
-        let keys: Vec<Vec<u8>> = map.keys().filter(|k| map_id_of(k) == Some(id)).collect();
+        let keys: Vec<Vec<u8>> = map.keys().collect();
         for k in keys {
             if plain {
                 let zero = vec![0u8; map.value_size() as usize];
@@ -505,10 +590,7 @@ impl RunCtx<'_, '_> {
     }
 
     fn map_of(&self, id: u32) -> &dyn MapCore {
-        match self.low.maps[id as usize].kind {
-            MapKind::Plain(_) => &self.session.skel.maps.vals,
-            MapKind::Agg(..) => &self.session.skel.maps.aggs,
-        }
+        &self.session.vm_maps[id as usize]
     }
 
     /// The maps left at the end, as bpftrace prints them: a blank-line
@@ -528,7 +610,7 @@ impl RunCtx<'_, '_> {
             } else if !self.out.json {
                 let mut s = String::new();
                 fmt::print_empty_map(&mut s, agg_kind(self.low.maps[id].kind));
-                self.out.w.write_all(s.as_bytes())?;
+                self.out.w.write_all(&crate::filter::raw::encode(&s))?;
             }
         }
         Ok(())
@@ -541,7 +623,7 @@ impl RunCtx<'_, '_> {
         } else {
             let mut s = String::new();
             fmt::print_map(&mut s, m, top, div);
-            self.out.w.write_all(s.as_bytes())?;
+            self.out.w.write_all(&crate::filter::raw::encode(&s))?;
         }
         Ok(())
     }
@@ -563,8 +645,31 @@ fn agg_kind(k: MapKind) -> fmt::AggKind {
     }
 }
 
-/// Stack frames by (user?, stack id).
-type StackNames = HashMap<(bool, u32), Vec<String>>;
+/// A minimum or maximum as its values' type reads it.
+fn by_sign(v: i64, signed: bool) -> i128 {
+    if signed {
+        i128::from(v)
+    } else {
+        i128::from(v as u64)
+    }
+}
+
+/// Stack frames by (user?, stack id): address (0 where only a file
+/// offset is known) and name, leaf first.
+type StackNames = HashMap<(bool, u32), Vec<(u64, String)>>;
+
+/// Frames above the traced code in a kernel stack taken in the script
+/// machine: the BPF program itself, a raw tracepoint's dispatch
+/// (`bpf_trace_run2`, `__bpf_trace_sys_enter`, and `__traceiter_sys_enter`
+/// when several programs share the tracepoint) and a trampoline's.
+/// bpftrace's stacks start below them.
+fn is_dispatch_frame(f: &str) -> bool {
+    f.starts_with("bpf_prog_")
+        || f.starts_with("bpf_trace_run")
+        || f.starts_with("__bpf_trace_")
+        || f.starts_with("__traceiter_")
+        || f.starts_with("bpf_trampoline_")
+}
 
 /// The first 8 bytes as a number (0 when short).
 fn word(b: &[u8]) -> u64 {
@@ -573,20 +678,102 @@ fn word(b: &[u8]) -> u64 {
         .map_or(0, u64::from_ne_bytes)
 }
 
+/// Kernel and user addresses named so far (ksym(), usym()), and the
+/// symbolizer of user ones: a printf per event names the same few.
+#[derive(Default)]
+struct SymCache {
+    kernel: HashMap<u64, String>,
+    user: HashMap<(u32, u64), String>,
+    resolver: Option<bpfscope_symbolize::Resolver>,
+}
+
+impl SymCache {
+    /// ksym(): the function, or the address in hex (as bpftrace).
+    fn kernel(&mut self, addr: u64) -> String {
+        self.kernel
+            .entry(addr)
+            .or_insert_with(|| {
+                bpfscope_symbolize::kernel::symbolize_live(&[addr])
+                    .into_iter()
+                    .next()
+                    .flatten()
+                    .map_or_else(|| format!("{addr:#x}"), |(name, _)| name)
+            })
+            .clone()
+    }
+
+    /// usym(): the function in the process, or the address in hex.
+    fn user(&mut self, pid: u32, addr: u64) -> String {
+        if let Some(n) = self.user.get(&(pid, addr)) {
+            return n.clone();
+        }
+        let r = self.resolver.get_or_insert_with(|| {
+            bpfscope_symbolize::Resolver::new(&bpfscope_symbolize::SymbolConfig::default(), false)
+        });
+        let name = r
+            .process(pid, &[addr])
+            .into_iter()
+            .next()
+            .flatten()
+            .and_then(|r| r.lines.first().map(|l| l.function.clone()))
+            .unwrap_or_else(|| format!("{addr:#x}"));
+        self.user.insert((pid, addr), name.clone());
+        name
+    }
+}
+
+/// An IP address as ntop() gives it: the family in byte 0, the bytes at 8.
+fn inet_text(b: &[u8]) -> String {
+    let a = b.get(8..24).unwrap_or(&[]);
+    match b.first() {
+        Some(10) if a.len() == 16 => {
+            let mut x = [0u8; 16];
+            x.copy_from_slice(a);
+            std::net::Ipv6Addr::from(x).to_string()
+        }
+        _ if a.len() >= 4 => std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).to_string(),
+        _ => String::new(),
+    }
+}
+
 /// A value of type `ty` from its bytes (in a record, a key or a plain
-/// map's value); stacks by their names in `stacks`.
-fn value_of(ty: Ty, b: &[u8], stacks: &StackNames) -> Value {
+/// map's value); stacks by their names in `stacks`, symbols through `syms`.
+fn value_of(ty: Ty, b: &[u8], stacks: &StackNames, syms: &RefCell<SymCache>) -> Value {
     match ty {
         Ty::Int { signed: true } => Value::Int(word(b) as i64),
-        Ty::Int { signed: false } | Ty::Ptr { .. } => Value::UInt(word(b)),
+        Ty::Int { signed: false } | Ty::Ptr { .. } | Ty::IntPtr { .. } => Value::UInt(word(b)),
         Ty::Str => Value::Str(cstr(b.get(..STR_MAX).unwrap_or(b))),
-        Ty::Stack { user } => Value::Stack(
+        Ty::Stack { user, limit, perf } => Value::Stack(
             u32::try_from(word(b) as i64)
                 .ok()
-                .and_then(|id| stacks.get(&(user, id)).cloned())
+                .and_then(|id| stacks.get(&(user, id)))
+                .map(|frames| {
+                    frames
+                        .iter()
+                        .take(usize::from(limit))
+                        .map(|(ip, name)| {
+                            if perf {
+                                // perf's form: a tab, the address, the symbol.
+                                format!("\t{ip:x} {name}")
+                            } else {
+                                name.clone()
+                            }
+                        })
+                        .collect()
+                })
                 .unwrap_or_default(),
         ),
         Ty::User => Value::Str(user_name(word(b) as u32)),
+        Ty::Inet => Value::Text(inet_text(b)),
+        Ty::Buf => {
+            let n = usize::from(b.first().copied().unwrap_or(0));
+            Value::Buf(b.get(1..1 + n).unwrap_or(&[]).to_vec())
+        }
+        Ty::KSym => Value::Text(syms.borrow_mut().kernel(word(b))),
+        Ty::USym => {
+            let pid = word(b.get(8..).unwrap_or(&[])) as u32;
+            Value::Text(syms.borrow_mut().user(pid, word(b)))
+        }
     }
 }
 
@@ -607,19 +794,26 @@ fn user_name(uid: u32) -> String {
         .unwrap_or_else(|| uid.to_string())
 }
 
-fn map_id_of(k: &[u8]) -> Option<u32> {
-    let b = k.get(KHDR..KHDR + 8)?;
-    Some(u64::from_ne_bytes(b.try_into().ok()?) as u32)
-}
-
 fn cstr(b: &[u8]) -> String {
     let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..n]).into_owned()
+    // Bytes that are not UTF-8 are kept, and written back as they were.
+    crate::filter::raw::decode(&b[..n]).into_owned()
+}
+
+/// The non-zero counts of an array of u64 (vm_cut, vm_full), by index.
+fn counts(map: &dyn MapCore, n: usize) -> Vec<(usize, u64)> {
+    (0..n)
+        .filter_map(|i| {
+            let v = map
+                .lookup(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                .ok()??;
+            Some((i, word(&v))).filter(|(_, n)| *n > 0)
+        })
+        .collect()
 }
 
 /// Drops are never silent: what was lost goes to stderr.
-fn report_lost(lost: Lost, steps: u64) {
-    let mut parts = Vec::new();
+fn report_lost(lost: Lost, mut parts: Vec<String>) {
     if lost.events > 0 {
         parts.push(format!("{} records (ring buffer full)", lost.events));
     }
@@ -628,11 +822,6 @@ fn report_lost(lost: Lost, steps: u64) {
     }
     if lost.stacks > 0 {
         parts.push(format!("{} stacks", lost.stacks));
-    }
-    if steps > 0 {
-        parts.push(format!(
-            "{steps} probe runs cut short (more than the machine's step limit)"
-        ));
     }
     if !parts.is_empty() {
         eprintln!("bpfscope: lost {}", parts.join(", "));

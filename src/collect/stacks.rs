@@ -83,6 +83,7 @@ fn user_stacks(
     ids: &BTreeSet<u32>,
     probed: &[&Path],
     symbols: &SymbolConfig,
+    offsets: bool,
     unresolved: &mut u64,
 ) -> HashMap<u32, Vec<String>> {
     let stacks: Vec<(u32, Vec<UserFrame>)> = ids
@@ -107,7 +108,8 @@ fn user_stacks(
         candidates(probed)
     };
     let mut resolver = Resolver::new(symbols, false);
-    let mut names: HashMap<(Vec<u8>, u64), String> = HashMap::new();
+    // (build id, call-site offset) -> function, and the offset into it.
+    let mut names: HashMap<(Vec<u8>, u64), (String, Option<u64>)> = HashMap::new();
     for (bin, offs) in &per_bin {
         let paths: Vec<String> = index.get(bin).cloned().into_iter().collect();
         let Some(found) = resolver.find(bin, &paths) else {
@@ -126,7 +128,7 @@ fn user_stacks(
         {
             if let Some(r) = r {
                 if let Some(l) = r.lines.first() {
-                    names.insert((bin.clone(), *o), l.function.clone());
+                    names.insert((bin.clone(), *o), (l.function.clone(), r.offset));
                 }
             }
         }
@@ -140,7 +142,13 @@ fn user_stacks(
                 .map(|(i, f)| match f {
                     UserFrame::BuildId(b, off) => {
                         let o = call_site(i, *off);
-                        names.get(&(b.clone(), o)).cloned().unwrap_or_else(|| {
+                        let named = names.get(&(b.clone(), o)).map(|(f, at)| match at {
+                            // The offset of the return address, not of the
+                            // call site symbolized: as bpftrace prints it.
+                            Some(at) if offsets => format!("{f}+{}", at + (off - o)),
+                            _ => f.clone(),
+                        });
+                        named.unwrap_or_else(|| {
                             // The file and offset, as profiles name such frames.
                             let file = index
                                 .get(b)
@@ -182,7 +190,20 @@ pub fn resolve(
     let mut unresolved = 0;
     StackTable {
         kernel: kernel_stacks(kmap, kernel_ids),
-        user: user_stacks(umap, user_ids, probed, symbols, &mut unresolved),
+        user: user_stacks(umap, user_ids, probed, symbols, false, &mut unresolved),
         unresolved,
     }
+}
+
+/// User stacks by id with each frame as bpftrace's ustack prints it:
+/// `function+offset` (stacks that differ by an offset differ), the file and
+/// offset where no symbol names it, the address where the kernel gave no
+/// build id. Leaf first.
+pub fn user_with_offsets(
+    umap: &dyn MapCore,
+    ids: &BTreeSet<u32>,
+    symbols: &SymbolConfig,
+) -> HashMap<u32, Vec<String>> {
+    let mut unresolved = 0;
+    user_stacks(umap, ids, &[], symbols, true, &mut unresolved)
 }

@@ -5,6 +5,7 @@
 //! comparisons joined by `&&`/`||`: n terms take 2n - 1 steps.
 
 pub mod parse;
+pub mod raw;
 
 pub use parse::{parse, CmpOp, Expr, Literal, ParseError};
 

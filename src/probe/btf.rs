@@ -19,6 +19,8 @@ pub const ARG_REGS: u8 = 6;
 pub struct KernelBtf {
     btf: Btf<'static>,
     funcs: HashMap<String, TypeId>,
+    /// Enum constants by name, indexed on first use.
+    enums: OnceCell<HashMap<String, i64>>,
 }
 
 thread_local! {
@@ -45,6 +47,13 @@ pub enum Shape {
     UserStr,
     /// `char name[N]` in place.
     CharArray(u16),
+    /// Any other array of integers in place (`__u8 addr[16]`, `int v[4]`):
+    /// its element size and signedness, and its length.
+    Array {
+        elem: u8,
+        signed: bool,
+        len: u32,
+    },
     /// A struct or union: only its members can be read.
     Composite,
     Unsupported,
@@ -136,7 +145,60 @@ impl KernelBtf {
                 Some((t.name()?.to_str()?.to_string(), TypeId::from(id)))
             })
             .collect();
-        Some(KernelBtf { btf, funcs })
+        Some(KernelBtf {
+            btf,
+            funcs,
+            enums: OnceCell::new(),
+        })
+    }
+
+    /// The value of an enum constant (`SKB_DROP_REASON_NOT_SPECIFIED`,
+    /// `TCP_ESTABLISHED`), as a script names it.
+    pub fn enum_value(&self, name: &str) -> Option<i64> {
+        self.enums
+            .get_or_init(|| {
+                let mut m = HashMap::new();
+                for id in 1..self.btf.len() as u32 {
+                    let Some(t) = self.ty(id) else { continue };
+                    if let Ok(e) = Enum::try_from(t) {
+                        for v in e.iter() {
+                            if let Some(n) = v.name.and_then(|n| n.to_str()) {
+                                m.entry(n.to_string()).or_insert(v.value);
+                            }
+                        }
+                    } else if let Ok(e) = Enum64::try_from(t) {
+                        for v in e.iter() {
+                            if let Some(n) = v.name.and_then(|n| n.to_str()) {
+                                m.entry(n.to_string()).or_insert(v.value as i64);
+                            }
+                        }
+                    }
+                }
+                m
+            })
+            .get(name)
+            .copied()
+    }
+
+    /// Bytes of `struct NAME`, `union NAME`, `enum NAME` or a typedef, as
+    /// sizeof() takes them.
+    pub fn size_of_named(&self, name: &str) -> Option<u64> {
+        let (kinds, bare): (&[BtfKind], &str) = if let Some(n) = name.strip_prefix("struct ") {
+            (&[BtfKind::Struct], n.trim())
+        } else if let Some(n) = name.strip_prefix("union ") {
+            (&[BtfKind::Union], n.trim())
+        } else if let Some(n) = name.strip_prefix("enum ") {
+            (&[BtfKind::Enum, BtfKind::Enum64], n.trim())
+        } else {
+            (&[BtfKind::Typedef, BtfKind::Int], name.trim())
+        };
+        (1..self.btf.len() as u32).find_map(|id| {
+            let t = self.ty(id)?;
+            if !kinds.contains(&t.kind()) || t.name().and_then(|n| n.to_str()) != Some(bare) {
+                return None;
+            }
+            self.size_of(self.resolve(t)).map(|s| s as u64)
+        })
     }
 
     /// Names of every function BTF describes.
@@ -359,6 +421,16 @@ impl KernelBtf {
                 Ok(a) if self.is_char(a.contained_type()) && a.capacity() > 0 => {
                     Shape::CharArray(a.capacity().min(u16::MAX as usize) as u16)
                 }
+                Ok(a) if a.capacity() > 0 => {
+                    match self.shape(u32::from(a.contained_type().type_id())) {
+                        Shape::Int { size, signed } => Shape::Array {
+                            elem: size,
+                            signed,
+                            len: a.capacity().min(u32::MAX as usize) as u32,
+                        },
+                        _ => Shape::Unsupported,
+                    }
+                }
                 _ => Shape::Unsupported,
             },
             BtfKind::Struct | BtfKind::Union => Shape::Composite,
@@ -418,6 +490,11 @@ impl KernelBtf {
                     && t.name().and_then(|n| n.to_str()) == Some(name)
             })
         })
+    }
+
+    /// Bytes of the struct or union with this type id.
+    pub fn struct_size(&self, id: u32) -> Option<u64> {
+        self.size_of(self.resolve(self.ty(id)?)).map(|s| s as u64)
     }
 
     /// The struct a pointer type points to, if it points to one.

@@ -75,7 +75,9 @@ fn field_kind(shape: Shape) -> FieldKind {
         Shape::Pointer => FieldKind::Pointer,
         Shape::KernelStr => FieldKind::KernelStr,
         Shape::UserStr => FieldKind::UserStr,
-        Shape::CharArray(_) | Shape::Composite | Shape::Unsupported => FieldKind::Unsupported,
+        Shape::CharArray(_) | Shape::Array { .. } | Shape::Composite | Shape::Unsupported => {
+            FieldKind::Unsupported
+        }
     }
 }
 
@@ -86,6 +88,7 @@ fn raw_arg(i: u8) -> Field {
         kind: FieldKind::Int,
         offset: 0,
         size: 8,
+        array_bytes: 0,
         signed: true,
         arg_slot: Some(i),
         btf: None,
@@ -104,6 +107,7 @@ fn typed(k: &KernelBtf, name: String, ty: u32, slot: u8) -> Field {
         kind: field_kind(shape),
         offset: 0,
         size,
+        array_bytes: 0,
         signed,
         arg_slot: Some(slot),
         btf: Some(ty),

@@ -65,6 +65,8 @@ pub struct Field {
     pub offset: u16,
     /// Width of the value in bytes and its signedness, per the C type.
     pub size: u8,
+    /// Bytes of an array in the record (`__u8 saddr_v6[16]`: 16); 0 else.
+    pub array_bytes: u16,
     pub signed: bool,
     /// Argument slot (see BS_ARG_*) when the probe runs on the raw syscall path.
     pub arg_slot: Option<u8>,
@@ -207,6 +209,29 @@ impl Resolver {
             probes: out,
             skipped,
         })
+    }
+
+    /// As `resolve_all` for one spec, except that a spec nothing matches is
+    /// no error: Ok(Err(what resolve_all would have said)), so a script can
+    /// skip it as bpftrace does. A binary that does not exist is an error.
+    pub fn resolve_optional(
+        &mut self,
+        spec: &ProbeSpec,
+    ) -> Result<Result<Resolved, String>, Error> {
+        let before = self.skipped.len();
+        let matched = self.matches(spec)?;
+        if matched.is_empty() && self.skipped.len() == before {
+            return Ok(Err(self.unknown(spec).to_string()));
+        }
+        let mut seen = BTreeSet::new();
+        let probes = matched
+            .into_iter()
+            .filter(|p| seen.insert(p.name.clone()))
+            .collect();
+        Ok(Ok(Resolved {
+            probes,
+            skipped: self.skipped[before..].to_vec(),
+        }))
     }
 
     fn kfuncs(&mut self) -> Result<Rc<kfunc::Catalog>, Error> {
@@ -667,6 +692,7 @@ pub(crate) fn user_fields(ret: bool) -> Vec<Field> {
         kind: FieldKind::Int,
         offset: 0,
         size: 8,
+        array_bytes: 0,
         signed: true,
         arg_slot: Some(slot),
         btf: None,
@@ -689,6 +715,7 @@ fn usdt_fields(args: &[elf::UsdtArg]) -> Vec<Field> {
             kind: FieldKind::Int,
             offset: 0,
             size: a.size,
+            array_bytes: 0,
             signed: a.signed,
             arg_slot: Some(i as u8),
             btf: None,
@@ -770,6 +797,7 @@ fn field_of(f: tracefs::RawField, is_syscall: bool, syscall: Option<SyscallTp>) 
     }
     let arg_slot = syscall.and_then(|sc| syscalls::arg_slot(&f.name, f.offset, sc.exit));
     Field {
+        array_bytes: f.array_len.map_or(0, |_| f.size),
         name: f.name,
         ctype: f.ctype,
         kind,

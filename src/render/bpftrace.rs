@@ -33,6 +33,9 @@ pub enum Value {
     /// those as `Str` when they are map values; as map keys pass a probe as
     /// `Text` (bpftrace leaves probe keys unsorted).
     Text(String),
+    /// Bytes from buf(), printed with printable ASCII as is and the rest
+    /// as `\xNN` (bpftrace's `%r`).
+    Buf(Vec<u8>),
 }
 
 impl Value {
@@ -43,8 +46,22 @@ impl Value {
             Value::Str(_) => ArgKind::Str,
             Value::Stack(_) => ArgKind::Stack,
             Value::Text(_) => ArgKind::Text,
+            Value::Buf(_) => ArgKind::Buf,
         }
     }
+}
+
+/// A buffer as bpftrace's %r prints it: printable ASCII as is, other bytes `\xNN`.
+pub fn buf_text(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len());
+    for &c in b {
+        if (32..=126).contains(&c) {
+            s.push(char::from(c));
+        } else {
+            s.push_str(&format!("\\x{c:02x}"));
+        }
+    }
+    s
 }
 
 /// A map's value per key, by the function that made it.
@@ -54,8 +71,10 @@ pub enum Agg {
     Scalar(Value),
     Count(u64),
     Sum(i64),
-    Min(i64),
-    Max(i64),
+    /// By the value's signedness: an unsigned minimum or maximum past
+    /// 2^63 stays positive.
+    Min(i128),
+    Max(i128),
     Avg {
         count: u64,
         sum: i64,
@@ -133,6 +152,8 @@ pub enum ArgKind {
     Stack,
     /// ksym/usym/probe/ntop/... (printed as a string).
     Text,
+    /// buf(): for `%r`.
+    Buf,
 }
 
 /// A printf format bpftrace would reject, or whose output is undefined.
@@ -184,7 +205,10 @@ fn stack_str(frames: &[String], indent: usize) -> String {
     let pad = " ".repeat(indent);
     let mut s = String::from("\n");
     for f in frames {
-        s.push_str(&pad);
+        // perf's mode (`kstack(perf)`): the frame is its own line, a tab first.
+        if !f.starts_with('\t') {
+            s.push_str(&pad);
+        }
         s.push_str(f);
         s.push('\n');
     }
@@ -198,6 +222,7 @@ fn key_part_str(v: &Value) -> String {
         Value::Int(i) => i.to_string(),
         Value::UInt(u) => (*u as i64).to_string(),
         Value::Str(s) | Value::Text(s) => s.clone(),
+        Value::Buf(b) => buf_text(b),
         Value::Stack(f) => stack_str(f, 4),
     }
 }
@@ -208,6 +233,7 @@ fn value_str(v: &Value, div: u32) -> String {
         Value::Int(i) => i.wrapping_div(i64::from(div)).to_string(),
         Value::UInt(u) => (u / u64::from(div)).to_string(),
         Value::Str(s) | Value::Text(s) => s.clone(),
+        Value::Buf(b) => buf_text(b),
         Value::Stack(f) => stack_str(f, 8),
     }
 }
@@ -529,9 +555,8 @@ fn hist_total(buckets: &BTreeMap<u32, u64>) -> u64 {
 fn numeric_key(a: &Agg) -> Option<i128> {
     Some(match a {
         Agg::Count(c) => i128::from(*c),
-        Agg::Sum(s) | Agg::Min(s) => i128::from(*s),
-        // max_value() reads uint64_t.
-        Agg::Max(m) => i128::from(*m as u64),
+        Agg::Sum(s) => i128::from(*s),
+        Agg::Min(m) | Agg::Max(m) => *m,
         Agg::Scalar(Value::Int(i)) => i128::from(*i),
         Agg::Scalar(Value::UInt(u)) => i128::from(*u),
         _ => return None,
@@ -814,8 +839,8 @@ fn agg_text(a: &Agg, div: u32) -> String {
     match a {
         Agg::Scalar(v) => value_str(v, div),
         Agg::Count(c) => (c / u64::from(div)).to_string(),
-        Agg::Sum(s) | Agg::Min(s) => s.wrapping_div(d).to_string(),
-        Agg::Max(m) => (*m as u64 / u64::from(div)).to_string(),
+        Agg::Sum(s) => s.wrapping_div(d).to_string(),
+        Agg::Min(m) | Agg::Max(m) => (m / i128::from(div.max(1))).to_string(),
         Agg::Avg { count, sum } => avg_of(*count, *sum).wrapping_div(d).to_string(),
         // stats() ignores div.
         Agg::Stats { count, sum } => format!(
@@ -1142,6 +1167,7 @@ fn tokens(b: &[u8]) -> Vec<Token> {
 fn kind_type_name(k: ArgKind) -> &'static str {
     match k {
         ArgKind::Int => "integer",
+        ArgKind::Buf => "buffer",
         _ => "string",
     }
 }
@@ -1326,7 +1352,15 @@ fn plan<'a>(fmt: &'a str, kinds: &[ArgKind]) -> Result<Plan<'a>, FormatError> {
     for (t, &k) in toks.iter().zip(kinds) {
         let part = &b[last..t.end];
         last = t.end;
-        let segs = glibc_segments(part)?;
+        // bpftrace hands a buffer's %r to snprintf as %s of its text.
+        let segs = match t.ty.strip_prefix('r') {
+            Some(rest) if t.ty.starts_with('r') => {
+                let mut p = part[..part.len() - 1 - rest.len()].to_vec();
+                p.push(b's');
+                glibc_segments(&p)?
+            }
+            _ => glibc_segments(part)?,
+        };
         let mut convs = segs.iter().filter_map(|s| match s {
             Seg::Conv(c) => Some(c),
             Seg::Lit(_) => None,
@@ -1421,6 +1455,7 @@ fn format_conv(out: &mut Vec<u8>, s: &Spec, arg: &Value) {
         b's' => {
             let text = match arg {
                 Value::Str(t) | Value::Text(t) => t.clone(),
+                Value::Buf(b) => buf_text(b),
                 Value::Stack(f) => stack_str(f, 8),
                 Value::Int(_) | Value::UInt(_) => String::new(),
             };
@@ -2094,8 +2129,10 @@ mod tests {
             "@c[2]: -9223372036854775808\n@c[1]: 18446744073709551615\n"
         );
         let mut out = String::new();
+        // max() of signed values is signed, as min() (bpftrace 0.17 read
+        // it as unsigned, or printed nothing).
         print_map(&mut out, &one("@m", Agg::Max(-5)), 0, 0);
-        assert_eq!(out, "@m: 18446744073709551611\n");
+        assert_eq!(out, "@m: -5\n");
         // A count past 2^32 wraps to a small int: bpftrace shows no rows.
         let mut out = String::new();
         print_map(&mut out, &one("@w", hist(&[(3, 1 << 32)])), 0, 0);

@@ -11,9 +11,21 @@ pub struct Span {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Program {
-    /// `#include` lines, kept only to be tolerated (types come from BTF).
+    /// `#include` lines: types come from BTF, the headers' object-like
+    /// macros are read from the system's headers (`script::cpp`).
     pub includes: Vec<String>,
+    /// `#define NAME VALUE` lines of the script itself, in order.
+    pub defines: Vec<Define>,
     pub probes: Vec<ProbeBlock>,
+}
+
+/// `#define NAME body` (object-like; a macro with parameters is refused).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Define {
+    pub name: String,
+    /// The replacement text, comments and line continuations removed.
+    pub body: String,
+    pub span: Span,
 }
 
 /// `spec, spec /predicate/ { stmts }`
@@ -59,6 +71,9 @@ pub enum Stmt {
         span: Span,
     },
     Return(Span),
+    /// `break` and `continue` in a `while` loop.
+    Break(Span),
+    Continue(Span),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +166,8 @@ pub enum ExprKind {
         name: String,
         args: Vec<Expr>,
     },
+    /// A type where one is taken: `sizeof(struct task_struct)`.
+    TypeName(String),
     /// `(type)expr`, e.g. `(uint64)x`, `(struct task_struct *)curtask`.
     Cast {
         ty: String,

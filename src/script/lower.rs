@@ -29,6 +29,12 @@ pub const JOIN_MAX: usize = bs_limits::BS_VM_JOIN_MAX.0 as usize;
 pub const KEY_ID_LEN: usize = 8;
 /// Instructions in all probes' code.
 const CODE_MAX: usize = bs_limits::BS_VM_CODE_MAX.0 as usize;
+/// Macros expanded inside one another at most this deep.
+const MAX_EXPANSION: usize = 32;
+/// Frames a stack holds (the stack maps' depth; bpftrace's default).
+pub const STACK_FRAMES: u8 = 127;
+/// Buckets of a log2 histogram: negatives, zero, then [2^k, 2^(k+1)) for k in 0..64.
+pub const LOG2_BUCKETS: u32 = 66;
 /// `unroll` counts bpftrace accepts.
 const UNROLL_MAX: u64 = 100;
 
@@ -39,29 +45,52 @@ pub enum Ty {
         signed: bool,
     },
     Str,
-    /// A stack id in the kernel or user stack map.
+    /// A stack id in the kernel or user stack map, printed with at most
+    /// `limit` frames, in bpftrace's mode or perf's (`kstack(perf, 8)`).
     Stack {
         user: bool,
+        limit: u8,
+        perf: bool,
     },
     /// A user id, shown as the user's name (`username`).
     User,
+    /// An IP address (ntop()), in a string slot: the family, then the bytes.
+    Inet,
+    /// Bytes (buf()), in a string slot: their count, then them; printed
+    /// with `\xNN` escapes.
+    Buf,
+    /// A kernel address shown as its symbol (ksym()).
+    KSym,
+    /// A user address and its process, in a string slot (usym()): named
+    /// in user space.
+    USym,
     /// An address of a struct whose BTF type id is `btf` (a cast, or a
     /// typed pointer member): its members can be read.
     Ptr {
         btf: u32,
+    },
+    /// An address of integers (`(uint16 *)p`): `*p` and `p[i]` read them.
+    IntPtr {
+        bits: u8,
+        signed: bool,
     },
 }
 
 impl Ty {
     /// Integers and addresses: what arithmetic, conditions and %d take.
     pub fn is_num(self) -> bool {
-        matches!(self, Ty::Int { .. } | Ty::Ptr { .. })
+        matches!(self, Ty::Int { .. } | Ty::Ptr { .. } | Ty::IntPtr { .. })
+    }
+
+    /// Held in a string slot (64 bytes) rather than a register.
+    pub fn in_slot(self) -> bool {
+        matches!(self, Ty::Str | Ty::Inet | Ty::Buf | Ty::USym)
     }
 
     /// As a plain integer (a typed pointer is an unsigned address).
     fn plain(self) -> Ty {
         match self {
-            Ty::Ptr { .. } => Ty::Int { signed: false },
+            Ty::Ptr { .. } | Ty::IntPtr { .. } => Ty::Int { signed: false },
             t => t,
         }
     }
@@ -209,6 +238,8 @@ struct Val {
     loc: u8,
     /// An integer literal: takes the other operand's signedness.
     lit: bool,
+    /// Bits of an integer as read (a u16 member: 16), for bswap().
+    bits: u8,
 }
 
 /// Where a probe block's reads come from.
@@ -230,6 +261,15 @@ pub struct Shared {
     pub params: Vec<String>,
     /// Constants known by name (macros of the headers scripts include).
     pub consts: HashMap<String, i64>,
+    /// Maps some statement of the script assigns (with '@'): any other
+    /// map named is undefined, as bpftrace says.
+    pub defined: std::collections::HashSet<String>,
+    /// The script's own `#define`s, each body parsed as an expression.
+    pub defines: HashMap<String, Expr>,
+    /// Object-like macros of the headers the script includes.
+    pub macros: super::cpp::HeaderMacros,
+    /// `--unsafe`: signal() may be used.
+    pub unsafe_ok: bool,
 }
 
 impl Shared {
@@ -243,6 +283,14 @@ impl Shared {
             consts,
             ..Default::default()
         }
+    }
+
+    /// A map no statement assigns.
+    fn undefined<T>(&self, name: &str, span: Span) -> Res<T> {
+        err(
+            span,
+            format!("Undefined map: {name} (no statement of the script assigns it)"),
+        )
     }
 
     fn map_id(&self, name: &str) -> Option<u32> {
@@ -312,7 +360,7 @@ impl Shared {
         let mut off = KEY_ID_LEN;
         let mut parts = Vec::new();
         for &ty in keys {
-            let len = if ty == Ty::Str { STR_MAX } else { 8 };
+            let len = if ty.in_slot() { STR_MAX } else { 8 };
             parts.push(KeyPart { ty, off, len });
             off += len;
         }
@@ -350,10 +398,14 @@ fn describe_ty(t: Ty) -> &'static str {
     match t {
         Ty::Int { .. } => "an integer",
         Ty::Str => "a string",
-        Ty::Stack { user: false } => "a kernel stack",
-        Ty::Stack { user: true } => "a user stack",
-        Ty::Ptr { .. } => "a pointer",
+        Ty::Stack { user: false, .. } => "a kernel stack",
+        Ty::Stack { user: true, .. } => "a user stack",
+        Ty::Ptr { .. } | Ty::IntPtr { .. } => "a pointer",
         Ty::User => "a user name",
+        Ty::Inet => "an IP address",
+        Ty::Buf => "a buffer",
+        Ty::KSym => "a kernel symbol",
+        Ty::USym => "a user symbol",
     }
 }
 
@@ -398,6 +450,17 @@ pub struct Lower<'a> {
     tmp_str: u8,
     /// Jumps to the end of the block (`return`), patched when it closes.
     exits: Vec<usize>,
+    /// Script macros being expanded inside one another.
+    expanding: usize,
+    /// The loops around the statement being lowered, innermost last.
+    loops: Vec<Loop>,
+}
+
+/// A loop being lowered: where `continue` goes, and the `break` jumps to
+/// patch to its end.
+struct Loop {
+    top: u32,
+    breaks: Vec<usize>,
 }
 
 impl<'a> Lower<'a> {
@@ -412,6 +475,8 @@ impl<'a> Lower<'a> {
             tmp_reg: REGS,
             tmp_str: STRS,
             exits: Vec::new(),
+            expanding: 0,
+            loops: Vec::new(),
         }
     }
 
@@ -547,9 +612,39 @@ impl<'a> Lower<'a> {
                 let r = self.truth(v, *span)?;
                 let j = self.emit(insn(bs_vm_op::BS_VM_JZ, 0, r, 0));
                 self.reset_tmps();
-                self.stmts(body)?;
+                self.loops.push(Loop {
+                    top,
+                    breaks: Vec::new(),
+                });
+                let body = self.stmts(body);
+                let lp = self.loops.pop();
+                body?;
                 self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0).arg(top));
                 self.patch(j);
+                for b in lp.map(|l| l.breaks).unwrap_or_default() {
+                    self.patch(b);
+                }
+                Ok(())
+            }
+            Stmt::Break(span) | Stmt::Continue(span) => {
+                let brk = matches!(s, Stmt::Break(_));
+                let Some(top) = self.loops.last().map(|l| l.top) else {
+                    return err(
+                        *span,
+                        format!(
+                            "'{}' is only allowed in a loop",
+                            if brk { "break" } else { "continue" }
+                        ),
+                    );
+                };
+                if brk {
+                    let j = self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0));
+                    if let Some(l) = self.loops.last_mut() {
+                        l.breaks.push(j);
+                    }
+                } else {
+                    self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0).arg(top));
+                }
                 Ok(())
             }
             Stmt::Return(_) => {
@@ -594,8 +689,10 @@ impl<'a> Lower<'a> {
                 let keyvals = self.keys(keys)?;
                 let kinds: Vec<Ty> = keyvals.iter().map(|k| k.ty.plain()).collect();
                 let ty = match v.ty {
-                    Ty::Int { .. } | Ty::Ptr { .. } | Ty::User => v.ty.plain(),
-                    Ty::Str => Ty::Str,
+                    Ty::Int { .. } | Ty::Ptr { .. } | Ty::IntPtr { .. } | Ty::User | Ty::KSym => {
+                        v.ty.plain()
+                    }
+                    Ty::Str | Ty::Inet | Ty::Buf | Ty::USym => v.ty,
                     Ty::Stack { .. } => {
                         return err(value.span, "a stack can be a map key, not a map value")
                     }
@@ -604,7 +701,7 @@ impl<'a> Lower<'a> {
                     .sh
                     .declare(&name_or_at(name), MapKind::Plain(ty), &kinds, span)?;
                 self.build_key(id, &keyvals);
-                let op = if ty == Ty::Str {
+                let op = if ty.in_slot() {
                     bs_vm_op::BS_VM_MSETSTR
                 } else {
                     bs_vm_op::BS_VM_MSET
@@ -630,7 +727,7 @@ impl<'a> Lower<'a> {
                 )
             }
             None => {
-                let loc = if v.ty == Ty::Str {
+                let loc = if v.ty.in_slot() {
                     if self.next_var_str + 1 >= self.tmp_str {
                         return err(span, "too many string variables");
                     }
@@ -647,12 +744,13 @@ impl<'a> Lower<'a> {
                     ty: v.ty,
                     loc,
                     lit: false,
+                    bits: v.bits,
                 };
                 self.vars.insert(name.to_string(), var);
                 var
             }
         };
-        let op = if v.ty == Ty::Str {
+        let op = if v.ty.in_slot() {
             bs_vm_op::BS_VM_SMOV
         } else {
             bs_vm_op::BS_VM_MOV
@@ -700,17 +798,10 @@ impl<'a> Lower<'a> {
             "lhist" => {
                 want(4)?;
                 let c = |e: &Expr, what: &str| -> Res<i64> {
-                    match e.kind {
-                        ExprKind::Int(v) => Ok(v as i64),
-                        ExprKind::Unary {
-                            op: UnOp::Neg,
-                            ref expr,
-                        } => match expr.kind {
-                            ExprKind::Int(v) => Ok(-(v as i64)),
-                            _ => err(e.span, format!("lhist()'s {what} must be a constant")),
-                        },
-                        _ => err(e.span, format!("lhist()'s {what} must be a constant")),
-                    }
+                    self.const_int(e, 0).map_or_else(
+                        || err(e.span, format!("lhist()'s {what} must be a constant")),
+                        Ok,
+                    )
                 };
                 let (min, max, step) = (
                     c(&args[1], "min")?,
@@ -809,7 +900,7 @@ impl<'a> Lower<'a> {
     fn build_key(&mut self, id: u32, vals: &[Val]) {
         // The most common key, one integer (`@start[tid]`), in one step.
         if let [v] = vals {
-            if v.ty != Ty::Str {
+            if !v.ty.in_slot() {
                 self.emit(insn(bs_vm_op::BS_VM_KEY1, 0, v.loc, 0).arg(id));
                 return;
             }
@@ -817,7 +908,7 @@ impl<'a> Lower<'a> {
         self.emit(insn(bs_vm_op::BS_VM_KEYCLR, 0, 0, 0).arg(id));
         let mut off = KEY_ID_LEN;
         for v in vals {
-            if v.ty == Ty::Str {
+            if v.ty.in_slot() {
                 self.emit(insn(bs_vm_op::BS_VM_KEYSTR, 0, v.loc, 0).arg(off as u32));
                 off += STR_MAX;
             } else {
@@ -900,7 +991,10 @@ impl<'a> Lower<'a> {
                 };
                 let m = name_or_at(m);
                 let Some(id) = self.sh.map_id(&m) else {
-                    // Deleting from a map never written: nothing to do.
+                    if !self.sh.defined.contains(&m) {
+                        return self.sh.undefined(&m, *span);
+                    }
+                    // Written only in skipped blocks: nothing to delete.
                     return Ok(());
                 };
                 let keyvals = self.keys(keys)?;
@@ -925,7 +1019,7 @@ impl<'a> Lower<'a> {
                 self.exits.push(j);
                 Ok(())
             }
-            "system" | "cat" | "signal" | "override" | "printbuf" | "cgroup_path" => {
+            "system" | "cat" | "override" | "printbuf" | "cgroup_path" => {
                 err(e.span, format!("{name}() is not supported by bpfscope run"))
             }
             _ => {
@@ -944,8 +1038,9 @@ impl<'a> Lower<'a> {
                 let n = name_or_at(name);
                 match self.sh.map_id(&n) {
                     Some(id) => Ok(id),
-                    // A map no probe wrote before this point is declared as a
-                    // count map with no key: printing it prints nothing.
+                    None if !self.sh.defined.contains(&n) => self.sh.undefined(&n, *s),
+                    // Assigned only in blocks whose attach points were all
+                    // skipped: an integer map that stays empty.
                     None => self
                         .sh
                         .declare(&n, MapKind::Plain(Ty::Int { signed: true }), &[], *s),
@@ -965,11 +1060,10 @@ impl<'a> Lower<'a> {
                 let c = |e: Option<&Expr>, d: u64| -> Res<u64> {
                     match e {
                         None => Ok(d),
-                        Some(Expr {
-                            kind: ExprKind::Int(v),
-                            ..
-                        }) => Ok(*v),
-                        Some(e) => err(e.span, "print()'s top and div must be constants"),
+                        Some(e) => match self.const_int(e, 0) {
+                            Some(v) if v >= 0 => Ok(v as u64),
+                            _ => err(e.span, "print()'s top and div must be constants"),
+                        },
                     }
                 };
                 let top = c(args.get(1), 0)?;
@@ -1029,7 +1123,7 @@ impl<'a> Lower<'a> {
     }
 
     fn put_arg(&mut self, v: Val, off: usize) {
-        let op = if v.ty == Ty::Str {
+        let op = if v.ty.in_slot() {
             bs_vm_op::BS_VM_EVSTR
         } else {
             bs_vm_op::BS_VM_EVNUM
@@ -1087,7 +1181,7 @@ impl<'a> Lower<'a> {
             bs_vm_op::BS_VM_STREQ,
             bs_vm_op::BS_VM_STREQC,
         ];
-        if v.ty == Ty::Str || v.loc < self.tmp_reg {
+        if v.ty.in_slot() || v.loc < self.tmp_reg {
             return false;
         }
         let Some(last) = self.code.last() else {
@@ -1113,11 +1207,12 @@ impl<'a> Lower<'a> {
             ty: Ty::Int { signed: true },
             loc: r,
             lit: true,
+            bits: 64,
         })
     }
 
     fn cstr(&mut self, s: &str, span: Span) -> Res<Val> {
-        if s.len() >= STR_MAX {
+        if crate::filter::raw::len(s) >= STR_MAX {
             return err(span, format!("strings are at most {} bytes", STR_MAX - 1));
         }
         let idx = self.sh.strs.intern(s);
@@ -1127,6 +1222,7 @@ impl<'a> Lower<'a> {
             ty: Ty::Str,
             loc: slot,
             lit: false,
+            bits: 64,
         })
     }
 
@@ -1139,6 +1235,7 @@ impl<'a> Lower<'a> {
                 ty,
                 loc: slot,
                 lit: false,
+                bits: 64,
             });
         }
         let r = self.reg(span)?;
@@ -1147,6 +1244,7 @@ impl<'a> Lower<'a> {
             ty,
             loc: r,
             lit: false,
+            bits: 64,
         })
     }
 
@@ -1159,6 +1257,7 @@ impl<'a> Lower<'a> {
                 Some(v) => Ok(*v),
                 None => err(e.span, format!("${name} is used before it is assigned")),
             },
+            ExprKind::Positional(0) => err(e.span, "positional parameters start at $1"),
             ExprKind::Positional(n) => {
                 let p = self.sh.params.get(*n as usize - 1).cloned();
                 match p {
@@ -1176,9 +1275,10 @@ impl<'a> Lower<'a> {
             }
             ExprKind::Map { name, keys } => self.map_read(name, keys, e.span),
             ExprKind::Field { .. } => self.field(e),
-            ExprKind::Index { .. } => err(
+            ExprKind::Index { base, index } => self.index(base, index, e.span),
+            ExprKind::TypeName(t) => err(
                 e.span,
-                "indexing arrays and pointers is not supported by bpfscope run",
+                format!("the type '{t}' is not a value (sizeof({t}) is)"),
             ),
             ExprKind::Unary { op, expr } => {
                 let v = self.expr(expr)?;
@@ -1193,13 +1293,11 @@ impl<'a> Lower<'a> {
                     UnOp::Not => (bs_vm_alu::BS_ALU_NOT, Ty::Int { signed: false }),
                     UnOp::BitNot => (bs_vm_alu::BS_ALU_BNOT, Ty::Int { signed }),
                     UnOp::Deref => {
-                        let r = self.reg(e.span)?;
-                        self.emit(insn(bs_vm_op::BS_VM_READ, r, v.loc, 0).arg(8));
-                        return Ok(Val {
-                            ty: Ty::Int { signed: false },
-                            loc: r,
-                            lit: false,
-                        });
+                        let (bits, signed) = match v.ty {
+                            Ty::IntPtr { bits, signed } => (bits, signed),
+                            _ => (64, false),
+                        };
+                        return self.read_at(v.loc, bits, signed, e.span);
                     }
                 };
                 let r = self.reg(e.span)?;
@@ -1208,6 +1306,7 @@ impl<'a> Lower<'a> {
                     ty,
                     loc: r,
                     lit: v.lit,
+                    bits: 64,
                 })
             }
             ExprKind::Binary { op, lhs, rhs } => {
@@ -1224,7 +1323,7 @@ impl<'a> Lower<'a> {
                 let j = self.emit(insn(bs_vm_op::BS_VM_JZ, 0, r, 0));
                 let t = self.expr(then)?;
                 // A result of its own: a branch may be a variable, which must not be written.
-                let (op, res) = if t.ty == Ty::Str {
+                let (op, res) = if t.ty.in_slot() {
                     (bs_vm_op::BS_VM_SMOV, self.slot(e.span)?)
                 } else {
                     (bs_vm_op::BS_VM_MOV, self.reg(e.span)?)
@@ -1257,6 +1356,7 @@ impl<'a> Lower<'a> {
                     ty,
                     loc: res,
                     lit: t.lit && f.lit,
+                    bits: 64,
                 })
             }
             ExprKind::Call { name, args } => self.call(name, args, e.span),
@@ -1277,31 +1377,38 @@ impl<'a> Lower<'a> {
                         ty: Ty::Ptr { btf: id },
                         loc: v.loc,
                         lit: false,
+                        bits: 64,
                     });
                 }
-                let (bits, signed) = match ty.trim() {
-                    "int8" => (8, true),
-                    "int16" => (16, true),
-                    "int32" => (32, true),
-                    "int64" => (64, true),
-                    "uint8" => (8, false),
-                    "uint16" => (16, false),
-                    "uint32" => (32, false),
-                    "uint64" => (64, false),
-                    t if t.ends_with('*') => {
-                        return err(
-                            e.span,
-                            format!(
-                                "casts to pointer types ({t}) are not supported by bpfscope run"
-                            ),
-                        )
-                    }
-                    t => return err(e.span, format!("unknown type '{t}' in a cast")),
+                let t = ty.trim();
+                if let Some(pointee) = t.strip_suffix('*') {
+                    // A pointer to integers: `*p` and `p[i]` read them.
+                    let (bits, signed) = match pointee.trim() {
+                        "void" | "const void" => (8, false),
+                        p => int_type(p.trim_start_matches("const ").trim()).ok_or_else(|| {
+                            LowerError {
+                                span: e.span,
+                                msg: format!("a cast to {t}: bpfscope run takes pointers to integers and to structs (struct NAME *)"),
+                            }
+                        })?,
+                    };
+                    return Ok(Val {
+                        ty: Ty::IntPtr {
+                            bits: bits as u8,
+                            signed,
+                        },
+                        loc: v.loc,
+                        lit: false,
+                        bits: 64,
+                    });
+                }
+                let Some((bits, signed)) = int_type(t) else {
+                    return err(e.span, format!("unknown type '{t}' in a cast"));
                 };
                 let r = self.reg(e.span)?;
                 self.emit(insn(bs_vm_op::BS_VM_MOV, r, v.loc, 0));
                 if bits < 64 {
-                    let sh = 64 - bits;
+                    let sh = i64::from(64 - bits);
                     self.emit(
                         insn(bs_vm_op::BS_VM_ALU, r, r, 0)
                             .arg(bs_vm_alu::BS_ALU_SHL.0)
@@ -1325,8 +1432,150 @@ impl<'a> Lower<'a> {
                     ty: Ty::Int { signed },
                     loc: r,
                     lit: false,
+                    bits: bits as u8,
                 })
             }
+        }
+    }
+
+    /// An integer of `bits` read at the address in register `at`.
+    fn read_at(&mut self, at: u8, bits: u8, signed: bool, span: Span) -> Res<Val> {
+        let r = self.reg(span)?;
+        let f = if signed {
+            bs_vm_flags::BS_VMF_SIGNED.0 as u8
+        } else {
+            0
+        };
+        self.emit(
+            insn(bs_vm_op::BS_VM_READ, r, at, 0)
+                .arg(u32::from(bits / 8).max(1))
+                .flags(f),
+        );
+        Ok(Val {
+            ty: Ty::Int { signed },
+            loc: r,
+            lit: false,
+            bits,
+        })
+    }
+
+    /// `base[i]`: an element of what a pointer points to (a cast's integers,
+    /// a struct pointer's structs, a record field's `T *`), read at
+    /// base + i * its size.
+    fn index(&mut self, base: &Expr, index: &Expr, span: Span) -> Res<Val> {
+        // What the base points to, from the record field's C type when it is one.
+        let field_elem = base.args_path().and_then(|p| {
+            let f = self.pc.probe.field(&p)?;
+            let t = f.ctype.trim().strip_suffix('*')?.trim().to_string();
+            Some(t)
+        });
+        // A struct member that is an array: indexed in place.
+        if let ExprKind::Field { .. } = &base.kind {
+            if base.args_path().is_none() {
+                let (mark, tr, ts) = (self.code.len(), self.tmp_reg, self.tmp_str);
+                let (root, parts) = base.member_chain();
+                let v = self.expr(root)?;
+                if let Ty::Ptr { btf } = v.ty {
+                    let (r, w) = self.member_addr(v, btf, &parts, base.span)?;
+                    let elem = match w.shape {
+                        crate::probe::btf::Shape::Array { elem, signed, .. } => {
+                            Some((elem, signed))
+                        }
+                        crate::probe::btf::Shape::CharArray(_) => Some((1, true)),
+                        _ => None,
+                    };
+                    if let Some((elem, signed)) = elem {
+                        let i = self.expr(index)?;
+                        let Ty::Int { .. } = i.ty.plain() else {
+                            return err(index.span, "an index must be an integer");
+                        };
+                        let a = self.reg(span)?;
+                        self.emit(
+                            insn(bs_vm_op::BS_VM_ALU, a, i.loc, 0)
+                                .arg(bs_vm_alu::BS_ALU_MUL.0)
+                                .imm(i64::from(elem))
+                                .flags(bs_vm_flags::BS_VMF_IMM.0 as u8),
+                        );
+                        self.emit(insn(bs_vm_op::BS_VM_ALU, a, a, r).arg(bs_vm_alu::BS_ALU_ADD.0));
+                        return self.read_at(a, elem * 8, signed, span);
+                    }
+                }
+                // Not an array: lowered again below as a value.
+                self.code.truncate(mark);
+                self.tmp_reg = tr;
+                self.tmp_str = ts;
+            }
+        }
+        let b = self.expr(base)?;
+        let i = self.expr(index)?;
+        let Ty::Int { .. } = i.ty.plain() else {
+            return err(index.span, "an index must be an integer");
+        };
+        enum Elem {
+            Int(u8, bool),
+            Struct(u32, u64),
+            Ptr,
+        }
+        let elem = match (b.ty, field_elem) {
+            (Ty::IntPtr { bits, signed }, _) => Elem::Int(bits, signed),
+            (Ty::Ptr { btf }, _) => {
+                let size = crate::probe::btf::vmlinux()
+                    .and_then(|k| k.struct_size(btf))
+                    .ok_or_else(|| LowerError {
+                        span,
+                        msg: "the struct's size is not in BTF".into(),
+                    })?;
+                Elem::Struct(btf, size)
+            }
+            (_, Some(t)) if t.contains('*') => Elem::Ptr,
+            (_, Some(t)) => {
+                let t = t.trim_start_matches("const ").trim();
+                match int_type(t) {
+                    Some((bits, signed)) => Elem::Int(bits as u8, signed),
+                    None => match struct_ptr_name(&format!("{t} *")).and_then(btf_struct) {
+                        Some(id) => Elem::Struct(
+                            id,
+                            crate::probe::btf::vmlinux()
+                                .and_then(|k| k.struct_size(id))
+                                .unwrap_or(0),
+                        ),
+                        None => return err(span, format!("indexing a pointer to {t} is not supported by bpfscope run (integers, pointers and structs are)")),
+                    },
+                }
+            }
+            _ => {
+                return err(
+                    span,
+                    format!(
+                        "indexing {} is not supported: bpfscope run indexes typed pointers ((uint32 *)p, struct pointers, a record field's T *)",
+                        describe_ty(b.ty)
+                    ),
+                )
+            }
+        };
+        let size = match elem {
+            Elem::Int(bits, _) => u64::from(bits / 8).max(1),
+            Elem::Struct(_, size) => size,
+            Elem::Ptr => 8,
+        };
+        let a = self.reg(span)?;
+        let imm = bs_vm_flags::BS_VMF_IMM.0 as u8;
+        self.emit(
+            insn(bs_vm_op::BS_VM_ALU, a, i.loc, 0)
+                .arg(bs_vm_alu::BS_ALU_MUL.0)
+                .imm(size as i64)
+                .flags(imm),
+        );
+        self.emit(insn(bs_vm_op::BS_VM_ALU, a, a, b.loc).arg(bs_vm_alu::BS_ALU_ADD.0));
+        match elem {
+            Elem::Int(bits, signed) => self.read_at(a, bits, signed, span),
+            Elem::Ptr => self.read_at(a, 64, false, span),
+            Elem::Struct(btf, _) => Ok(Val {
+                ty: Ty::Ptr { btf },
+                loc: a,
+                lit: false,
+                bits: 64,
+            }),
         }
     }
 
@@ -1349,6 +1598,7 @@ impl<'a> Lower<'a> {
             ty: Ty::Int { signed: false },
             loc: r,
             lit: false,
+            bits: 64,
         })
     }
 
@@ -1370,6 +1620,7 @@ impl<'a> Lower<'a> {
                 ty: Ty::Int { signed: false },
                 loc: r,
                 lit: false,
+                bits: 64,
             });
         }
         let (Ty::Int { signed: sa }, Ty::Int { signed: sb }) = (a.ty.plain(), b.ty.plain()) else {
@@ -1436,6 +1687,7 @@ impl<'a> Lower<'a> {
             ty,
             loc: r,
             lit: a.lit && b.lit,
+            bits: 64,
         })
     }
 
@@ -1443,7 +1695,11 @@ impl<'a> Lower<'a> {
         let m = name_or_at(name);
         let keyvals = self.keys(keys)?;
         let Some(id) = self.sh.map_id(&m) else {
-            // Read before any probe wrote it: it reads as 0, as in bpftrace.
+            if !self.sh.defined.contains(&m) {
+                return self.sh.undefined(&m, span);
+            }
+            // Written only in skipped blocks (or later, in the first pass):
+            // it reads as 0, as in bpftrace.
             return self.int(0, span);
         };
         let def = self.sh.maps[id as usize].clone();
@@ -1469,13 +1725,14 @@ impl<'a> Lower<'a> {
             }
         };
         self.build_key(id, &keyvals);
-        if ty == Ty::Str {
+        if ty.in_slot() {
             let slot = self.slot(span)?;
             self.emit(insn(bs_vm_op::BS_VM_MGETSTR, slot, 0, 0));
             return Ok(Val {
                 ty,
                 loc: slot,
                 lit: false,
+                bits: 64,
             });
         }
         let r = self.reg(span)?;
@@ -1484,6 +1741,7 @@ impl<'a> Lower<'a> {
             ty,
             loc: r,
             lit: false,
+            bits: 64,
         })
     }
 
@@ -1545,7 +1803,11 @@ impl<'a> Lower<'a> {
             ValueKind::Hex | ValueKind::Buf | ValueKind::Cgroup | ValueKind::Probe => {
                 Ty::Int { signed: false }
             }
-            ValueKind::Stack { user } => Ty::Stack { user },
+            ValueKind::Stack { user } => Ty::Stack {
+                user,
+                limit: STACK_FRAMES,
+                perf: false,
+            },
             ValueKind::Str => {
                 let t = bs_val_type(src.r#type.into());
                 if t == bs_val_type::BS_T_STR_UPTR || t == bs_val_type::BS_T_STR_KPTR {
@@ -1563,12 +1825,25 @@ impl<'a> Lower<'a> {
             src.r#type = bs_val_type::BS_T_NUM.0 as u8;
             src.size = 8;
         }
-        self.read_src(src, ty, e.span)
+        let bits = if src.r#type == bs_val_type::BS_T_NUM.0 as u8 {
+            src.size.clamp(1, 8) * 8
+        } else {
+            64
+        };
+        let v = self.read_src(src, ty, e.span)?;
+        Ok(Val { bits, ..v })
     }
 
-    /// Members of the struct at the address in `v` (BTF type `btf`): each
-    /// pointer on the way read, the leaf read by its type.
-    fn members(&mut self, v: Val, btf: u32, parts: &[(&str, bool)], span: Span) -> Res<Val> {
+    /// The address of a member path from the struct at the address in
+    /// `v` (BTF type `btf`): each pointer on the way read. A register holding
+    /// it, and what the walk found there.
+    fn member_addr(
+        &mut self,
+        v: Val,
+        btf: u32,
+        parts: &[(&str, bool)],
+        span: Span,
+    ) -> Res<(u8, crate::probe::btf::Walk)> {
         let k = crate::probe::btf::vmlinux().ok_or_else(|| LowerError {
             span,
             msg: "the kernel has no BTF, so struct members cannot be read".into(),
@@ -1603,6 +1878,17 @@ impl<'a> Lower<'a> {
                 .imm(i64::from(w.leaf_off))
                 .flags(imm),
         );
+        Ok((r, w))
+    }
+
+    /// Members of the struct at the address in `v` (BTF type `btf`): each
+    /// pointer on the way read, the leaf read by its type.
+    fn members(&mut self, v: Val, btf: u32, parts: &[(&str, bool)], span: Span) -> Res<Val> {
+        let k = crate::probe::btf::vmlinux().ok_or_else(|| LowerError {
+            span,
+            msg: "the kernel has no BTF, so struct members cannot be read".into(),
+        })?;
+        let (r, w) = self.member_addr(v, btf, parts, span)?;
         use crate::probe::btf::Shape;
         let read = |l: &mut Self, size: u8, signed: bool| {
             let f = if signed {
@@ -1623,6 +1909,7 @@ impl<'a> Lower<'a> {
                     ty: Ty::Int { signed },
                     loc: r,
                     lit: false,
+                    bits: size * 8,
                 }
             }
             Shape::Pointer => {
@@ -1635,6 +1922,7 @@ impl<'a> Lower<'a> {
                     ty,
                     loc: r,
                     lit: false,
+                    bits: 64,
                 }
             }
             Shape::KernelStr | Shape::UserStr => {
@@ -1643,6 +1931,7 @@ impl<'a> Lower<'a> {
                     ty: Ty::Int { signed: false },
                     loc: r,
                     lit: false,
+                    bits: 64,
                 }
             }
             Shape::CharArray(n) => {
@@ -1652,7 +1941,14 @@ impl<'a> Lower<'a> {
                     ty: Ty::Str,
                     loc: slot,
                     lit: false,
+                    bits: 64,
                 }
+            }
+            Shape::Array { len, .. } => {
+                return err(
+                    span,
+                    format!("this member is an array of {len}: index it ([i]), or give it to ntop() or buf()"),
+                )
             }
             Shape::Composite | Shape::Unsupported => {
                 return err(span, "this member cannot be read")
@@ -1680,7 +1976,7 @@ impl<'a> Lower<'a> {
             "curtask" => (b(bs_src_kind::BS_SRC_CURTASK), u),
             "rand" => (b(bs_src_kind::BS_SRC_RAND), u),
             "jiffies" => (b(bs_src_kind::BS_SRC_JIFFIES), u),
-            "kstack" | "ustack" => return self.stack(name == "ustack", span),
+            "kstack" | "ustack" => return self.stack(name == "ustack", &[], span),
             "username" => (b(bs_src_kind::BS_SRC_UID), Ty::User),
             "comm" => {
                 let s = bs_src {
@@ -1727,12 +2023,347 @@ impl<'a> Lower<'a> {
                 }
                 (arg_src(i, false, 8), u)
             }
-            n => match self.sh.consts.get(n) {
-                Some(v) => return self.int(*v, span),
-                None => return err(span, format!("unknown identifier '{n}'")),
-            },
+            n => {
+                if let Some(body) = self.sh.defines.get(n).cloned() {
+                    // A macro of the script: its expression, at its use.
+                    if self.expanding > MAX_EXPANSION {
+                        return err(span, format!("macro '{n}' expands into itself"));
+                    }
+                    self.expanding += 1;
+                    let v = self.expr(&at_span(&body, span));
+                    self.expanding -= 1;
+                    return v;
+                }
+                return match self.constant(n) {
+                    Some(v) => self.int(v, span),
+                    None => err(span, format!("unknown identifier '{n}' (not a builtin, a macro of the headers included, nor an enum constant in the kernel's BTF)")),
+                };
+            }
         };
         self.read_src(src, ty, span)
+    }
+
+    /// The text of a string positional parameter `$N`, or of `$N + k`
+    /// (its bytes from k on, empty past its end).
+    fn param_str(&self, e: &Expr) -> Option<String> {
+        let param = |e: &Expr| match e.kind {
+            ExprKind::Positional(n) => {
+                let p = self.sh.params.get((n as usize).checked_sub(1)?)?;
+                parse_int(p).is_none().then(|| p.clone())
+            }
+            _ => None,
+        };
+        match &e.kind {
+            ExprKind::Positional(_) => param(e),
+            ExprKind::Binary {
+                op: BinOp::Add,
+                lhs,
+                rhs,
+            } => {
+                let ExprKind::Int(k) = rhs.kind else {
+                    return None;
+                };
+                let p = param(lhs)?;
+                Some(p.get(k as usize..).unwrap_or_default().to_string())
+            }
+            _ => None,
+        }
+    }
+
+    /// ntop([af,] addr): an IPv4 address from an integer (4 bytes, network
+    /// order as in memory), or IPv4/IPv6 from a 4- or 16-byte array (a
+    /// struct member's, or a record field's).
+    fn ntop(&mut self, args: &[Expr], span: Span) -> Res<Val> {
+        let (af, a) = match args {
+            [a] => (None, a),
+            [f, a] => (Some(f), a),
+            _ => {
+                return err(
+                    span,
+                    "ntop() takes an address, and before it an optional family",
+                )
+            }
+        };
+        // Where the bytes are: (register or slot, how: enum bs_vm_op's NTOP arg).
+        let (loc, how) = match &a.kind {
+            ExprKind::Field { .. } if a.args_path().is_none() => {
+                let (base, parts) = a.member_chain();
+                let v = self.expr(base)?;
+                let Ty::Ptr { btf } = v.ty else {
+                    return err(a.span, "ntop() takes an integer or a byte array");
+                };
+                let (r, w) = self.member_addr(v, btf, &parts, a.span)?;
+                use crate::probe::btf::Shape;
+                match w.shape {
+                    Shape::CharArray(n @ (4 | 16)) => (r, n as u32),
+                    Shape::Array {
+                        elem: 1,
+                        len: n @ (4 | 16),
+                        ..
+                    } => (r, n),
+                    Shape::Int { size, .. } if size <= 4 => {
+                        self.emit(insn(bs_vm_op::BS_VM_READ, r, r, 0).arg(4));
+                        (r, 0)
+                    }
+                    _ => {
+                        return err(
+                            a.span,
+                            "ntop() takes a 4-byte integer or a 4- or 16-byte array",
+                        )
+                    }
+                }
+            }
+            _ if self.record_bytes(a).is_some() => {
+                let (src, n) = self.record_bytes(a).unwrap_or_default();
+                let v = self.read_src(src, Ty::Str, a.span)?;
+                match n {
+                    4 => (v.loc, 36),
+                    16 => (v.loc, 48),
+                    _ => return err(a.span, "ntop() takes a 4- or 16-byte array"),
+                }
+            }
+            _ => {
+                let v = self.expr(a)?;
+                match v.ty {
+                    Ty::Str => {
+                        // A record field's bytes, read into a slot.
+                        let n = a
+                            .args_path()
+                            .and_then(|p| self.pc.probe.field(&p).map(|f| f.size))
+                            .unwrap_or(0);
+                        match n {
+                            4 => (v.loc, 36),
+                            16 => (v.loc, 48),
+                            _ => return err(a.span, "ntop() takes a 4- or 16-byte array"),
+                        }
+                    }
+                    t if t.is_num() => (v.loc, 0),
+                    t => {
+                        return err(
+                            a.span,
+                            format!("ntop() of {} is not possible", describe_ty(t)),
+                        )
+                    }
+                }
+            }
+        };
+        const AF_INET: i64 = 2;
+        const AF_INET6: i64 = 10;
+        let default_af = if matches!(how, 16 | 48) {
+            AF_INET6
+        } else {
+            AF_INET
+        };
+        let slot = self.slot(span)?;
+        let mut i = insn(bs_vm_op::BS_VM_NTOP, slot, loc, 0).arg(how);
+        match af.map(|f| (f, self.const_int(f, 0))) {
+            None => i = i.imm(default_af),
+            Some((_, Some(v))) => i = i.imm(v),
+            Some((f, None)) => {
+                let v = self.expr(f)?;
+                if !v.ty.is_num() {
+                    return err(f.span, "ntop()'s family must be an integer");
+                }
+                i.b = v.loc;
+                i = i.flags(bs_vm_flags::BS_VMF_REGLEN.0 as u8);
+            }
+        }
+        self.emit(i);
+        Ok(Val {
+            ty: Ty::Inet,
+            loc: slot,
+            lit: false,
+            bits: 64,
+        })
+    }
+
+    /// A record field that is an array of bytes (`__u8 saddr[4]`): the
+    /// source of its raw bytes, and how many.
+    fn record_bytes(&self, e: &Expr) -> Option<(bs_src, u8)> {
+        let f = self.pc.probe.field(&e.args_path()?)?;
+        if !matches!(self.pc.path, Path::Tracepoint { .. })
+            || f.kind != crate::probe::FieldKind::Unsupported
+            || !matches!(f.array_bytes, 4 | 16)
+        {
+            return None;
+        }
+        let n = f.array_bytes as u8;
+        Some((
+            bs_src {
+                kind: bs_src_kind::BS_SRC_CTX.0 as u8,
+                r#type: bs_val_type::BS_T_STR_INLINE.0 as u8,
+                size: n,
+                off: f.offset,
+                ..Default::default()
+            },
+            n,
+        ))
+    }
+
+    /// buf(addr[, len]): bytes at an address (at most 63), or a struct
+    /// member's byte array whole.
+    fn buf(&mut self, args: &[Expr], span: Span) -> Res<Val> {
+        let (a, len) = match args {
+            [a] => (a, None),
+            [a, l] => (a, Some(l)),
+            _ => return err(span, "buf() takes an address and a length"),
+        };
+        let (loc, n) = match &a.kind {
+            ExprKind::Field { .. } if a.args_path().is_none() => {
+                let (base, parts) = a.member_chain();
+                let v = self.expr(base)?;
+                let Ty::Ptr { btf } = v.ty else {
+                    return err(a.span, "buf() takes an address or a byte array");
+                };
+                let (r, w) = self.member_addr(v, btf, &parts, a.span)?;
+                match w.shape {
+                    crate::probe::btf::Shape::CharArray(n) => (r, Some(u64::from(n))),
+                    crate::probe::btf::Shape::Array { elem, len, .. } => {
+                        (r, Some(u64::from(elem) * u64::from(len)))
+                    }
+                    _ => {
+                        self.emit(insn(bs_vm_op::BS_VM_READ, r, r, 0).arg(8));
+                        (r, None)
+                    }
+                }
+            }
+            _ => {
+                let v = self.expr(a)?;
+                if !v.ty.is_num() {
+                    return err(a.span, "buf() takes an address");
+                }
+                (v.loc, None)
+            }
+        };
+        let slot = self.slot(span)?;
+        let mut i = insn(bs_vm_op::BS_VM_BUF, slot, loc, 0);
+        match (len, n) {
+            (Some(l), _) => match self.const_int(l, 0) {
+                Some(c) => i = i.imm(c.clamp(0, STR_MAX as i64 - 1)),
+                None => {
+                    let v = self.expr(l)?;
+                    if !v.ty.is_num() {
+                        return err(l.span, "buf()'s length must be an integer");
+                    }
+                    i.b = v.loc;
+                    i = i.flags(bs_vm_flags::BS_VMF_REGLEN.0 as u8);
+                }
+            },
+            (None, Some(n)) => i = i.imm(n.min(STR_MAX as u64 - 1) as i64),
+            (None, None) => return err(span, "buf() of an address needs a length: buf(ptr, len)"),
+        }
+        self.emit(i);
+        Ok(Val {
+            ty: Ty::Buf,
+            loc: slot,
+            lit: false,
+            bits: 64,
+        })
+    }
+
+    /// sizeof(TYPE) or sizeof(expr), in bytes.
+    fn size_of(&mut self, a: &Expr) -> Res<u64> {
+        let named = match &a.kind {
+            ExprKind::TypeName(t) => Some(t.clone()),
+            // comm is a char[16].
+            ExprKind::Ident(n) if n == "comm" => return Ok(16),
+            ExprKind::Ident(n)
+                if !is_builtin(n)
+                    && !self.sh.defines.contains_key(n)
+                    && self.constant(n).is_none() =>
+            {
+                Some(n.clone())
+            }
+            _ => None,
+        };
+        if let Some(t) = named {
+            let t = t.trim();
+            if t.ends_with('*') {
+                return Ok(8);
+            }
+            if let Some((bits, _)) = int_type(t) {
+                return Ok(u64::from(bits / 8));
+            }
+            return crate::probe::btf::vmlinux()
+                .and_then(|k| k.size_of_named(t))
+                .ok_or_else(|| LowerError {
+                    span: a.span,
+                    msg: format!("sizeof: no type '{t}' in the kernel's BTF"),
+                });
+        }
+        // An expression: its type's size, without running it.
+        let mark = self.code.len();
+        let (tr, ts) = (self.tmp_reg, self.tmp_str);
+        let v = self.expr(a);
+        self.code.truncate(mark);
+        self.tmp_reg = tr;
+        self.tmp_str = ts;
+        let v = v?;
+        Ok(match v.ty {
+            Ty::Str => STR_MAX as u64,
+            Ty::Inet => 24,
+            Ty::Buf => STR_MAX as u64,
+            Ty::Int { .. } => u64::from(v.bits / 8).max(1),
+            _ => 8,
+        })
+    }
+
+    /// A named constant: a macro of the headers included, a kernel enum
+    /// constant (BTF), or one of the kernel-internal macros the shipped
+    /// tools use (`TASK_RUNNING`, not in any installed header).
+    fn constant(&self, n: &str) -> Option<i64> {
+        self.sh
+            .macros
+            .value(n)
+            .or_else(|| crate::probe::btf::vmlinux()?.enum_value(n))
+            .or_else(|| self.sh.consts.get(n).copied())
+    }
+
+    /// An expression that must be a constant (lhist's bounds, print's top
+    /// and div): literals, named constants, and arithmetic on them.
+    fn const_int(&self, e: &Expr, depth: usize) -> Option<i64> {
+        if depth > MAX_EXPANSION {
+            return None;
+        }
+        match &e.kind {
+            ExprKind::Int(v) => Some(*v as i64),
+            ExprKind::Ident(n) => match self.sh.defines.get(n) {
+                Some(body) => self.const_int(body, depth + 1),
+                None => self.constant(n),
+            },
+            ExprKind::Positional(n) => {
+                parse_int(self.sh.params.get((*n as usize).checked_sub(1)?)?)
+            }
+            ExprKind::Unary { op, expr } => {
+                let v = self.const_int(expr, depth + 1)?;
+                match op {
+                    UnOp::Neg => Some(v.wrapping_neg()),
+                    UnOp::BitNot => Some(!v),
+                    UnOp::Not => Some(i64::from(v == 0)),
+                    UnOp::Deref => None,
+                }
+            }
+            ExprKind::Binary { op, lhs, rhs } => {
+                let (a, b) = (
+                    self.const_int(lhs, depth + 1)?,
+                    self.const_int(rhs, depth + 1)?,
+                );
+                Some(match op {
+                    BinOp::Add => a.wrapping_add(b),
+                    BinOp::Sub => a.wrapping_sub(b),
+                    BinOp::Mul => a.wrapping_mul(b),
+                    BinOp::Div => a.checked_div(b)?,
+                    BinOp::Mod => a.checked_rem(b)?,
+                    BinOp::BitAnd => a & b,
+                    BinOp::BitOr => a | b,
+                    BinOp::BitXor => a ^ b,
+                    BinOp::Shl => a.wrapping_shl(b as u32),
+                    BinOp::Shr => a.wrapping_shr(b as u32),
+                    _ => return None,
+                })
+            }
+            _ => None,
+        }
     }
 
     fn returns(&self) -> bool {
@@ -1743,7 +2374,37 @@ impl<'a> Lower<'a> {
         }
     }
 
-    fn stack(&mut self, user: bool, span: Span) -> Res<Val> {
+    /// `kstack`, `ustack(8)`, `kstack(perf)`, `ustack(bpftrace, 3)`.
+    fn stack(&mut self, user: bool, args: &[Expr], span: Span) -> Res<Val> {
+        let mut limit = STACK_FRAMES;
+        let mut perf = false;
+        let bad = |at: Span| {
+            err(
+                at,
+                format!(
+                    "{}stack takes a mode (bpftrace or perf) and a frame count, e.g. {}stack(perf, 8)",
+                    if user { "u" } else { "k" },
+                    if user { "u" } else { "k" }
+                ),
+            )
+        };
+        if args.len() > 2 {
+            return bad(span);
+        }
+        for (i, a) in args.iter().enumerate() {
+            match &a.kind {
+                ExprKind::Ident(m) if i == 0 && (m == "perf" || m == "bpftrace") => {
+                    perf = m == "perf";
+                }
+                ExprKind::Int(n) if i + 1 == args.len() => {
+                    if *n == 0 || *n > u64::from(STACK_FRAMES) {
+                        return err(a.span, format!("a stack holds 1 to {STACK_FRAMES} frames"));
+                    }
+                    limit = *n as u8;
+                }
+                _ => return bad(a.span),
+            }
+        }
         if user {
             self.sh.stacks.1 = true;
         } else {
@@ -1760,7 +2421,7 @@ impl<'a> Lower<'a> {
             size: 8,
             ..Default::default()
         };
-        self.read_src(s, Ty::Stack { user }, span)
+        self.read_src(s, Ty::Stack { user, limit, perf }, span)
     }
 
     fn call(&mut self, name: &str, args: &[Expr], span: Span) -> Res<Val> {
@@ -1769,6 +2430,18 @@ impl<'a> Lower<'a> {
                 let Some(a) = args.first() else {
                     return err(span, "str() takes a pointer and an optional length");
                 };
+                // A string parameter, or past its first bytes (`str($1 + 2)`,
+                // bpftrace's pointer arithmetic on it): a constant.
+                if let Some(c) = self.param_str(a) {
+                    let c = match args.get(1) {
+                        Some(Expr {
+                            kind: ExprKind::Int(n),
+                            ..
+                        }) => c.chars().take(*n as usize).collect(),
+                        _ => c,
+                    };
+                    return self.cstr(&c, span);
+                }
                 // A constant limit, or one read at run time (str(buf, count)).
                 let limit = match args.get(1) {
                     None => None,
@@ -1803,6 +2476,7 @@ impl<'a> Lower<'a> {
                             ty: Ty::Str,
                             loc: slot,
                             lit: false,
+                            bits: 64,
                         })
                     }
                     t => err(
@@ -1835,9 +2509,10 @@ impl<'a> Lower<'a> {
                     ty: Ty::Int { signed: false },
                     loc: r,
                     lit: false,
+                    bits: 64,
                 })
             }
-            "kstack" | "ustack" => self.stack(name == "ustack", span),
+            "kstack" | "ustack" => self.stack(name == "ustack", args, span),
             "kaddr" => {
                 let Some(Expr {
                     kind: ExprKind::Str(sym),
@@ -1859,6 +2534,129 @@ impl<'a> Lower<'a> {
                     ..v
                 })
             }
+            "ntop" => self.ntop(args, span),
+            "bswap" => {
+                let [a] = args else {
+                    return err(span, "bswap() takes one integer");
+                };
+                let v = self.expr(a)?;
+                let Ty::Int { .. } = v.ty.plain() else {
+                    return err(a.span, "bswap() takes an integer");
+                };
+                if v.bits <= 8 {
+                    return Ok(v);
+                }
+                let r = self.reg(span)?;
+                self.emit(
+                    insn(bs_vm_op::BS_VM_ALU, r, v.loc, 0)
+                        .arg(bs_vm_alu::BS_ALU_BSWAP.0)
+                        .imm(i64::from(v.bits))
+                        .flags(bs_vm_flags::BS_VMF_IMM.0 as u8),
+                );
+                Ok(Val {
+                    ty: Ty::Int { signed: false },
+                    loc: r,
+                    lit: false,
+                    bits: v.bits,
+                })
+            }
+            "strcontains" => {
+                let [h, n] = args else {
+                    return err(span, "strcontains() takes two strings");
+                };
+                let (h, n) = (self.expr(h)?, self.expr(n)?);
+                if h.ty != Ty::Str || n.ty != Ty::Str {
+                    return err(span, "strcontains() takes two strings");
+                }
+                let r = self.reg(span)?;
+                self.emit(insn(bs_vm_op::BS_VM_STRSTR, r, h.loc, n.loc));
+                Ok(Val {
+                    ty: Ty::Int { signed: false },
+                    loc: r,
+                    lit: false,
+                    bits: 64,
+                })
+            }
+            "sizeof" => {
+                let [a] = args else {
+                    return err(span, "sizeof() takes a type or an expression");
+                };
+                let n = self.size_of(a)?;
+                self.int(n as i64, span)
+            }
+            "signal" => {
+                let [a] = args else {
+                    return err(
+                        span,
+                        "signal() takes a signal: a name (\"SIGKILL\") or a number",
+                    );
+                };
+                if !self.sh.unsafe_ok {
+                    return err(
+                        span,
+                        "signal() sends signals: it needs --unsafe, as in bpftrace",
+                    );
+                }
+                if matches!(self.pc.path, Path::Trigger) {
+                    return err(
+                        span,
+                        "signal() in BEGIN, END or interval would signal bpfscope itself",
+                    );
+                }
+                let sig = match &a.kind {
+                    ExprKind::Str(n) => Some(signal_number(n).ok_or_else(|| LowerError {
+                        span: a.span,
+                        msg: format!("unknown signal '{n}'"),
+                    })?),
+                    _ => self.const_int(a, 0),
+                };
+                let v = match sig {
+                    Some(n) if (1..=64).contains(&n) => self.int(n, a.span)?,
+                    Some(n) => return err(a.span, format!("signal {n} is not in 1..64")),
+                    None => {
+                        let v = self.expr(a)?;
+                        if !v.ty.is_num() {
+                            return err(a.span, "signal() takes a name or a number");
+                        }
+                        v
+                    }
+                };
+                self.emit(insn(bs_vm_op::BS_VM_SIGNAL, 0, v.loc, 0));
+                self.int(0, span)
+            }
+            "ksym" => {
+                let [a] = args else {
+                    return err(span, "ksym() takes a kernel address");
+                };
+                let v = self.expr(a)?;
+                if !v.ty.is_num() {
+                    return err(a.span, "ksym() takes an address");
+                }
+                Ok(Val { ty: Ty::KSym, ..v })
+            }
+            "usym" => {
+                let [a] = args else {
+                    return err(span, "usym() takes a user address");
+                };
+                let v = self.expr(a)?;
+                if !v.ty.is_num() {
+                    return err(a.span, "usym() takes an address");
+                }
+                let slot = self.slot(span)?;
+                self.emit(insn(bs_vm_op::BS_VM_USYM, slot, v.loc, 0));
+                Ok(Val {
+                    ty: Ty::USym,
+                    loc: slot,
+                    lit: false,
+                    bits: 64,
+                })
+            }
+            "buf" => self.buf(args, span),
+            // Address spaces: bpfscope reads user memory, then kernel, either way.
+            "kptr" | "uptr" => match args {
+                [a] => self.expr(a),
+                _ => err(span, format!("{name}() takes an address")),
+            },
             "count" | "sum" | "avg" | "min" | "max" | "stats" | "hist" | "lhist" => err(
                 span,
                 format!("{name}() must be assigned to a map, e.g. @x = {name}(...)"),
@@ -1871,10 +2669,82 @@ impl<'a> Lower<'a> {
 fn arg_kind(t: Ty) -> crate::render::bpftrace::ArgKind {
     use crate::render::bpftrace::ArgKind;
     match t {
-        Ty::Int { .. } | Ty::Ptr { .. } => ArgKind::Int,
-        Ty::Str | Ty::User => ArgKind::Str,
+        Ty::Int { .. } | Ty::Ptr { .. } | Ty::IntPtr { .. } => ArgKind::Int,
+        Ty::Str | Ty::User | Ty::Inet | Ty::KSym | Ty::USym => ArgKind::Str,
+        Ty::Buf => ArgKind::Buf,
         Ty::Stack { .. } => ArgKind::Stack,
     }
+}
+
+/// A builtin's name (not a type's, in sizeof()).
+fn is_builtin(n: &str) -> bool {
+    const BUILTINS: &[&str] = &[
+        "pid", "tid", "uid", "gid", "cpu", "cgroup", "nsecs", "elapsed", "curtask", "rand",
+        "jiffies", "kstack", "ustack", "username", "probe", "func", "retval", "args", "comm",
+    ];
+    BUILTINS.contains(&n)
+        || n.strip_prefix("arg")
+            .is_some_and(|i| i.parse::<u8>().is_ok())
+}
+
+/// A signal's number by name (`SIGKILL` or `KILL`), as signal() takes it.
+fn signal_number(name: &str) -> Option<i64> {
+    let n = name.strip_prefix("SIG").unwrap_or(name);
+    Some(match n {
+        "HUP" => 1,
+        "INT" => 2,
+        "QUIT" => 3,
+        "ILL" => 4,
+        "TRAP" => 5,
+        "ABRT" => 6,
+        "BUS" => 7,
+        "FPE" => 8,
+        "KILL" => 9,
+        "USR1" => 10,
+        "SEGV" => 11,
+        "USR2" => 12,
+        "PIPE" => 13,
+        "ALRM" => 14,
+        "TERM" => 15,
+        "STKFLT" => 16,
+        "CHLD" => 17,
+        "CONT" => 18,
+        "STOP" => 19,
+        "TSTP" => 20,
+        "TTIN" => 21,
+        "TTOU" => 22,
+        "URG" => 23,
+        "XCPU" => 24,
+        "XFSZ" => 25,
+        "VTALRM" => 26,
+        "PROF" => 27,
+        "WINCH" => 28,
+        "IO" | "POLL" => 29,
+        "PWR" => 30,
+        "SYS" => 31,
+        _ => return None,
+    })
+}
+
+/// An integer type's bits and signedness: bpftrace's names (`uint32`) and
+/// C's (`unsigned int`, `u16`, `__s64`).
+fn int_type(t: &str) -> Option<(u32, bool)> {
+    Some(match t {
+        "int8" | "s8" | "__s8" | "char" | "signed char" | "int8_t" => (8, true),
+        "int16" | "s16" | "__s16" | "short" | "short int" | "int16_t" => (16, true),
+        "int32" | "s32" | "__s32" | "int" | "signed int" | "signed" | "int32_t" => (32, true),
+        "int64" | "s64" | "__s64" | "long" | "long int" | "long long" | "long long int"
+        | "int64_t" | "ssize_t" => (64, true),
+        "uint8" | "u8" | "__u8" | "unsigned char" | "uint8_t" | "bool" => (8, false),
+        "uint16" | "u16" | "__u16" | "__be16" | "__le16" | "unsigned short" | "uint16_t" => {
+            (16, false)
+        }
+        "uint32" | "u32" | "__u32" | "__be32" | "__le32" | "unsigned int" | "unsigned"
+        | "uint32_t" => (32, false),
+        "uint64" | "u64" | "__u64" | "__be64" | "__le64" | "unsigned long"
+        | "unsigned long long" | "uint64_t" | "size_t" => (64, false),
+        _ => return None,
+    })
 }
 
 /// `struct NAME *` in a cast: NAME.
@@ -1905,7 +2775,7 @@ fn kallsyms_addr(sym: &str) -> Option<u64> {
 
 /// Bytes an argument takes in a record.
 pub fn arg_len(t: Ty) -> usize {
-    if t == Ty::Str {
+    if t.in_slot() {
         STR_MAX
     } else {
         8
@@ -1917,11 +2787,23 @@ fn name_or_at(n: &str) -> String {
     format!("@{}", n.trim_start_matches('@'))
 }
 
+/// A positional parameter as a number, as bpftrace reads one (C's
+/// strtoll with base 0): `0x` hex, a leading 0 octal, else decimal.
 fn parse_int(s: &str) -> Option<i64> {
-    match s.strip_prefix("0x") {
-        Some(h) => i64::from_str_radix(h, 16).ok(),
-        None => s.parse().ok(),
-    }
+    let (neg, t) = match s.strip_prefix('-') {
+        Some(t) => (true, t),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        i64::from_str_radix(h, 16).ok()?
+    } else if t.len() > 1 && t.starts_with('0') {
+        i64::from_str_radix(&t[1..], 8).ok()?
+    } else if !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit()) {
+        t.parse().ok()?
+    } else {
+        return None;
+    };
+    Some(if neg { -v } else { v })
 }
 
 fn arg_src(slot: u16, signed: bool, size: u8) -> bs_src {
@@ -1933,6 +2815,37 @@ fn arg_src(slot: u16, signed: bool, size: u8) -> bs_src {
         off: slot,
         ..Default::default()
     }
+}
+
+/// A macro's expression placed at its use: every span is the use's, so
+/// what is wrong in it is said where the macro is used.
+fn at_span(e: &Expr, span: Span) -> Expr {
+    let mut e = e.clone();
+    fn set(e: &mut Expr, span: Span) {
+        e.span = span;
+        match &mut e.kind {
+            ExprKind::Map { keys, .. } => keys.iter_mut().for_each(|k| set(k, span)),
+            ExprKind::Field { base, .. } => set(base, span),
+            ExprKind::Index { base, index } => {
+                set(base, span);
+                set(index, span);
+            }
+            ExprKind::Unary { expr, .. } | ExprKind::Cast { expr, .. } => set(expr, span),
+            ExprKind::Binary { lhs, rhs, .. } => {
+                set(lhs, span);
+                set(rhs, span);
+            }
+            ExprKind::Ternary { cond, then, els } => {
+                set(cond, span);
+                set(then, span);
+                set(els, span);
+            }
+            ExprKind::Call { args, .. } => args.iter_mut().for_each(|a| set(a, span)),
+            _ => {}
+        }
+    }
+    set(&mut e, span);
+    e
 }
 
 /// An instruction, built up by the helpers below.

@@ -5,6 +5,7 @@
 //! runs: the kernel side is the same precompiled programs as the verbs'.
 
 pub mod ast;
+pub mod cpp;
 pub mod lower;
 pub mod parse;
 pub mod trigger;
@@ -21,9 +22,6 @@ use crate::usage;
 use ast::{Expr, ExprKind, ProbeBlock, Program, Span, Stmt};
 use lower::{LowerError, Lowered, LoweredProbe, Shared, Trigger};
 
-/// Entries of a script's plain maps (`@start[tid] = nsecs`), as bpftrace's default map size.
-pub const VALS_MAX: u32 = 10240;
-
 /// A script ready to load: the attach plan, and what user space needs to
 /// read its maps and records.
 pub struct Compiled {
@@ -31,69 +29,161 @@ pub struct Compiled {
     pub lowered: Lowered,
     /// Probes that matched a pattern but cannot be attached (name, why).
     pub skipped: Vec<(String, String)>,
+    /// Attach points nothing matched, skipped as bpftrace skips them:
+    /// `LINE:COL: reason` each.
+    pub warnings: Vec<String>,
 }
 
 /// Where an attach point leads.
 enum Point {
     Probes(Vec<Probe>),
     Trigger(Trigger, String),
-    Clock { hz: u64, name: String },
+    Clock {
+        hz: u64,
+        name: String,
+    },
+    /// A software or hardware perf event (`software:page-faults:100`).
+    Perf {
+        ty: u32,
+        config: u64,
+        period: u64,
+        name: String,
+    },
+    /// Nothing matched (a function a library does not have, a tracepoint
+    /// this kernel lacks): skipped with a warning, as bpftrace does.
+    Missing(String),
 }
 
-/// Parses, resolves and lowers a script. `pid` narrows library lookups to
-/// a process; `params` are its positional parameters.
-pub fn compile(
-    src: &str,
-    params: Vec<String>,
-    pid: Option<u32>,
-    features: &Features,
-) -> Result<Compiled, Error> {
+/// What a script is compiled with besides its text.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Positional parameters ($1, $2, ...).
+    pub params: Vec<String>,
+    /// Narrows library lookups to a process.
+    pub pid: Option<u32>,
+    /// Keys each map holds (BPFTRACE_MAP_KEYS_MAX).
+    pub keys_max: u32,
+    /// `--unsafe`: signal() may be used.
+    pub allow_unsafe: bool,
+}
+
+/// Parses, resolves and lowers a script.
+pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compiled, Error> {
+    let (params, pid) = (opts.params.clone(), opts.pid);
     let program = parse::parse(src).map_err(|e| usage!("{e}"))?;
     let at = |span: Span, msg: String| usage!("{}", LowerError { span, msg }.render(src));
     let mut skipped = Vec::new();
+    let mut warnings = Vec::new();
     // One resolver for every attach point: the tracepoint list and binaries
     // are read once, not once per point.
     let mut resolver = probe::Resolver::new(pid);
     // Attach points in order of first appearance, each with the blocks naming it.
-    let mut points: Vec<(String, PointDef, Vec<usize>)> = Vec::new();
+    let mut points: Vec<(String, PointDef, Vec<usize>, Span)> = Vec::new();
     for (bi, block) in program.probes.iter().enumerate() {
+        // This block's attach points nothing matched: (position, spec, why).
+        let mut missing: Vec<(Span, &str, String)> = Vec::new();
         for (spec, span) in &block.specs {
             match point(spec, &mut resolver).map_err(|e| at(*span, e))? {
                 (Point::Probes(ps), sk) => {
                     skipped.extend(sk);
                     for p in ps {
-                        add(&mut points, p.name.clone(), PointDef::Probe(p), bi);
+                        add(&mut points, p.name.clone(), PointDef::Probe(p), bi, *span);
                     }
                 }
-                (Point::Trigger(t, name), _) => {
-                    add(&mut points, name.clone(), PointDef::Trigger(t, name), bi)
-                }
-                (Point::Clock { hz, name }, _) => {
-                    add(&mut points, name.clone(), PointDef::Clock(hz, name), bi)
-                }
+                (Point::Trigger(t, name), _) => add(
+                    &mut points,
+                    name.clone(),
+                    PointDef::Trigger(t, name),
+                    bi,
+                    *span,
+                ),
+                (Point::Clock { hz, name }, _) => add(
+                    &mut points,
+                    name.clone(),
+                    PointDef::Clock(hz, name),
+                    bi,
+                    *span,
+                ),
+                (
+                    Point::Perf {
+                        ty,
+                        config,
+                        period,
+                        name,
+                    },
+                    _,
+                ) => add(
+                    &mut points,
+                    name.clone(),
+                    PointDef::Perf(Path::Perf { ty, config, period }, name),
+                    bi,
+                    *span,
+                ),
+                (Point::Missing(why), _) => missing.push((*span, spec, why)),
             }
         }
+        if let Some((span, _, why)) = missing.first() {
+            let (l, c) = parse::line_col(src, span.start);
+            warnings.push(match missing.len() {
+                1 => format!("{l}:{c}: skipped: {why}"),
+                n => format!(
+                    "{l}:{c}: skipped {n} attach points nothing matches: {}",
+                    missing.iter().map(|m| m.1).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+    }
+    if points.is_empty() {
+        // Nothing at all to run: the first point skipped says why.
+        return Err(usage!(
+            "{}",
+            warnings
+                .first()
+                .map_or("no attach points".to_string(), |w| w.replacen(
+                    "skipped: ",
+                    "",
+                    1
+                ))
+        ));
     }
     let mut ctxs = Vec::new();
-    for (_, def, blocks) in &points {
+    for (_, def, blocks, span) in &points {
         let (probe, path, trig) = match def {
             PointDef::Probe(p) => {
                 let fields = fields_read(&program, blocks);
                 let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-                let path = crate::attach::plan::path_for(p, &fields, features)?;
+                // A kernel that refuses the probe's path: said at the attach point.
+                let path =
+                    crate::attach::plan::path_for(p, &fields, features).map_err(|e| match e {
+                        Error::Usage(m) | Error::Environment(m) => at(*span, m),
+                        e => e,
+                    })?;
                 (p.clone(), path, None)
             }
             PointDef::Trigger(t, name) => (synthetic(name), Path::Trigger, Some(*t)),
             PointDef::Clock(hz, name) => {
                 (synthetic(name), Path::Clock { hz: *hz, cpu: None }, None)
             }
+            PointDef::Perf(path, name) => (synthetic(name), path.clone(), None),
         };
         ctxs.push((probe, path, trig, blocks.clone()));
     }
     // Two passes: the first learns every map's type from its writes, so a
     // probe that reads a map before the probe that writes it (in script
     // order) still reads it with its type.
+    let defined = assigned_maps(&program);
+    let mut defines = std::collections::HashMap::new();
+    for d in &program.defines {
+        let e = parse::parse_expr(&d.body)
+            .map_err(|e| at(d.span, format!("#define {}: {}", d.name, e.msg)))?;
+        defines.insert(d.name.clone(), e);
+    }
+    let macros = cpp::HeaderMacros::read(&program.includes);
     let mut seed = Shared::new(params.clone());
+    seed.defined = defined.clone();
+    seed.defines = defines.clone();
+    seed.macros = macros.clone();
+    seed.unsafe_ok = opts.allow_unsafe;
     for (probe, path, _, blocks) in &ctxs {
         let pc = lower::ProbeCtx { probe, path };
         let mut l = lower::Lower::new(&mut seed, &pc);
@@ -103,6 +193,10 @@ pub fn compile(
     }
     let mut sh = Shared::new(params);
     sh.maps = seed.maps;
+    sh.defined = defined;
+    sh.defines = defines;
+    sh.macros = macros;
+    sh.unsafe_ok = opts.allow_unsafe;
     let mut lowered = Vec::new();
     for (probe, path, trig, blocks) in ctxs {
         let pc = lower::ProbeCtx {
@@ -140,11 +234,12 @@ pub fn compile(
         stacks: sh.stacks,
         key_size,
     };
-    let plan = plan_of(&lowered)?;
+    let plan = plan_of(&lowered, opts.keys_max)?;
     Ok(Compiled {
         plan,
         lowered,
         skipped,
+        warnings,
     })
 }
 
@@ -152,13 +247,15 @@ enum PointDef {
     Probe(Probe),
     Trigger(Trigger, String),
     Clock(u64, String),
+    Perf(Path, String),
 }
 
 fn add(
-    points: &mut Vec<(String, PointDef, Vec<usize>)>,
+    points: &mut Vec<(String, PointDef, Vec<usize>, Span)>,
     name: String,
     def: PointDef,
     block: usize,
+    span: Span,
 ) {
     match points.iter_mut().find(|p| p.0 == name) {
         Some(p) => {
@@ -166,7 +263,7 @@ fn add(
                 p.2.push(block);
             }
         }
-        None => points.push((name, def, vec![block])),
+        None => points.push((name, def, vec![block], span)),
     }
 }
 
@@ -243,11 +340,14 @@ fn point(spec: &str, r: &mut probe::Resolver) -> Result<(Point, Vec<(String, Str
                 none,
             ))
         }
-        ["software" | "s", ..]
-        | ["hardware" | "h", ..]
-        | ["watchpoint" | "w", ..]
-        | ["asyncwatchpoint", ..] => Err(format!(
-            "{spec}: {} probes are not supported by bpfscope run (use profile:hz:N for sampling)",
+        ["software" | "s", ev, rest @ ..] if rest.len() <= 1 => {
+            perf_point(spec, ev, rest.first().copied(), false)
+        }
+        ["hardware" | "h", ev, rest @ ..] if rest.len() <= 1 => {
+            perf_point(spec, ev, rest.first().copied(), true)
+        }
+        ["watchpoint" | "w", ..] | ["asyncwatchpoint", ..] => Err(format!(
+            "{spec}: {} probes are not supported by bpfscope run",
             parts[0]
         )),
         ["rawtracepoint", ..] => Err(format!(
@@ -259,12 +359,208 @@ fn point(spec: &str, r: &mut probe::Resolver) -> Result<(Point, Vec<(String, Str
     }
 }
 
+/// bpftrace's software events: name, alias, perf config, default period.
+const SOFTWARE_EVENTS: &[(&str, &str, u32, u64)] = &[
+    (
+        "alignment-faults",
+        "",
+        libbpf_sys::PERF_COUNT_SW_ALIGNMENT_FAULTS,
+        1,
+    ),
+    ("bpf-output", "", libbpf_sys::PERF_COUNT_SW_BPF_OUTPUT, 1),
+    (
+        "context-switches",
+        "cs",
+        libbpf_sys::PERF_COUNT_SW_CONTEXT_SWITCHES,
+        1000,
+    ),
+    (
+        "cpu-clock",
+        "cpu",
+        libbpf_sys::PERF_COUNT_SW_CPU_CLOCK,
+        1_000_000,
+    ),
+    (
+        "cpu-migrations",
+        "",
+        libbpf_sys::PERF_COUNT_SW_CPU_MIGRATIONS,
+        1,
+    ),
+    ("dummy", "", libbpf_sys::PERF_COUNT_SW_DUMMY, 1),
+    (
+        "emulation-faults",
+        "",
+        libbpf_sys::PERF_COUNT_SW_EMULATION_FAULTS,
+        1,
+    ),
+    (
+        "major-faults",
+        "",
+        libbpf_sys::PERF_COUNT_SW_PAGE_FAULTS_MAJ,
+        1,
+    ),
+    (
+        "minor-faults",
+        "",
+        libbpf_sys::PERF_COUNT_SW_PAGE_FAULTS_MIN,
+        100,
+    ),
+    (
+        "page-faults",
+        "faults",
+        libbpf_sys::PERF_COUNT_SW_PAGE_FAULTS,
+        100,
+    ),
+    ("task-clock", "", libbpf_sys::PERF_COUNT_SW_TASK_CLOCK, 1),
+];
+
+/// bpftrace's hardware events, as above.
+const HARDWARE_EVENTS: &[(&str, &str, u32, u64)] = &[
+    (
+        "backend-stalls",
+        "",
+        libbpf_sys::PERF_COUNT_HW_STALLED_CYCLES_BACKEND,
+        1_000_000,
+    ),
+    (
+        "branch-instructions",
+        "branches",
+        libbpf_sys::PERF_COUNT_HW_BRANCH_INSTRUCTIONS,
+        100_000,
+    ),
+    (
+        "branch-misses",
+        "",
+        libbpf_sys::PERF_COUNT_HW_BRANCH_MISSES,
+        100_000,
+    ),
+    (
+        "bus-cycles",
+        "",
+        libbpf_sys::PERF_COUNT_HW_BUS_CYCLES,
+        100_000,
+    ),
+    (
+        "cache-misses",
+        "",
+        libbpf_sys::PERF_COUNT_HW_CACHE_MISSES,
+        1_000_000,
+    ),
+    (
+        "cache-references",
+        "",
+        libbpf_sys::PERF_COUNT_HW_CACHE_REFERENCES,
+        1_000_000,
+    ),
+    (
+        "cpu-cycles",
+        "cycles",
+        libbpf_sys::PERF_COUNT_HW_CPU_CYCLES,
+        1_000_000,
+    ),
+    (
+        "frontend-stalls",
+        "",
+        libbpf_sys::PERF_COUNT_HW_STALLED_CYCLES_FRONTEND,
+        1_000_000,
+    ),
+    (
+        "instructions",
+        "",
+        libbpf_sys::PERF_COUNT_HW_INSTRUCTIONS,
+        1_000_000,
+    ),
+    (
+        "ref-cycles",
+        "",
+        libbpf_sys::PERF_COUNT_HW_REF_CPU_CYCLES,
+        1_000_000,
+    ),
+];
+
+/// `software:EVENT[:PERIOD]` or `hardware:...`: the event, checked by
+/// opening it once on CPU 0 (a machine without a PMU refuses hardware
+/// events: said here, at the attach point).
+fn perf_point(
+    spec: &str,
+    ev: &str,
+    period: Option<&str>,
+    hw: bool,
+) -> Result<(Point, Vec<(String, String)>), String> {
+    let (table, ty, kind) = if hw {
+        (HARDWARE_EVENTS, libbpf_sys::PERF_TYPE_HARDWARE, "hardware")
+    } else {
+        (SOFTWARE_EVENTS, libbpf_sys::PERF_TYPE_SOFTWARE, "software")
+    };
+    let Some(&(_, _, config, default)) = table
+        .iter()
+        .find(|(n, a, _, _)| *n == ev || (!a.is_empty() && *a == ev))
+    else {
+        let names: Vec<&str> = table.iter().map(|e| e.0).collect();
+        return Err(format!(
+            "{spec}: no {kind} event '{ev}'; the events are {}",
+            names.join(", ")
+        ));
+    };
+    let period = match period {
+        None => default,
+        Some(p) => p
+            .parse::<u64>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| format!("{spec}: bad count '{p}': expected a positive integer"))?,
+    };
+    crate::attach::clock::open_event(0, ty, u64::from(config), period)
+        .map_err(|e| format!("{spec}: this kernel refuses it: {e:#}"))?;
+    Ok((
+        Point::Perf {
+            ty,
+            config: u64::from(config),
+            period,
+            name: spec.to_string(),
+        },
+        Vec::new(),
+    ))
+}
+
 fn resolve(spec: &str, r: &mut probe::Resolver) -> Result<(Point, Vec<(String, String)>), String> {
     let ps = ProbeSpec::parse(spec).map_err(|e| e.to_string())?;
-    let got = r
-        .resolve_all(std::slice::from_ref(&ps))
-        .map_err(|e| e.to_string())?;
-    Ok((Point::Probes(got.probes), got.skipped))
+    match r.resolve_optional(&ps).map_err(|e| e.to_string())? {
+        Err(why) => Ok((Point::Missing(why), Vec::new())),
+        Ok(got) if got.probes.is_empty() => {
+            // Everything matched was skipped: say why, as attaching would.
+            let (name, why) = got.skipped.first().cloned().unwrap_or_default();
+            Err(format!("{name}: {why}"))
+        }
+        Ok(got) => Ok((Point::Probes(got.probes), got.skipped)),
+    }
+}
+
+/// The maps some statement assigns (`@m[k] = v`, `@m = count()`, `@m++`),
+/// with their '@': the others are undefined.
+fn assigned_maps(program: &Program) -> std::collections::HashSet<String> {
+    fn walk(body: &[Stmt], out: &mut std::collections::HashSet<String>) {
+        for s in body {
+            match s {
+                Stmt::Assign { target, .. } | Stmt::Incr { target, .. } => {
+                    if let ExprKind::Map { name, .. } = &target.kind {
+                        out.insert(format!("@{}", name.trim_start_matches('@')));
+                    }
+                }
+                Stmt::If { then, els, .. } => {
+                    walk(then, out);
+                    walk(els, out);
+                }
+                Stmt::Unroll { body, .. } | Stmt::While { body, .. } => walk(body, out),
+                Stmt::Expr(_) | Stmt::Return(_) | Stmt::Break(_) | Stmt::Continue(_) => {}
+            }
+        }
+    }
+    let mut out = std::collections::HashSet::new();
+    for b in &program.probes {
+        walk(&b.body, &mut out);
+    }
+    out
 }
 
 /// The `args` fields the blocks read, as the path choice needs them.
@@ -301,7 +597,7 @@ fn stmts_fields(body: &[Stmt], out: &mut BTreeSet<String>) {
                 expr_fields(cond, out);
                 stmts_fields(body, out);
             }
-            Stmt::Return(_) => {}
+            Stmt::Return(_) | Stmt::Break(_) | Stmt::Continue(_) => {}
         }
     }
 }
@@ -335,7 +631,7 @@ fn expr_fields(e: &Expr, out: &mut BTreeSet<String>) {
 }
 
 /// The attach plan: one configuration per probe naming its code.
-fn plan_of(l: &Lowered) -> Result<Plan, Error> {
+fn plan_of(l: &Lowered, keys_max: u32) -> Result<Plan, Error> {
     let mut code = Vec::new();
     let mut probes = Vec::new();
     for p in &l.probes {
@@ -383,9 +679,26 @@ fn plan_of(l: &Lowered) -> Result<Plan, Error> {
         vm: Some(VmImage {
             code,
             srcs: l.srcs.clone(),
-            vals: VALS_MAX,
+            maps: l.maps.iter().map(|m| vm_map(m, keys_max)).collect(),
         }),
     })
+}
+
+/// A map's kernel map: `keys_max` keys, each with its buckets for a
+/// histogram (every bucket of a key is an entry of its own).
+fn vm_map(m: &lower::MapDef, keys_max: u32) -> crate::attach::plan::VmMap {
+    use lower::{AggFn, MapKind};
+    let (agg, per_key) = match m.kind {
+        MapKind::Plain(_) => (false, 1),
+        MapKind::Agg(AggFn::Hist, _) => (true, lower::LOG2_BUCKETS),
+        MapKind::Agg(AggFn::Lhist { min, max, step }, _) => (true, ((max - min) / step) as u32 + 2),
+        MapKind::Agg(..) => (true, 1),
+    };
+    crate::attach::plan::VmMap {
+        name: m.name.clone(),
+        agg,
+        entries: keys_max.saturating_mul(per_key),
+    }
 }
 
 fn reads_args(code: &[bpfscope_bpf::abi::bs_insn], srcs: &[bpfscope_bpf::abi::bs_src]) -> bool {

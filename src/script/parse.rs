@@ -30,6 +30,27 @@ pub fn parse(src: &str) -> Result<Program, ParseError> {
     })
 }
 
+/// Parses one expression (a `#define`'s body): the whole text must be it.
+pub fn parse_expr(src: &str) -> Result<Expr, ParseError> {
+    let mut p = Parser::new(src);
+    let r = p.expr().and_then(|e| {
+        let t = p.peek()?;
+        if t.tok == Tok::Eof {
+            Ok(e)
+        } else {
+            Err(p.found(&t, "the end of the expression", ""))
+        }
+    });
+    r.map_err(|f| {
+        let (line, col) = line_col(src, f.at);
+        ParseError {
+            line,
+            col,
+            msg: f.msg,
+        }
+    })
+}
+
 /// 1-based line and column of a byte offset (used by later passes for their errors).
 ///
 /// Columns count characters, not bytes; an offset past the end or inside a
@@ -77,6 +98,33 @@ const SCALAR_TYPES: &[&str] = &[
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "char",
     "short", "int", "long", "void", "unsigned", "signed",
 ];
+
+/// A `#` line worth keeping.
+enum Directive {
+    Include(String),
+    Define(Define),
+}
+
+/// A macro's replacement text as one line: continuations joined, comments
+/// dropped, spaces trimmed.
+pub fn clean_macro_body(body: &str) -> String {
+    let joined = body.replace("\\\r\n", " ").replace("\\\n", " ");
+    let mut out = String::new();
+    let mut rest = joined.as_str();
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("/*") {
+            rest = r.find("*/").map_or("", |i| &r[i + 2..]);
+            out.push(' ');
+        } else if rest.starts_with("//") {
+            break;
+        } else {
+            let c = rest.chars().next().unwrap_or(' ');
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out.trim().to_string()
+}
 
 /// An error before it is given a line and column.
 #[derive(Debug)]
@@ -676,6 +724,7 @@ impl<'s> Parser<'s> {
 
     fn program(&mut self) -> PResult<Program> {
         let mut includes = Vec::new();
+        let mut defines = Vec::new();
         let mut probes = Vec::new();
         if self.src.starts_with("#!") {
             self.pos = self.line_end(0);
@@ -687,8 +736,10 @@ impl<'s> Parser<'s> {
                 break;
             }
             if rest.starts_with('#') {
-                if let Some(inc) = self.directive()? {
-                    includes.push(inc);
+                match self.directive()? {
+                    Some(Directive::Include(inc)) => includes.push(inc),
+                    Some(Directive::Define(d)) => defines.push(d),
+                    None => {}
                 }
             } else if ["struct", "union", "enum", "typedef"].iter().any(|kw| {
                 rest.starts_with(kw) && !self.byte(self.pos + kw.len()).is_some_and(is_ident_char)
@@ -704,7 +755,11 @@ impl<'s> Parser<'s> {
                 "expected a probe such as 'BEGIN { ... }', found end of input",
             );
         }
-        Ok(Program { includes, probes })
+        Ok(Program {
+            includes,
+            defines,
+            probes,
+        })
     }
 
     /// End of the line holding `pos`, before its newline; a trailing
@@ -727,10 +782,10 @@ impl<'s> Parser<'s> {
         }
     }
 
-    /// A `#` line. Returns the header of an `#include`; conditionals are
+    /// A `#` line: an `#include`'s header, or a `#define`; conditionals are
     /// tolerated and ignored, since types come from BTF and the headers
     /// they choose between do not matter.
-    fn directive(&mut self) -> PResult<Option<String>> {
+    fn directive(&mut self) -> PResult<Option<Directive>> {
         let start = self.pos;
         let end = self.line_end(start);
         self.pos = end;
@@ -750,7 +805,7 @@ impl<'s> Parser<'s> {
                     _ => None,
                 };
                 match close.and_then(|c| arg.get(..=c)) {
-                    Some(header) => Ok(Some(header.to_string())),
+                    Some(header) => Ok(Some(Directive::Include(header.to_string()))),
                     None => fail(
                         arg_at,
                         format!(
@@ -761,10 +816,35 @@ impl<'s> Parser<'s> {
                 }
             }
             "if" | "ifdef" | "ifndef" | "elif" | "else" | "endif" => Ok(None),
-            "define" => fail(
-                start,
-                "#define is not supported: expected #include or a conditional (#if, #ifdef, #ifndef, #else, #endif); write the value in the script instead",
-            ),
+            "define" => {
+                let name_at = start + 1 + (after_hash.len() - body.len()) + name_len;
+                let raw = self.text(span(name_at, end));
+                let rest = raw.trim_start();
+                let name_at = name_at + (raw.len() - rest.len());
+                let n = rest.bytes().take_while(|c| is_ident_char(*c)).count();
+                let name = rest.get(..n).unwrap_or_default();
+                if n == 0 || !rest.as_bytes()[0].is_ascii_alphabetic() && rest.as_bytes()[0] != b'_' {
+                    return fail(
+                        name_at,
+                        format!(
+                            "expected a macro name after #define, found {}",
+                            self.describe_char(name_at)
+                        ),
+                    );
+                }
+                if rest.as_bytes().get(n) == Some(&b'(') {
+                    return fail(
+                        name_at,
+                        format!("#define {name}(...): macros with parameters are not supported by bpfscope run (object-like macros are)"),
+                    );
+                }
+                let body = rest.get(n..).unwrap_or_default();
+                Ok(Some(Directive::Define(Define {
+                    name: name.to_string(),
+                    body: clean_macro_body(body),
+                    span: span(start, end),
+                })))
+            }
             _ => fail(
                 start,
                 format!(
@@ -995,13 +1075,13 @@ impl<'s> Parser<'s> {
                     self.next()?;
                     return Ok(Stmt::Return(t.span));
                 }
-                "break" | "continue" => {
-                    return fail(
-                        t.span.start,
-                        format!(
-                        "expected a statement, found '{w}' (break and continue are not supported)"
-                    ),
-                    )
+                "break" => {
+                    self.next()?;
+                    return Ok(Stmt::Break(t.span));
+                }
+                "continue" => {
+                    self.next()?;
+                    return Ok(Stmt::Continue(t.span));
                 }
                 "else" => {
                     return fail(
@@ -1334,6 +1414,44 @@ impl<'s> Parser<'s> {
         Ok(Some((ty, close.span.end)))
     }
 
+    /// After `(`: a type name and `)` (`struct sock`, `unsigned int *`),
+    /// its text and the position after the `)`; None when it is not one.
+    fn type_in_parens(&self, open: &Token) -> PResult<Option<(String, usize)>> {
+        let mut pos = open.span.end;
+        let mut words = Vec::new();
+        loop {
+            let t = self.lex(pos)?;
+            let Tok::Ident(w) = t.tok else { break };
+            words.push(w);
+            pos = t.span.end;
+        }
+        let typed = matches!(
+            words.first().map(String::as_str),
+            Some("struct" | "union" | "enum")
+        ) || (!words.is_empty()
+            && words.iter().all(|w| SCALAR_TYPES.contains(&w.as_str())));
+        if !typed {
+            return Ok(None);
+        }
+        let mut stars = 0;
+        loop {
+            let t = self.lex(pos)?;
+            if t.is("*") {
+                stars += 1;
+                pos = t.span.end;
+            } else if t.is(")") {
+                let mut ty = words.join(" ");
+                if stars > 0 {
+                    ty.push(' ');
+                    ty.push_str(&"*".repeat(stars));
+                }
+                return Ok(Some((ty, t.span.end)));
+            } else {
+                return Ok(None);
+            }
+        }
+    }
+
     fn postfix(&mut self) -> PResult<Expr> {
         let mut e = self.primary()?;
         loop {
@@ -1409,7 +1527,24 @@ impl<'s> Parser<'s> {
                     ));
                 }
                 if self.peek()?.is("(") {
-                    self.next()?;
+                    let open = self.next()?;
+                    // sizeof(struct task_struct): a type, not an expression.
+                    if name == "sizeof" {
+                        if let Some((ty, close)) = self.type_in_parens(&open)? {
+                            self.pos = close;
+                            let arg = Expr {
+                                kind: ExprKind::TypeName(ty),
+                                span: span(open.span.end, close - 1),
+                            };
+                            return Ok(Expr {
+                                kind: ExprKind::Call {
+                                    name,
+                                    args: vec![arg],
+                                },
+                                span: span(start, close),
+                            });
+                        }
+                    }
                     let (args, close) = self.list(")", Some(&name))?;
                     (ExprKind::Call { name, args }, close)
                 } else {
@@ -1617,6 +1752,7 @@ mod tests {
             ExprKind::Call { name, args } if args.is_empty() => format!("({name})"),
             ExprKind::Call { name, args } => format!("({name} {})", list(args.iter().map(sx))),
             ExprKind::Cast { ty, expr } => format!("(cast '{ty}' {})", sx(expr)),
+            ExprKind::TypeName(t) => format!("(type '{t}')"),
         }
     }
 
@@ -1642,6 +1778,8 @@ mod tests {
             Stmt::Unroll { count, body, .. } => format!("(unroll {count} {})", sx_block(body)),
             Stmt::While { cond, body, .. } => format!("(while {} {})", sx(cond), sx_block(body)),
             Stmt::Return(_) => "return".into(),
+            Stmt::Break(_) => "break".into(),
+            Stmt::Continue(_) => "continue".into(),
         }
     }
 
@@ -1653,7 +1791,9 @@ mod tests {
             | Stmt::If { span, .. }
             | Stmt::Unroll { span, .. }
             | Stmt::While { span, .. }
-            | Stmt::Return(span) => *span,
+            | Stmt::Return(span)
+            | Stmt::Break(span)
+            | Stmt::Continue(span) => *span,
         }
     }
 
@@ -1729,7 +1869,7 @@ mod tests {
                     check_stmt_spans(src, s, sp);
                 }
             }
-            Stmt::Return(_) => {}
+            Stmt::Return(_) | Stmt::Break(_) | Stmt::Continue(_) => {}
         }
     }
 
@@ -2305,9 +2445,10 @@ tracepoint:sched:sched_switch
                 "3:1: expected a probe such as 'BEGIN { ... }', found end of input",
             ),
             (
-                "#define N 5\nBEGIN { }",
-                "1:1: #define is not supported: expected #include or a conditional (#if, #ifdef, #ifndef, #else, #endif); write the value in the script instead",
+                "#define N(x) x\nBEGIN { }",
+                "1:9: #define N(...): macros with parameters are not supported by bpfscope run (object-like macros are)",
             ),
+            ("#define\nBEGIN { }", "1:8: expected a macro name after #define, found '\\n'"),
             (
                 "#pragma once\nBEGIN { }",
                 "1:1: expected #include or a conditional (#if, #ifdef, #ifndef, #else, #endif), found '#pragma'",
@@ -2320,7 +2461,6 @@ tracepoint:sched:sched_switch
             ("BEGIN { args->x = 1; }", "1:9: expected a $variable or @map before '=', found an expression"),
             ("BEGIN { pid++; }", "1:9: expected a $variable or @map with '++', found an expression"),
             ("BEGIN { unroll ($1) { } }", "1:17: expected an integer literal as the unroll count, found '$1'"),
-            ("BEGIN { while (1) { break; } }", "1:21: expected a statement, found 'break' (break and continue are not supported)"),
             ("BEGIN { else { } }", "1:9: expected a statement, found 'else' without an 'if' block before it"),
             ("BEGIN { $x = 1 +; }", "1:17: expected an expression, found ';'"),
             ("BEGIN { $x = 10ms; }", "1:14: invalid integer literal '10ms': expected a digit or the end of the number, found 'm'"),
@@ -2335,7 +2475,7 @@ tracepoint:sched:sched_switch
             ("BEGIN { $ = 1; }", "1:9: expected a variable name, a digit or '#' after '$', found ' '"),
             ("BEGIN { $x = args->; }", "1:20: expected a field name after '->', found ';'"),
             ("BEGIN { $x = (struct)0; }", "1:14: expected a name after 'struct' in the cast, found ')'"),
-            ("BEGIN { $x = sizeof(struct foo); }", "1:21: expected an expression, found 'struct' (type names may only appear in casts)"),
+            ("BEGIN { $x = foo(struct foo); }", "1:18: expected an expression, found 'struct' (type names may only appear in casts)"),
             ("BEGIN { $x = a ? b; }", "1:19: expected ':' in the conditional expression 'c ? a : b', found ';'"),
             ("BEGIN { f(1, 2; }", "1:15: expected ',' or ')' to close the arguments of 'f', found ';'"),
             ("BEGIN { $x = if; }", "1:14: expected an expression, found 'if' (a keyword)"),

@@ -34,6 +34,7 @@ mod kfunc;
 mod parsers;
 mod profile;
 mod run;
+mod run_lang;
 mod runtimes;
 mod targets;
 mod trace;

@@ -13,6 +13,9 @@
  *   syscalls getppid, many times (a known count of one syscall)
  *   dio FILE direct 4 KiB writes to FILE (which must hold N blocks)
  *   dns      getaddrinfo("localhost")
+ *   faults   touches a fresh anonymous page (one page fault)
+ * A last argument "hold" keeps the process (and its mappings) alive after
+ * the N rounds until a signal ends it, so its user stacks can be named.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -110,6 +113,13 @@ int main(int argc, char **argv)
 				return 1;
 			close(fd);
 			free(buf);
+		} else if (!strcmp(what, "faults")) {
+			volatile char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+						MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (p == MAP_FAILED)
+				return 1;
+			p[0] = 1;
+			munmap((void *)p, 4096);
 		} else if (!strcmp(what, "dns")) {
 			struct addrinfo *res = NULL;
 			if (getaddrinfo("localhost", NULL, NULL, &res) == 0)
@@ -118,5 +128,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (!strcmp(argv[argc - 1], "hold"))
+		pause();
 	return 0;
 }

@@ -124,6 +124,7 @@ pub fn kfunc(func: &str, kind: KfuncKind, btf_id: Option<u32>, kprobe_ok: bool) 
             kind: FieldKind::Pointer,
             offset: 0,
             size: 8,
+            array_bytes: 0,
             signed: false,
             arg_slot: Some(0),
             btf: Some(77),

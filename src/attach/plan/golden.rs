@@ -114,6 +114,7 @@ pub fn path(p: &Path) -> String {
         Path::RawTp { name } => format!("raw_tp {name}"),
         Path::Trigger => "trigger".to_string(),
         Path::Clock { hz, cpu } => format!("clock {hz} Hz cpu {cpu:?}"),
+        Path::Perf { ty, config, period } => format!("perf event {ty}:{config} every {period}"),
         Path::Tracepoint { subsys, event } => format!("tracepoint {subsys}:{event}"),
         Path::Uprobe {
             binary,

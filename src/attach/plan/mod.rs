@@ -134,6 +134,9 @@ pub enum Path {
     Trigger,
     /// A software clock sampling every CPU (`profile:hz:N`), or one CPU.
     Clock { hz: u64, cpu: Option<u32> },
+    /// A perf event on every CPU, sampled every `period` occurrences
+    /// (`software:page-faults:100`): perf_event_attr's type and config.
+    Perf { ty: u32, config: u64, period: u64 },
 }
 
 /// How a kernel function probe is attached.
@@ -191,6 +194,7 @@ impl Path {
             },
             Path::Trigger => "run by bpfscope (BPF_PROG_TEST_RUN)",
             Path::Clock { .. } => "perf_event cpu-clock with cookie",
+            Path::Perf { .. } => "perf_event with cookie",
         }
     }
 
@@ -278,8 +282,18 @@ pub struct Plan {
 pub struct VmImage {
     pub code: Vec<bpfscope_bpf::abi::bs_insn>,
     pub srcs: Vec<bs_src>,
-    /// Entries of the plain-value map (`@start[tid] = nsecs`).
-    pub vals: u32,
+    /// The script's maps by id, each a kernel map of its own.
+    pub maps: Vec<VmMap>,
+}
+
+/// One script map's kernel map: per-CPU aggregates or plain values, and
+/// how many entries it holds (keys, times buckets for a histogram).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmMap {
+    /// As the script names it (`@start`).
+    pub name: String,
+    pub agg: bool,
+    pub entries: u32,
 }
 
 impl Plan {

@@ -168,7 +168,7 @@ fn shape_read(shape: Shape) -> Option<Read> {
                 n,
             )
         }
-        Shape::Composite | Shape::Unsupported => return None,
+        Shape::Array { .. } | Shape::Composite | Shape::Unsupported => return None,
     })
 }
 

@@ -64,12 +64,13 @@ static __always_inline u32 bs_bucket(const struct bs_probe_cfg *cfg, u64 v)
 }
 
 /*
- * Adds v to the aggregate of the key in s->key, in `bucket`: the count
- * always, the sum with `sum`, min and max with `minmax` (compared signed
- * with `is_signed`). The verbs and the script machine both update here.
+ * Adds v to the aggregate of the key in s->key, in `bucket`, in `map`
+ * (the verbs' `aggs`, or a script map's own): the count always, the sum
+ * with `sum`, min and max with `minmax` (compared signed with
+ * `is_signed`). Returns -1 when the map is full.
  */
-static __always_inline void bs_agg_add(struct bs_scratch *s, u32 bucket, u64 v,
-				       int sum, int minmax, int is_signed)
+static __always_inline int bs_agg_add_to(void *map, struct bs_scratch *s, u32 bucket, u64 v,
+					 int sum, int minmax, int is_signed)
 {
 	struct bs_key_hdr *hdr = (struct bs_key_hdr *)s->key;
 	struct bs_agg_val *a;
@@ -77,24 +78,22 @@ static __always_inline void bs_agg_add(struct bs_scratch *s, u32 bucket, u64 v,
 
 	hdr->bucket = bucket;
 	hdr->epoch = epoch;
-	a = bpf_map_lookup_elem(&aggs, s->key);
+	a = bpf_map_lookup_elem(map, s->key);
 	if (!a) {
 		struct bs_agg_val zero = {};
 
-		bpf_map_update_elem(&aggs, s->key, &zero, BPF_NOEXIST);
-		a = bpf_map_lookup_elem(&aggs, s->key);
-		if (!a) {
-			bs_count(&lost, BS_LOST_KEYS);
-			return;
-		}
+		bpf_map_update_elem(map, s->key, &zero, BPF_NOEXIST);
+		a = bpf_map_lookup_elem(map, s->key);
+		if (!a)
+			return -1;
 	}
 	/* Atomics: uprobe programs can be preempted by another task on this CPU. */
 	old = __sync_fetch_and_add(&a->count, 1);
 	if (!sum)
-		return;
+		return 0;
 	__sync_fetch_and_add(&a->sum, v);
 	if (!minmax)
-		return;
+		return 0;
 	/* A slot with count 0 has no min/max yet (other CPUs' slots start zeroed). */
 	if (is_signed) {
 		if (!old || (s64)v < a->min)
@@ -107,13 +106,16 @@ static __always_inline void bs_agg_add(struct bs_scratch *s, u32 bucket, u64 v,
 		if (!old || v > (u64)a->max)
 			a->max = v;
 	}
+	return 0;
 }
 
 static __always_inline void bs_aggregate(const struct bs_probe_cfg *cfg,
 					 struct bs_scratch *s, u64 v)
 {
-	bs_agg_add(s, bs_bucket(cfg, v), v, cfg->agg != BS_AGG_COUNT,
-		   cfg->agg == BS_AGG_STATS || cfg->agg == BS_AGG_STATS_SIGN, cfg->value.is_signed);
+	if (bs_agg_add_to(&aggs, s, bs_bucket(cfg, v), v, cfg->agg != BS_AGG_COUNT,
+			  cfg->agg == BS_AGG_STATS || cfg->agg == BS_AGG_STATS_SIGN,
+			  cfg->value.is_signed))
+		bs_count(&lost, BS_LOST_KEYS);
 }
 
 static __always_inline void bs_keys(void *ctx, const struct bs_probe_cfg *cfg,

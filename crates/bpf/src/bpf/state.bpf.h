@@ -68,6 +68,7 @@ struct bs_abi {
 	enum bs_vm_alu vm_alu;
 	enum bs_vm_flags vm_flags;
 	struct bs_insn insn;
+	enum bs_note note;
 };
 const volatile struct bs_abi bs_abi_types = {};
 
@@ -167,16 +168,63 @@ struct {
 } vm_srcs SEC(".maps");
 
 /*
- * A script's plain maps (`@start[tid] = nsecs`): the same key as `aggs`
- * (header with bucket and epoch 0, then map id and key parts) to a number
- * or a string. Key size and entries set at load.
+ * A script's maps, each a kernel map of its own (so each has its own
+ * capacity, and a full one is known by name): the script's map id, the
+ * first word of its key data, indexes the outer array. Aggregations are
+ * per-CPU (struct bs_agg_val per key and bucket, as `aggs`), plain values
+ * (`@start[tid] = nsecs`) a number or a string. The key is struct
+ * bs_key_hdr (bucket; epoch 0) then the key data, of the script's longest
+ * key. User space sizes the inner template's key before load and puts
+ * one inner map per script map in the outer array, sized to its capacity.
  */
+struct bs_vm_aggmap {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(struct bs_key_hdr));
+	__uint(value_size, sizeof(struct bs_agg_val));
+	/* A map's keys come as they come, and most maps hold few. */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+};
+
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__array(values, struct bs_vm_aggmap);
+} vm_aggs SEC(".maps");
+
+/* Preallocated, as bpftrace's: `@start[tid]` inserts and deletes at every event. */
+struct bs_vm_valmap {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1);
 	__uint(key_size, sizeof(struct bs_key_hdr));
 	__uint(value_size, BS_VAL_MAX);
-} vals SEC(".maps");
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__array(values, struct bs_vm_valmap);
+} vm_vals SEC(".maps");
+
+/*
+ * Runs of each probe cut short at BS_VM_STEPS, and updates each map
+ * refused because it was full (enum bs_note): sized at load.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} vm_cut SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} vm_full SEC(".maps");
 
 /* Glob matching state, stepped by bpf_loop so the verifier checks one step. */
 struct bs_glob {

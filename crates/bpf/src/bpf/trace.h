@@ -33,11 +33,15 @@ enum bs_limits {
 	BS_MAX_MATCH = 4,
 	/* Pointers followed by one BTF-typed access such as skb->dev->name. */
 	BS_MAX_DEREF = 4,
-	/* Script machine (vm.bpf.h): registers, string slots, steps per run, instructions in all. */
+	/*
+	 * Script machine (vm.bpf.h): registers, string slots, steps per run
+	 * (bpf_loop's own limit, BPF_MAX_LOOPS: over a million passes of a
+	 * small loop), instructions in all (as a BPF program's 1M).
+	 */
 	BS_VM_REGS = 32,
 	BS_VM_STRS = 8,
-	BS_VM_STEPS = 8192,
-	BS_VM_CODE_MAX = 65536,
+	BS_VM_STEPS = 1 << 23,
+	BS_VM_CODE_MAX = 1 << 20,
 	/* Strings join() reads from an argv-style array. */
 	BS_VM_JOIN_MAX = 16,
 	/* Bytes of a plain (non-aggregating) map value: a number or a string. */
@@ -188,6 +192,24 @@ enum bs_vm_op {
 	BS_VM_READ = 28,   /* r[dst] = arg (1, 2, 4, 8) bytes at address r[a], kernel then user; BS_VMF_SIGNED extends */
 	BS_VM_STREQC = 29, /* r[dst] = sv[a] == constant string arg (strs); imm: at most this many bytes */
 	BS_VM_KEY1 = 30,   /* KEYCLR, then r[a] as the one key part (KEYNUM at 8) */
+	/*
+	 * sv[dst] = an IP address (ntop): byte 0 the family (imm, or r[b] with
+	 * BS_VMF_REGLEN), bytes 8.. the address: r[a]'s 4 bytes (arg 0), 4 or 16
+	 * bytes read at address r[a] (arg 4, 16), or from sv[a] (arg 36, 48).
+	 */
+	BS_VM_NTOP = 31,
+	BS_VM_STRSTR = 32, /* r[dst] = sv[b] occurs in sv[a] (strcontains) */
+	BS_VM_SIGNAL = 33, /* send signal r[a] to the current process (signal(), --unsafe) */
+	/* sv[dst] = buf(): byte 0 the length n (r[b], or imm), then n <= 63 bytes at address r[a] */
+	BS_VM_BUF = 34,
+	BS_VM_USYM = 35,   /* sv[dst] = r[a] at 0, the current tgid at 8 (usym: named in user space) */
+	/*
+	 * for ($kv : @map): the map's entry number r[b] (the map is the key's
+	 * map id, set by KEYCLR) into the key buffer (its key data) and sv[dst]
+	 * (its value; an aggregate's count, sum, min, max); r[a] = 1 when there
+	 * was one, 0 past the last.
+	 */
+	BS_VM_NEXT = 36,
 };
 
 enum bs_vm_alu {
@@ -211,6 +233,7 @@ enum bs_vm_alu {
 	BS_ALU_NOT = 17,  /* !r[a] */
 	BS_ALU_BNOT = 18, /* ~r[a] */
 	BS_ALU_BOOL = 19, /* r[a] != 0 */
+	BS_ALU_BSWAP = 20, /* r[a]'s bytes reversed in its low imm bits (16, 32, 64) */
 };
 
 enum bs_vm_flags {
@@ -301,8 +324,20 @@ enum bs_lost {
 	BS_LOST_KEYS = 1,     /* aggregation map full */
 	BS_LOST_STACKS = 2,   /* stack could not be captured */
 	BS_LOST_UNMATCHED = 3, /* end without a start (latency) */
-	BS_LOST_VM_STEPS = 4, /* a script run out of steps before its end */
-	BS_LOST_NR = 5,
+	BS_LOST_NR = 4,
+};
+
+/*
+ * A script's notices: a record whose header's `probe` has one of these
+ * bits is not an action's. The first run of a probe cut short at
+ * BS_VM_STEPS (the low bits: the probe's index) and the first update a
+ * full map refused (the low bits: the map's id) each send one at once;
+ * vm_cut and vm_full count every occurrence.
+ */
+enum bs_note {
+	BS_NOTE_CUT = 0x40000000,
+	BS_NOTE_FULL = 0x20000000,
+	BS_NOTE_INDEX = 0x0fffffff,
 };
 
 enum bs_target_mode {

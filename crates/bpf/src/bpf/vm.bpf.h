@@ -8,8 +8,11 @@
  * verifier checks one step whatever the script. Values are read through the
  * same readers as filters and keys (read.bpf.h); aggregations go to `aggs`
  * like the verbs' (a map id in the key's first data bytes); plain map
- * values to `vals`; printf, time, join, print, clear and exit become records
- * in the `events` ring buffer, formatted in user space.
+ * script maps are kernel maps of their own (`vm_aggs`, `vm_vals`: arrays of
+ * maps indexed by the map id in the key); printf, time, join, print, clear
+ * and exit become records in the `events` ring buffer, formatted in user
+ * space. A run cut short at BS_VM_STEPS and an update a full map refused
+ * are counted and announced at once (enum bs_note).
  */
 #ifndef BPFSCOPE_VM_BPF_H
 #define BPFSCOPE_VM_BPF_H
@@ -51,6 +54,12 @@ struct bs_vm_ctx {
 #define BS_SV(i) (s->sv[(i) & (BS_VM_STRS - 1)])
 #define BS_KEYDATA (s->key + sizeof(struct bs_key_hdr))
 #define BS_EVDATA (s->ev + sizeof(struct bs_event_hdr))
+
+/* The map id the key being built names (its first word). */
+static __always_inline u32 bs_vm_map_id(struct bs_scratch *s)
+{
+	return *(u64 *)BS_KEYDATA;
+}
 
 static __always_inline u64 bs_vm_alu(const struct bs_insn *in, u64 x, u64 y)
 {
@@ -95,6 +104,9 @@ static __always_inline u64 bs_vm_alu(const struct bs_insn *in, u64 x, u64 y)
 	case BS_ALU_NOT: return !x;
 	case BS_ALU_BNOT: return ~x;
 	case BS_ALU_BOOL: return x != 0;
+	case BS_ALU_BSWAP:
+		return y == 16 ? (u64)__builtin_bswap16(x) :
+		       y == 32 ? (u64)__builtin_bswap32(x) : __builtin_bswap64(x);
 	default: return 0;
 	}
 }
@@ -118,6 +130,109 @@ static __noinline void bs_vm_strptr(char *dst, u64 ptr, u64 max)
 		bpf_probe_read_kernel_str(dst, n, (void *)ptr);
 }
 
+/* ntop(): the family and the address bytes (enum bs_vm_op's BS_VM_NTOP). */
+static __noinline void bs_vm_ntop(char *dst, u64 af, u64 v, const char *from, u32 how)
+{
+	__builtin_memset(dst, 0, BS_STR_MAX);
+	dst[0] = af;
+	switch (how) {
+	case 0:
+		*(u32 *)(dst + 8) = v;
+		break;
+	case 4:
+		bpf_probe_read_kernel(dst + 8, 4, (void *)v);
+		break;
+	case 16:
+		bpf_probe_read_kernel(dst + 8, 16, (void *)v);
+		break;
+	case 36:
+		__builtin_memcpy(dst + 8, from, 4);
+		break;
+	case 48:
+		__builtin_memcpy(dst + 8, from, 16);
+		break;
+	}
+}
+
+/* strcontains(): whether `needle` occurs in `hay` (both NUL-terminated slots). */
+struct bs_strstr {
+	const char *hay;
+	const char *needle;
+	int found;
+};
+
+static int bs_strstr_at(u64 i, struct bs_strstr *c)
+{
+	u32 at = i;
+
+	for (int k = 0; k < BS_STR_MAX; k++) {
+		char n = c->needle[k];
+
+		if (!n) {
+			c->found = 1;
+			return 1;
+		}
+		if (at + k >= BS_STR_MAX || c->hay[(at + k) & (BS_STR_MAX - 1)] != n)
+			return c->hay[at & (BS_STR_MAX - 1)] ? 0 : 1;
+	}
+	return 0;
+}
+
+static __noinline u64 bs_vm_strstr(const char *hay, const char *needle)
+{
+	struct bs_strstr c = { .hay = hay, .needle = needle };
+
+	bpf_loop(BS_STR_MAX, bs_strstr_at, &c, 0);
+	return c.found;
+}
+
+/* buf(): n (at most BS_STR_MAX - 1) bytes at an address, user memory first, after their length. */
+static __noinline void bs_vm_buf(u8 *dst, u64 ptr, u64 n)
+{
+	__builtin_memset(dst, 0, BS_STR_MAX);
+	if (n > BS_STR_MAX - 1)
+		n = BS_STR_MAX - 1;
+	asm volatile("" : "+r"(n));
+	n &= BS_STR_MAX - 1;
+	dst[0] = n;
+	if (!ptr || !n)
+		return;
+	if (bpf_probe_read_user(dst + 1, n, (void *)ptr) < 0)
+		bpf_probe_read_kernel(dst + 1, n, (void *)ptr);
+}
+
+/* for-each: the entry `left` entries on, its key into s->key and its value into `val`. */
+struct bs_next {
+	struct bs_scratch *s;
+	char *val;
+	u64 left;
+	int found;
+};
+
+static long bs_vm_next_cb(void *map, void *key, void *val, struct bs_next *c)
+{
+	if (c->left) {
+		c->left--;
+		return 0;
+	}
+	bpf_probe_read_kernel(c->s->key, start_size, key);
+	bs_copy64(c->val, val);
+	c->found = 1;
+	return 1;
+}
+
+static __noinline u64 bs_vm_next(struct bs_scratch *s, char *val, u64 n)
+{
+	u32 id = bs_vm_map_id(s);
+	void *m = bpf_map_lookup_elem(&vm_vals, &id);
+	struct bs_next c = { .s = s, .val = val, .left = n };
+
+	if (!m)
+		return 0;
+	bpf_for_each_map_elem(m, bs_vm_next_cb, &c, 0);
+	return c.found;
+}
+
 /* join(): the strings of a NULL-terminated pointer array into BS_VM_JOIN_MAX slots. */
 static __noinline void bs_vm_join(u8 *dst, u64 arr)
 {
@@ -133,11 +248,37 @@ static __noinline void bs_vm_join(u8 *dst, u64 arr)
 	}
 }
 
-/* The aggregation update of BS_VM_AGG, on the key in s->key. */
+/*
+ * Counts a notice (enum bs_note) for probe or map `i`, and sends the first
+ * of its kind at once: a header of its own, since s->ev may hold a record
+ * being built.
+ */
+static __noinline void bs_vm_note(u32 what, u32 i)
+{
+	struct bs_event_hdr h = {};
+	u64 *n;
+
+	if (what == BS_NOTE_CUT)
+		n = bpf_map_lookup_elem(&vm_cut, &i);
+	else
+		n = bpf_map_lookup_elem(&vm_full, &i);
+	if (!n || __sync_fetch_and_add(n, 1))
+		return;
+	h.ts_ns = bpf_ktime_get_ns();
+	h.probe = what | (i & BS_NOTE_INDEX);
+	if (bpf_ringbuf_output(&events, &h, sizeof(h), BPF_RB_FORCE_WAKEUP))
+		bs_count(&lost, BS_LOST_EVENTS);
+}
+
+/* The aggregation update of BS_VM_AGG, on the key in s->key, in its map. */
 static __noinline void bs_vm_agg(struct bs_scratch *s, u32 bucket, u64 v, u32 flags)
 {
-	bs_agg_add(s, bucket, v, !(flags & BS_VMF_COUNT), flags & BS_VMF_MINMAX,
-		   flags & BS_VMF_SIGNED);
+	u32 id = bs_vm_map_id(s);
+	void *m = bpf_map_lookup_elem(&vm_aggs, &id);
+
+	if (!m || bs_agg_add_to(m, s, bucket, v, !(flags & BS_VMF_COUNT), flags & BS_VMF_MINMAX,
+				flags & BS_VMF_SIGNED))
+		bs_vm_note(BS_NOTE_FULL, id);
 }
 
 /* A record of a script's action: printf arguments, join's strings... */
@@ -162,11 +303,30 @@ static __always_inline void bs_vm_key_whole(struct bs_scratch *s)
 	((struct bs_key_hdr *)s->key)->epoch = 0;
 }
 
+/* The plain map the key being built names. */
+static __always_inline void *bs_vm_valmap(struct bs_scratch *s)
+{
+	u32 id = bs_vm_map_id(s);
+
+	return bpf_map_lookup_elem(&vm_vals, &id);
+}
+
 /* A plain map's value for key s->key: number or string. */
 static __always_inline void *bs_vm_val(struct bs_scratch *s)
 {
+	void *m = bs_vm_valmap(s);
+
 	bs_vm_key_whole(s);
-	return bpf_map_lookup_elem(&vals, s->key);
+	return m ? bpf_map_lookup_elem(m, s->key) : NULL;
+}
+
+/* vals[key] = the value staged at v (BS_VAL_MAX bytes), for a new key. */
+static __noinline void bs_vm_insert(struct bs_scratch *s, const void *v)
+{
+	void *m = bs_vm_valmap(s);
+
+	if (!m || bpf_map_update_elem(m, s->key, v, BPF_ANY))
+		bs_vm_note(BS_NOTE_FULL, bs_vm_map_id(s));
 }
 
 /*
@@ -369,10 +529,9 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		if (in->op == BS_VM_MSET) {
 			__builtin_memset(s->str.s, 0, BS_STR_MAX);
 			*(u64 *)s->str.s = BS_R(in->a);
-			if (bpf_map_update_elem(&vals, s->key, s->str.s, BPF_ANY))
-				bs_count(&lost, BS_LOST_KEYS);
-		} else if (bpf_map_update_elem(&vals, s->key, BS_SV(in->a), BPF_ANY)) {
-			bs_count(&lost, BS_LOST_KEYS);
+			bs_vm_insert(s, s->str.s);
+		} else {
+			bs_vm_insert(s, BS_SV(in->a));
 		}
 		break;
 	}
@@ -395,15 +554,21 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 			BS_SV(in->dst)[0] = 0;
 		break;
 	}
-	case BS_VM_MDEL:
+	case BS_VM_MDEL: {
 		if (!BS_ON(BS_VM_MDEL))
 			break;
+		u32 id = bs_vm_map_id(s);
+		void *m;
+
 		bs_vm_key_whole(s);
 		if (in->flags & BS_VMF_AGG)
-			bpf_map_delete_elem(&aggs, s->key);
+			m = bpf_map_lookup_elem(&vm_aggs, &id);
 		else
-			bpf_map_delete_elem(&vals, s->key);
+			m = bpf_map_lookup_elem(&vm_vals, &id);
+		if (m)
+			bpf_map_delete_elem(m, s->key);
 		break;
+	}
 	case BS_VM_EVNUM:
 		*(u64 *)(BS_EVDATA + (in->arg & (BS_EVENT_DATA_MAX - 1))) = BS_R(in->a);
 		break;
@@ -439,6 +604,40 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		BS_R(in->dst) = v[0];
 		break;
 	}
+	case BS_VM_NTOP:
+		if (!BS_ON(BS_VM_NTOP))
+			break;
+		bs_vm_ntop(BS_SV(in->dst), in->flags & BS_VMF_REGLEN ? BS_R(in->b) : in->imm,
+			   BS_R(in->a), BS_SV(in->a), in->arg);
+		break;
+	case BS_VM_STRSTR:
+		if (!BS_ON(BS_VM_STRSTR))
+			break;
+		BS_R(in->dst) = bs_vm_strstr(BS_SV(in->a), BS_SV(in->b));
+		break;
+	case BS_VM_SIGNAL:
+		if (!BS_ON(BS_VM_SIGNAL))
+			break;
+		bpf_send_signal(BS_R(in->a));
+		break;
+	case BS_VM_BUF:
+		if (!BS_ON(BS_VM_BUF))
+			break;
+		bs_vm_buf((u8 *)BS_SV(in->dst), BS_R(in->a),
+			  in->flags & BS_VMF_REGLEN ? BS_R(in->b) : in->imm);
+		break;
+	case BS_VM_USYM:
+		if (!BS_ON(BS_VM_USYM))
+			break;
+		__builtin_memset(BS_SV(in->dst), 0, BS_STR_MAX);
+		*(u64 *)BS_SV(in->dst) = BS_R(in->a);
+		*(u64 *)(BS_SV(in->dst) + 8) = bpf_get_current_task_btf()->tgid;
+		break;
+	case BS_VM_NEXT:
+		if (!BS_ON(BS_VM_NEXT))
+			break;
+		BS_R(in->a) = bs_vm_next(s, BS_SV(in->dst), BS_R(in->b));
+		break;
 	default:
 		break;
 	}
@@ -459,7 +658,7 @@ static __always_inline int bs_vm_run(void *ctx, const struct bs_probe_cfg *cfg,
 	s->pc = 0;
 	bpf_loop(BS_VM_STEPS, bs_vm_step, &vc, 0);
 	if (s->pc < vc.len)
-		bs_count(&lost, BS_LOST_VM_STEPS);
+		bs_vm_note(BS_NOTE_CUT, idx);
 	return 0;
 }
 
