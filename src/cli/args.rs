@@ -331,14 +331,10 @@ pub struct SampleArgs {
     )]
     pub frequency: u64,
 
-    /// Stop after this many seconds (Ctrl-C ends earlier)
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value_t = 10.0,
-        allow_negative_numbers = true
-    )]
-    pub duration: f64,
+    /// Stop after this many seconds (Ctrl-C ends earlier) [default: 10,
+    /// or with -- CMD when the command exits]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub duration: Option<f64>,
 
     /// Only this process (all its threads)
     #[arg(

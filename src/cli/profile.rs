@@ -92,7 +92,13 @@ pub fn sampling_config(a: SampleArgs) -> Result<SamplingConfig, Error> {
             a.unwind_memory
         ));
     }
-    let duration = seconds(Some(a.duration), "--duration")?.unwrap_or(Duration::from_secs(10));
+    // A command runs to its end, as under perf record; other targets
+    // have no end of their own.
+    let duration = match seconds(a.duration, "--duration")? {
+        Some(d) => d,
+        None if !a.cmd.is_empty() => crate::profile::UNTIL_STOPPED,
+        None => Duration::from_secs(10),
+    };
     let targets = [a.pid.is_some(), a.cgroup.is_some(), !a.cmd.is_empty()];
     if targets.iter().filter(|&&t| t).count() > 1 {
         return Err(usage!(

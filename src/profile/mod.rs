@@ -23,7 +23,7 @@ use crate::attach::target::Target;
 use crate::bpfmeta::guarded::{Guarded, GuardedSampler};
 use crate::bpfmeta::sideband::SideBand;
 use crate::bpfmeta::stats::{self, StatsGuard};
-use crate::collect::Stopper;
+use crate::collect::{StopReason, Stopper};
 use bpfscope_bpf::profile::types::{bp_note, bp_note_kind};
 use bpfscope_bpf::stack::UserFrame;
 use bpfscope_recording::bpfprog::BpfProg;
@@ -49,11 +49,16 @@ pub enum Mode {
     OffCpu,
 }
 
+/// A `SamplingConfig::duration` that never ends the run: it runs until a
+/// signal or the command's exit (or, in the agent, for good).
+pub const UNTIL_STOPPED: Duration = Duration::MAX;
+
 /// The sampling stage's config: what is sampled, where, how often.
 #[derive(Debug, Clone)]
 pub struct SamplingConfig {
     pub mode: Mode,
     pub frequency: u64,
+    /// `UNTIL_STOPPED`: no deadline.
     pub duration: Duration,
     pub target: Target,
     /// cgroup v2 path, when the target is a cgroup.
@@ -130,7 +135,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     libbpf_log::init(s.verbose);
     bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
     bpfscope_sys::signals::install().context("installing signal handlers")?;
-    let stopper = Stopper::new(Some(s.duration))?;
+    let stopper = Stopper::new((s.duration != UNTIL_STOPPED).then_some(s.duration))?;
     // The command is forked before any BPF object exists, so it can never
     // hold one; it waits at its gate until sampling runs.
     let (gated, tracked) = GatedChild::for_target(&s.target)?;
@@ -202,7 +207,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
 
     // New processes are announced on a ring buffer; their mappings are
     // read right away, while they still exist.
-    follow_processes(
+    let reason = follow_processes(
         &mut session,
         &stopper,
         &mut snapshots,
@@ -210,6 +215,11 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
             .as_mut()
             .map(|b| (b, sideband.as_ref(), &own_progs[..])),
     )?;
+    if let (Some(StopReason::Duration), Target::Command { .. }) = (reason, &s.target) {
+        eprintln!(
+            "bpfscope: --duration ended the profile before the command exited; it is sent SIGTERM when bpfscope exits"
+        );
+    }
     let (blocked_bpf_ns, guarded) = match blocked {
         Some(b) => b.finish(&own_progs),
         None => (Vec::new(), None),
@@ -288,8 +298,9 @@ fn follow_processes(
     stopper: &Stopper,
     snapshots: &mut Snapshots,
     mut blocked: Option<(&mut BlockedBpf, Option<&SideBand>, &[u32])>,
-) -> Result<()> {
+) -> Result<Option<StopReason>> {
     let fresh: RefCell<Vec<Note>> = RefCell::new(Vec::new());
+    let reason;
     {
         let mut builder = RingBufferBuilder::new();
         builder.add(&session.skel.maps.procs, |data: &[u8]| {
@@ -345,7 +356,8 @@ fn follow_processes(
                     }
                 }
             }
-            if stopper.poll().is_some() {
+            if let Some(r) = stopper.poll() {
+                reason = Some(r);
                 break;
             }
         }
@@ -363,7 +375,7 @@ fn follow_processes(
             }
         }
     }
-    Ok(())
+    Ok(reason)
 }
 
 /// A record of the profiler's ring buffer.

@@ -589,6 +589,72 @@ fn pid_and_cgroup_targets() {
     assert!(lines.iter().all(|(f, _)| f[0] == "sp_other"), "{lines:?}");
 }
 
+/// `-- CMD` runs to the command's end however long it takes (no default
+/// --duration cuts it), and bpfscope exits with the command's status, as
+/// `perf record` does: its exit code, or 128 + the signal that ended it.
+#[test]
+#[ignore = "needs root and BPF"]
+fn a_command_runs_to_its_end_and_its_status_is_passed_on() {
+    require_root();
+    let dir = scratch("to-the-end");
+    let w = split();
+    let done = dir.join("done");
+    let out = dir.join("end.folded");
+    // 11 s: past the 10 s every other target defaults to. A run cut
+    // short would send the shell SIGTERM before it wrote `done`.
+    let script = format!(
+        "{} sp_end 11 && touch {} && exit 3",
+        w.display(),
+        done.display()
+    );
+    let t0 = Instant::now();
+    let o = run(&[
+        "profile",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        &script,
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(t0.elapsed() >= Duration::from_secs(11));
+    assert!(done.exists(), "the command was cut short: {}", stderr(&o));
+    assert!(root_weight(&folded(&out), "sp_end") > 0);
+
+    let rec = dir.join("end.bscope");
+    let o = run(&[
+        "record",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        "kill -TERM $$",
+    ]);
+    assert_eq!(o.status.code(), Some(128 + 15), "{}", stderr(&o));
+    assert!(rec.is_file(), "{}", stderr(&o));
+
+    // An explicit --duration still ends the run (and says so); the
+    // command's status is not known then: exit status 0.
+    let o = run(&[
+        "profile",
+        "--duration",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "/bin/sleep",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--duration ended the profile before the command exited"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 fn cgroup2_mount() -> Option<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     info.lines().find_map(|l| {
