@@ -95,7 +95,7 @@ fn report_lost(rec: &Recording) {
             eprintln!("bpfscope: {line}");
         }
     }
-    if let Some(line) = report::sample_accounting(rec) {
+    for line in report::sample_accounting(rec) {
         eprintln!("bpfscope: {line}");
     }
 }

@@ -28,7 +28,8 @@ use bpfscope_bpf::profile::types::{bp_note, bp_note_kind};
 use bpfscope_bpf::stack::UserFrame;
 use bpfscope_recording::bpfprog::BpfProg;
 use bpfscope_recording::{
-    Binary, KernelSymbol, LostCounts, Meta, Recording, RuntimeFrame, Stack, BPF_RUN_TIME,
+    Binary, CpuAccount, KernelSymbol, LostCounts, Meta, Recording, RuntimeFrame, Stack,
+    BPF_RUN_TIME,
 };
 use bpfscope_symbolize::kernel;
 use bpfscope_sys::pod;
@@ -448,11 +449,13 @@ fn read_out(
     let mut stacks = session.read_stacks()?;
     let mut bpf_sampled = 0;
     let mut guarded_lost = 0;
+    let mut guarded_per_cpu: HashMap<u32, u64> = HashMap::new();
     if let Some((g, own)) = guarded {
         guarded_lost = g.lost + g.no_room;
-        let extra = guarded_stacks(g, &all_progs, &own, &stacks);
+        let (extra, per_cpu) = guarded_stacks(g, &all_progs, &own, &stacks);
         bpf_sampled = extra.iter().map(|s| s.count).sum();
         stacks.extend(extra);
+        guarded_per_cpu = per_cpu;
     }
     let kernel_addrs: BTreeSet<u64> = stacks
         .iter()
@@ -477,7 +480,10 @@ fn read_out(
     for pid in pids {
         snapshots.snapshot(pid);
     }
-    let lost = session.lost()?;
+    let mut lost = session.lost()?;
+    for c in &mut lost.cpus {
+        c.guarded = guarded_per_cpu.get(&c.cpu).copied().unwrap_or(0);
+    }
     Ok(Sampled {
         bpf_sampled,
         guarded_lost,
@@ -607,8 +613,13 @@ impl BlockedBpf {
 
 /// The second sampler's samples inside guarded programs (not bpfscope's
 /// own) or the kernel code that runs them, as stacks with kernel frames
-/// only, named by the process's comm.
-fn guarded_stacks(g: Guarded, progs: &[BpfProg], own: &[u32], seen: &[RawStack]) -> Vec<RawStack> {
+/// only, named by the process's comm; and how many there were per CPU.
+fn guarded_stacks(
+    g: Guarded,
+    progs: &[BpfProg],
+    own: &[u32],
+    seen: &[RawStack],
+) -> (Vec<RawStack>, HashMap<u32, u64>) {
     let guarded: Vec<&BpfProg> = progs
         .iter()
         .filter(|p| GUARDED_TYPES.contains(&p.prog_type.as_str()) && !own.contains(&p.id))
@@ -620,7 +631,7 @@ fn guarded_stacks(g: Guarded, progs: &[BpfProg], own: &[u32], seen: &[RawStack])
     let addrs: Vec<u64> = g
         .samples
         .iter()
-        .flat_map(|(_, c)| c.iter().copied())
+        .flat_map(|(_, _, c)| c.iter().copied())
         .collect::<BTreeSet<u64>>()
         .into_iter()
         .collect();
@@ -628,7 +639,8 @@ fn guarded_stacks(g: Guarded, progs: &[BpfProg], own: &[u32], seen: &[RawStack])
     let table = kernel::KernelTable::new(&syms);
     let in_glue = |a: u64| table.lookup(a).is_some_and(|k| k.name == "trace_call_bpf");
     let mut agg: HashMap<(u32, Vec<u64>), u64> = HashMap::new();
-    for (pid, chain) in g.samples {
+    let mut per_cpu: HashMap<u32, u64> = HashMap::new();
+    for (pid, cpu, chain) in g.samples {
         // Return addresses are one past the call.
         let hit = chain.iter().any(|&a| {
             in_glue(a)
@@ -638,10 +650,12 @@ fn guarded_stacks(g: Guarded, progs: &[BpfProg], own: &[u32], seen: &[RawStack])
         });
         if hit {
             *agg.entry((pid, chain)).or_default() += 1;
+            *per_cpu.entry(cpu).or_default() += 1;
         }
     }
     let mut comms: HashMap<u32, String> = HashMap::new();
-    agg.into_iter()
+    let stacks = agg
+        .into_iter()
         .map(|((pid, kernel), n)| {
             let comm = comms
                 .entry(pid)
@@ -664,7 +678,8 @@ fn guarded_stacks(g: Guarded, progs: &[BpfProg], own: &[u32], seen: &[RawStack])
                 user: Vec::new(),
             }
         })
-        .collect()
+        .collect();
+    (stacks, per_cpu)
 }
 
 fn read_comm(pid: u32) -> Option<String> {
@@ -939,6 +954,21 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         user_stacks: s.user,
         lost: Some(lost),
         cpus: sampled.cpus,
+        cpu_accounts: sampled
+            .lost
+            .cpus
+            .iter()
+            .map(|c| CpuAccount {
+                cpu: c.cpu,
+                clock_ns: c.clock_ns,
+                runs: c.runs,
+                idle: c.idle,
+                other: c.other,
+                keys: c.keys,
+                idle_ns: c.idle_ns,
+                guarded: c.guarded,
+            })
+            .collect(),
     };
     Recording {
         meta,
