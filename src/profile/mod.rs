@@ -827,7 +827,8 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
     let mut stacks = Vec::with_capacity(sampled.stacks.len());
     let mut runtime_frames: Vec<RuntimeFrame> = Vec::new();
     let mut runtime_index: HashMap<RuntimeFrame, u32> = HashMap::new();
-    // Processes with frames in anonymous memory and no perf map to name them.
+    // Processes with frames in anonymous executable memory and no perf map
+    // to name them.
     let mut no_jit_map: BTreeSet<u32> = BTreeSet::new();
     for (prog, samples) in blocked_samples(s, sampled) {
         lost.bpf_estimated += samples;
@@ -884,22 +885,29 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
                     }
                 },
                 UserFrame::Interp(..) => {}
-                UserFrame::Ip(ip) => match sampled.snapshots.resolve(r.tgid, ip) {
-                    Some((file, off)) if file.build_id.is_some() => {
-                        let id = file.build_id.as_deref().unwrap_or_default();
-                        user_binary.push(intern(id));
-                        user_offset.push(off);
-                    }
-                    _ => {
-                        lost.unresolved_frames += 1;
-                        if !sampled.snapshots.has_jit(r.tgid) {
-                            no_jit_map.insert(r.tgid);
+                UserFrame::Ip(ip) | UserFrame::Anon(ip) => {
+                    match sampled.snapshots.resolve(r.tgid, ip) {
+                        Some((file, off)) if file.build_id.is_some() => {
+                            let id = file.build_id.as_deref().unwrap_or_default();
+                            user_binary.push(intern(id));
+                            user_offset.push(off);
                         }
-                        unresolved = true;
-                        user_binary.push(0);
-                        user_offset.push(ip);
+                        _ => {
+                            lost.unresolved_frames += 1;
+                            // The hint to write a perf map is for code that
+                            // really ran from anonymous executable memory, not
+                            // for frames sampled before a process's mappings
+                            // were read.
+                            if !sampled.snapshots.has_jit(r.tgid) && matches!(f, UserFrame::Anon(_))
+                            {
+                                no_jit_map.insert(r.tgid);
+                            }
+                            unresolved = true;
+                            user_binary.push(0);
+                            user_offset.push(ip);
+                        }
                     }
-                },
+                }
             }
         }
         if unresolved {
@@ -1005,7 +1013,7 @@ fn runtime_frame(
                 }
             }
         }),
-        UserFrame::Ip(ip) if sampled.snapshots.resolve(pid, ip).is_none() => {
+        UserFrame::Ip(ip) | UserFrame::Anon(ip) if sampled.snapshots.resolve(pid, ip).is_none() => {
             let j = sampled.snapshots.jit_symbol(pid, ip)?;
             lost.jit_frames += 1;
             Some(RuntimeFrame {

@@ -454,9 +454,38 @@ fn go_rows<'a, R: ReadRef<'a>>(elf: &ElfFile64<'a, Endianness, R>, data: R) -> V
         })
         .map(|(e, _)| e)
         .collect();
-    t.sp_deltas()
+    // The signal restorer (the handler returns into it, RSP at the
+    // kernel's ucontext): Go's table gives it no frame, so the return
+    // address would be read from the ucontext's first word (its flags, 7).
+    let restorers: std::collections::HashSet<u64> = t
+        .functions()
+        .filter(|(_, n)| {
+            matches!(
+                n.as_ref(),
+                "runtime.sigreturn" | "runtime.sigreturn__sigaction"
+            )
+        })
+        .map(|(e, _)| e)
+        .collect();
+    let mut rows: Vec<Row> = t
+        .sp_deltas()
         .into_iter()
         .filter_map(|r| {
+            if restorers.contains(&r.func) {
+                // From its entry - 1, as glibc's __restore_rt FDE does: a
+                // handler's return address is the entry, looked up 1 back.
+                return Some(Row {
+                    start: if r.start == r.func {
+                        r.start - 1
+                    } else {
+                        r.start
+                    },
+                    end: r.end,
+                    rule: Rule::sigcontext(true),
+                    unsupported: None,
+                    rbp_dropped: false,
+                });
+            }
             let delta = u32::try_from(r.sp_delta).ok()?;
             Some(Row {
                 start: r.start,
@@ -479,7 +508,18 @@ fn go_rows<'a, R: ReadRef<'a>>(elf: &ElfFile64<'a, Endianness, R>, data: R) -> V
                 rbp_dropped: false,
             })
         })
-        .collect()
+        .collect();
+    // The byte before a restorer is its own (padding, or the end of the
+    // function before it).
+    for &e in &restorers {
+        for r in rows.iter_mut() {
+            if r.start < e - 1 && r.end > e - 1 && r.rule != Rule::sigcontext(true) {
+                r.end = e - 1;
+            }
+        }
+    }
+    rows.retain(|r| r.start < r.end);
+    rows
 }
 
 /// Address ranges, for "does [s, e) meet any of them".
