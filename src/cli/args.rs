@@ -410,6 +410,10 @@ pub struct ProfileArgs {
     /// Output file; the format follows the extension: .svg, .folded, .pb.gz (pprof), .json; default: top functions on stdout
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Folded stacks and flame graphs: a frame per thread name under each
+    /// process (perf's comm sort key); JSON and pprof always carry it
+    #[arg(long)]
+    pub by_thread: bool,
     #[command(flatten)]
     pub symbols: SymbolArgs,
 }
@@ -436,6 +440,10 @@ pub struct ReportArgs {
     /// Output file; the format follows the extension: .svg, .folded, .pb.gz (pprof), .json; default: top functions on stdout
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Folded stacks and flame graphs: a frame per thread name under each
+    /// process (perf's comm sort key); JSON and pprof always carry it
+    #[arg(long)]
+    pub by_thread: bool,
     #[command(flatten)]
     pub symbols: SymbolArgs,
     /// Say where symbols came from

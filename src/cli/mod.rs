@@ -159,6 +159,7 @@ impl Settings {
                     .transpose()?,
                 sample: profile::sampling_config(a.sample)?,
                 symbols: profile::symbol_config(a.symbols)?,
+                by_thread: a.by_thread,
             })),
             Command::Record(a) => Settings::Record(Box::new(profile::RecordSettings {
                 sample: profile::sampling_config(a.sample)?,
@@ -172,6 +173,7 @@ impl Settings {
                 input: a.input,
                 symbols: profile::symbol_config(a.symbols)?,
                 verbose: a.verbose,
+                by_thread: a.by_thread,
             })),
             Command::Agent(a) => Settings::Agent(Box::new(agent::AgentArgs {
                 config: a.config,

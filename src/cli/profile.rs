@@ -25,6 +25,8 @@ pub struct ProfileSettings {
     /// None: print the top functions.
     pub output: Option<(PathBuf, Format)>,
     pub symbols: SymbolConfig,
+    /// A frame per thread name under each process (`--by-thread`).
+    pub by_thread: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -39,6 +41,7 @@ pub struct ReportSettings {
     pub output: Option<(PathBuf, Format)>,
     pub symbols: SymbolConfig,
     pub verbose: bool,
+    pub by_thread: bool,
 }
 
 /// What `symbolize` looks addresses up in.
@@ -122,7 +125,8 @@ pub fn sampling_config(a: SampleArgs) -> Result<SamplingConfig, Error> {
         max_stacks: a.max_stacks,
         max_depth: a.max_depth,
         unwind_entries: a.unwind_memory * (1 << 20) / 8,
-        labels: false,
+        // Samples keyed by thread name too: every output names threads.
+        labels: true,
         runtimes: runtimes(&a.lang)?,
         verbose: a.verbose,
     })

@@ -26,7 +26,7 @@ pub fn profile(s: ProfileSettings) -> Result<()> {
     };
     // `sampled` (and the descriptors it holds) lives until symbolizing is done.
     let rec = crate::profile::to_recording(&s.sample, &sampled, true);
-    emit(&rec, output, &s.symbols, s.sample.verbose)
+    emit(&rec, output, &s.symbols, s.sample.verbose, s.by_thread)
 }
 
 pub fn record(s: RecordSettings) -> Result<()> {
@@ -57,7 +57,7 @@ pub fn record(s: RecordSettings) -> Result<()> {
 pub fn report(s: ReportSettings) -> Result<()> {
     let output = reserve(s.output.as_ref())?;
     let rec = format::read(&s.input).map_err(|e| crate::usage!("{e}"))?;
-    emit(&rec, output, &s.symbols, s.verbose)
+    emit(&rec, output, &s.symbols, s.verbose, s.by_thread)
 }
 
 /// Samples until the run ends; None when a signal came before sampling
@@ -106,9 +106,11 @@ fn emit(
     output: Option<(PendingFile, Format)>,
     symbols: &bpfscope_symbolize::SymbolConfig,
     verbose: bool,
+    by_thread: bool,
 ) -> Result<()> {
     let mut resolver = Resolver::new(symbols, true);
-    let (profile, reports) = report::recording(rec, &mut resolver);
+    let (mut profile, reports) = report::recording(rec, &mut resolver);
+    profile.by_thread = by_thread;
     if verbose {
         for r in &reports {
             match &r.found {

@@ -442,6 +442,8 @@ pub struct ProfileDocument {
 pub struct ProfileStack {
     pub pid: u32,
     pub comm: String,
+    /// The thread's name (the process's where none was recorded).
+    pub thread: String,
     pub count: u64,
     pub value: u64,
     /// Leaf first.
@@ -451,6 +453,8 @@ pub struct ProfileStack {
 /// One frame of a profile stack.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProfileFrame {
+    /// What code it is: kernel, bpf, native, python, jit or unknown.
+    pub kind: &'static str,
     /// Hex: a file offset (user), a kernel address, or a raw address.
     pub address: String,
     pub module: Option<String>,

@@ -23,6 +23,9 @@ pub struct Profile {
     pub samples: Vec<Sample>,
     /// Things the reader should know (losses, binaries without symbols).
     pub notes: Vec<String>,
+    /// Folded stacks and flame graphs get a frame per thread name under
+    /// each process.
+    pub by_thread: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -181,6 +184,65 @@ fn runtime_mapping(p: &mut Profile, kind: &str) -> usize {
 
 /// Mapping name of Python frames: named `function (file.py:LINE)`.
 pub const PYTHON_MAPPING: &str = "[python]";
+/// Mapping name of JIT frames a perf map or jitdump named.
+pub const JIT_MAPPING: &str = "[jit]";
+
+/// What kind of code a frame is, for flame graph colors and JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FrameKind {
+    /// The process (and thread) frames at the root of folded stacks.
+    Process,
+    Kernel,
+    /// A BPF program's JIT code (and its source lines).
+    Bpf,
+    /// Machine code of an ELF file (C, C++, Rust, Go...).
+    Native,
+    Python,
+    /// JIT code named from a perf map or jitdump.
+    Jit,
+    /// A raw address no file or runtime explained.
+    Unknown,
+}
+
+impl FrameKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FrameKind::Process => "process",
+            FrameKind::Kernel => "kernel",
+            FrameKind::Bpf => "bpf",
+            FrameKind::Native => "native",
+            FrameKind::Python => "python",
+            FrameKind::Jit => "jit",
+            FrameKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl Profile {
+    /// The kind of code at a location.
+    pub fn kind(&self, loc: &Location) -> FrameKind {
+        let Some(m) = self.mappings.get(loc.mapping) else {
+            return FrameKind::Unknown;
+        };
+        if m.kernel {
+            let bpf = loc
+                .lines
+                .first()
+                .is_some_and(|l| l.function.starts_with("bpf_prog_"));
+            return if bpf {
+                FrameKind::Bpf
+            } else {
+                FrameKind::Kernel
+            };
+        }
+        match m.name.as_str() {
+            PYTHON_MAPPING => FrameKind::Python,
+            JIT_MAPPING => FrameKind::Jit,
+            "[unknown]" => FrameKind::Unknown,
+            _ => FrameKind::Native,
+        }
+    }
+}
 
 /// The kernel, each binary (index + 1 as in the recording) and [unknown]
 /// last, whose index is returned.

@@ -733,6 +733,116 @@ fn samples_are_accounted_per_cpu_with_idle_time_as_idle() {
     );
 }
 
+/// Thread names in every output: a frame per thread under the process in
+/// folded stacks and flame graphs with --by-thread, `thread` in JSON, the
+/// `thread_name` label in pprof; and flame graphs colored by frame kind
+/// with a legend.
+#[test]
+#[ignore = "needs root and BPF"]
+fn thread_names_in_every_output_and_frame_kinds_in_flame_graphs() {
+    require_root();
+    let dir = scratch("threads");
+    let w = workload_with("workers", &["-pthread"]);
+    let rec = dir.join("w.bscope");
+    ok(&sample(
+        "record",
+        &[],
+        &rec,
+        &[w.to_str().unwrap(), "wk_names", "2", "2"],
+    ));
+    let out = |name: &str, extra: &[&str]| {
+        let p = dir.join(name);
+        let mut args = vec!["report", rec.to_str().unwrap(), "-o", p.to_str().unwrap()];
+        args.extend(extra);
+        ok(&run(&args));
+        p
+    };
+    let lines = folded(&out("t.folded", &["--by-thread"]));
+    let total = root_weight(&lines, "wk_names");
+    for t in ["worker-0", "worker-1"] {
+        let n = weight_with(&lines, "wk_names", &[t]);
+        let spin = lines
+            .iter()
+            .filter(|(f, _)| f.len() > 2 && f[1] == t && f.iter().any(|x| x == "worker_spin"))
+            .map(|(_, n)| n)
+            .sum::<u64>();
+        assert!(n * 5 > total, "{t}: {n} of {total}\n{lines:?}");
+        assert!(spin * 10 > n * 8, "{t}: {spin} of {n} in worker_spin");
+    }
+    // Without --by-thread the process is the root and its callers follow.
+    let plain = folded(&out("p.folded", &[]));
+    assert!(plain.iter().all(|(f, _)| f[1] != "worker-0"), "{plain:?}");
+
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out("t.json", &[])).unwrap()).unwrap();
+    let threads: std::collections::BTreeSet<&str> = json["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["thread"].as_str())
+        .collect();
+    assert!(
+        threads.contains("worker-0") && threads.contains("worker-1"),
+        "{threads:?}"
+    );
+    let kinds: std::collections::BTreeSet<&str> = json["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["frames"].as_array().unwrap().iter())
+        .filter_map(|f| f["kind"].as_str())
+        .collect();
+    assert!(
+        kinds.contains("native") && kinds.contains("kernel"),
+        "{kinds:?}"
+    );
+
+    let pb = out("t.pb.gz", &[]);
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&pb).unwrap())
+        .read_to_end(&mut raw)
+        .unwrap();
+    // The label's value is in the string table, next to its key.
+    let text = String::from_utf8_lossy(&raw);
+    assert!(
+        text.contains("thread_name") && text.contains("worker-1"),
+        "no thread_name label in the pprof"
+    );
+
+    let svg = std::fs::read_to_string(out("t.svg", &["--by-thread"])).unwrap();
+    assert!(svg.contains("<g id=\"legend\">"), "no legend");
+    // Each frame's fill by its title: kernel frames orange, the workload's
+    // own red to yellow, threads aqua.
+    let fill_of = |name: &str| -> Option<(u8, u8, u8)> {
+        let at = svg.find(&format!("<title>{name} ("))?;
+        let rest = &svg[at..];
+        let f = rest.split("fill=\"rgb(").nth(1)?.split(')').next()?;
+        let v: Vec<u8> = f.split(',').filter_map(|x| x.parse().ok()).collect();
+        Some((v[0], v[1], v[2]))
+    };
+    let (r, g, b) = fill_of("worker_spin").expect("worker_spin in the graph");
+    assert!(r >= 200 && b <= 80 && g >= 50, "native {r},{g},{b}");
+    let (r, g, b) = fill_of("worker-0").expect("thread frame");
+    assert!(r < 170 && g >= 190 && b >= 190, "thread {r},{g},{b}");
+    // Kernel frames (named in the JSON) are orange.
+    let kernel_names: Vec<&str> = json["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["frames"].as_array().unwrap().iter())
+        .filter(|f| f["kind"] == "kernel")
+        .filter_map(|f| f["functions"][0]["name"].as_str())
+        .collect();
+    let (r, g, b) = kernel_names
+        .iter()
+        .find_map(|n| fill_of(n))
+        .unwrap_or_else(|| panic!("no kernel frame drawn: {kernel_names:?}"));
+    assert!(
+        r >= 220 && (120..=180).contains(&g) && b <= 60,
+        "kernel {r},{g},{b}"
+    );
+}
+
 fn cgroup2_mount() -> Option<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     info.lines().find_map(|l| {
