@@ -309,16 +309,89 @@ fn user_locations(
                 bpfscope_sys::buildid::hex(&b.build_id)
             ));
         }
-        for (&o, r) in offs.iter().zip(results) {
+        let mut lines: Vec<Vec<FuncLine>> = results
+            .into_iter()
+            .map(|r| r.map(|r| r.lines).unwrap_or_default())
+            .collect();
+        if lines.iter().any(Vec::is_empty) {
+            name_by_unwind_tables(
+                b,
+                found.as_ref().map(|f| f.path.as_path()),
+                offs,
+                &mut lines,
+            );
+        }
+        for (&o, l) in offs.iter().zip(lines) {
             loc_index.insert((i + 1, o), p.locations.len());
             p.locations.push(Location {
                 mapping: i + 1,
                 address: o,
-                lines: r.map(|r| r.lines).unwrap_or_default(),
+                lines: l,
             });
         }
     }
     reports
+}
+
+/// Names the offsets no symbol named after the function their unwind
+/// table entry (FDE) covers, `libfoo.so+0x15b80` at the FDE's first byte:
+/// one frame per function of a stripped file, not one per address.
+fn name_by_unwind_tables(
+    b: &bpfscope_recording::Binary,
+    symbol_file: Option<&Path>,
+    offs: &[u64],
+    lines: &mut [Vec<FuncLine>],
+) {
+    // The file itself has the CFI (a separate debug file's .eh_frame is
+    // empty); the symbol file is tried first, being at hand.
+    let table = symbol_file
+        .into_iter()
+        .chain(b.paths.iter().map(Path::new))
+        .find_map(|p| {
+            let t = bpfscope_unwind::compile(p).ok()?;
+            Some((t, p))
+        });
+    let Some((table, path)) = table else {
+        return;
+    };
+    let segments = if b.segments.is_empty() {
+        bpfscope_symbolize::elf::inspect(path)
+            .map(|i| i.segments)
+            .unwrap_or_default()
+    } else {
+        b.segments.clone()
+    };
+    let base = b
+        .paths
+        .iter()
+        .find(|p| !p.starts_with("/proc/self/fd/"))
+        .and_then(|p| Path::new(p).file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    let Some(base) = base else {
+        return;
+    };
+    for (&o, l) in offs.iter().zip(lines.iter_mut()) {
+        if !l.is_empty() {
+            continue;
+        }
+        let Some(seg) = segments
+            .iter()
+            .find(|s| s.executable && o >= s.file_offset && o < s.file_offset + s.file_size)
+        else {
+            continue;
+        };
+        let vaddr = o - seg.file_offset + seg.vaddr;
+        if let Some((start, _)) = table.function_at(vaddr) {
+            let Some(at) = (start + seg.file_offset).checked_sub(seg.vaddr) else {
+                continue;
+            };
+            l.push(FuncLine {
+                function: format!("{base}+{at:#x}"),
+                file: None,
+                line: 0,
+            });
+        }
+    }
 }
 
 /// A kernel address's name: BPF JIT code first (kallsyms may no longer,

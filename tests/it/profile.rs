@@ -240,6 +240,44 @@ fn stripped_binary_with_debug_file_in_build_id_dir() {
         0,
         "a stripped binary has no such symbol without its debug file"
     );
+    // Its unnamed code is one frame per function (the unwind table's FDE),
+    // named at the function's first byte: every sample in spin (whatever
+    // its address) is `split-stripped+<spin's offset>`, each caller too.
+    let nm = Command::new("nm").arg(split()).output().unwrap();
+    let sym = |name: &str| -> u64 {
+        let t = String::from_utf8_lossy(&nm.stdout);
+        let l = t
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(name))
+            .unwrap_or_else(|| panic!("{name} in nm"));
+        u64::from_str_radix(l.split_whitespace().next().unwrap(), 16).unwrap() - exec_bias(&split())
+    };
+    let frame = |name: &str| format!("split-stripped+{:#x}", sym(name));
+    let spin = weight_with(
+        &lines,
+        "sp_strip",
+        &[
+            &frame("main"),
+            &frame("alpha_caller"),
+            &frame("alpha_work"),
+            &frame("spin"),
+        ],
+    ) + weight_with(
+        &lines,
+        "sp_strip",
+        &[
+            &frame("main"),
+            &frame("beta_caller"),
+            &frame("beta_work"),
+            &frame("spin"),
+        ],
+    );
+    let total = root_weight(&lines, "sp_strip");
+    assert!(
+        spin as f64 >= 0.9 * total as f64,
+        "{spin} of {total} in {} by FDE: {lines:?}",
+        frame("spin")
+    );
     let with = dir.join("debug.folded");
     ok(&run(&[
         "report",

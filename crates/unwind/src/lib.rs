@@ -107,6 +107,9 @@ pub struct UnwindTable {
     entries: Vec<Entry>,
     stats: Stats,
     invalid_cfi: Vec<(u64, u64)>,
+    /// Every FDE's range, sorted: the bounds of the functions the CFI
+    /// describes, which a stripped file's symbols no longer give.
+    functions: Vec<(u64, u64)>,
 }
 
 /// Rows that became `Cfa::Unsupported`, by reason.
@@ -361,6 +364,9 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         stats.debug_frame_fdes = stats.fdes - before;
     }
 
+    let mut functions = ranges.clone();
+    functions.sort_unstable();
+    functions.dedup();
     // Go code has no CFI (only a cgo binary's C code does): its functions'
     // stack-pointer deltas give the rule wherever no FDE does.
     if !go.is_empty() {
@@ -416,6 +422,7 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         entries,
         stats,
         invalid_cfi,
+        functions,
     })
 }
 
