@@ -40,6 +40,8 @@ pub enum Command {
     Report(ReportArgs),
     /// Print function, file and line for addresses or file offsets
     Symbolize(SymbolizeArgs),
+    /// Live view of the functions taking CPU, by self and total samples, like perf top
+    Top(TopArgs),
     /// Run continuously: whole-host CPU profiles in windows and kernel metrics, served over HTTP (Prometheus, pprof) and pushed to a profile store
     Agent(AgentArgs),
     /// Run a bpftrace-language script or one-liner on the precompiled programs (no compiler)
@@ -416,6 +418,85 @@ pub struct ProfileArgs {
     pub by_thread: bool,
     #[command(flatten)]
     pub symbols: SymbolArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Samples per second on each CPU (software cpu-clock)
+    #[arg(
+        short = 'F',
+        long = "frequency",
+        value_name = "HZ",
+        default_value_t = 99
+    )]
+    pub frequency: u64,
+
+    /// Only this process (all its threads); the view ends when it exits
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        allow_negative_numbers = true
+    )]
+    pub pid: Option<i64>,
+
+    /// Seconds between refreshes
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
+    pub interval: f64,
+
+    /// The view covers the samples of the last SECS seconds
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 5.0,
+        allow_negative_numbers = true
+    )]
+    pub window: f64,
+
+    /// Stop after this many seconds
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub duration: Option<f64>,
+
+    /// Sort by self or total samples (keys s and t switch in the view)
+    #[arg(long, value_enum, default_value_t = TopSort::SelfSamples)]
+    pub sort: TopSort,
+
+    /// Rows shown [default: the terminal's height]
+    #[arg(short = 'n', long, value_name = "N")]
+    pub rows: Option<usize>,
+
+    /// One JSON object per refresh (the default when stdout is not a terminal)
+    #[arg(long)]
+    pub json: bool,
+
+    /// User-space frames only
+    #[arg(long, conflicts_with = "kernel_only")]
+    pub user_only: bool,
+
+    /// Kernel frames only
+    #[arg(long)]
+    pub kernel_only: bool,
+
+    /// Language runtimes whose frames to name (python, jit, none)
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
+    pub lang: Vec<Lang>,
+
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+}
+
+/// What `top` sorts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TopSort {
+    #[value(name = "self")]
+    SelfSamples,
+    #[value(name = "total")]
+    Total,
 }
 
 #[derive(Debug, Args)]

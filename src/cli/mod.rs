@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use args::{BpfCommand, KeyArgs, OutputArgs, ProbeArgs, TargetArgs};
-pub use args::{Cli, Command};
+pub use args::{Cli, Command, TopSort};
 
 pub use crate::attach::plan::{Action, Buckets, PlanConfig};
 pub use crate::attach::session::LoadConfig;
@@ -88,6 +88,7 @@ pub enum Settings {
     Record(Box<profile::RecordSettings>),
     Report(Box<profile::ReportSettings>),
     Symbolize(Box<profile::SymbolizeSettings>),
+    Top(Box<profile::TopSettings>),
     Agent(Box<agent::AgentArgs>),
     Run(Box<RunSettings>),
 }
@@ -175,6 +176,7 @@ impl Settings {
                 verbose: a.verbose,
                 by_thread: a.by_thread,
             })),
+            Command::Top(a) => Settings::Top(Box::new(profile::top_settings(a)?)),
             Command::Agent(a) => Settings::Agent(Box::new(agent::AgentArgs {
                 config: a.config,
                 listen: a.listen,

@@ -29,6 +29,19 @@ pub struct ProfileSettings {
     pub by_thread: bool,
 }
 
+/// `top`: a live profile, refreshed.
+#[derive(Debug, Clone)]
+pub struct TopSettings {
+    pub sample: SamplingConfig,
+    pub interval: Duration,
+    pub window: Duration,
+    pub duration: Option<Duration>,
+    pub sort: super::args::TopSort,
+    pub rows: Option<usize>,
+    pub json: bool,
+    pub symbols: SymbolConfig,
+}
+
 #[derive(Debug, Clone)]
 pub struct RecordSettings {
     pub sample: SamplingConfig,
@@ -129,6 +142,57 @@ pub fn sampling_config(a: SampleArgs) -> Result<SamplingConfig, Error> {
         labels: true,
         runtimes: runtimes(&a.lang)?,
         verbose: a.verbose,
+    })
+}
+
+pub fn top_settings(a: super::args::TopArgs) -> Result<TopSettings, Error> {
+    if a.frequency == 0 || a.frequency > MAX_FREQUENCY {
+        return Err(usage!(
+            "-F {}: must be between 1 and {MAX_FREQUENCY} Hz",
+            a.frequency
+        ));
+    }
+    let interval = seconds(Some(a.interval), "--interval")?.unwrap_or(Duration::from_secs(1));
+    let window = seconds(Some(a.window), "--window")?.unwrap_or(Duration::from_secs(5));
+    if window < interval {
+        return Err(usage!(
+            "--window {}: shorter than --interval {}; give a window of at least one refresh",
+            a.window,
+            a.interval
+        ));
+    }
+    if a.rows == Some(0) {
+        return Err(usage!("-n 0: show at least one row"));
+    }
+    let target = parse_target(&TargetArgs {
+        pid: a.pid,
+        duration: None,
+        interval: None,
+        cmd: Vec::new(),
+    })?;
+    Ok(TopSettings {
+        sample: SamplingConfig {
+            mode: Mode::Cpu,
+            frequency: a.frequency,
+            duration: crate::profile::UNTIL_STOPPED,
+            target,
+            cgroup: None,
+            kernel: !a.user_only,
+            user: !a.kernel_only,
+            max_stacks: 16384,
+            max_depth: 127,
+            unwind_entries: 32 * (1 << 20) / 8,
+            labels: false,
+            runtimes: runtimes(&a.lang)?,
+            verbose: false,
+        },
+        interval,
+        window,
+        duration: seconds(a.duration, "--duration")?,
+        sort: a.sort,
+        rows: a.rows,
+        json: a.json,
+        symbols: symbol_config(a.symbols)?,
     })
 }
 

@@ -6,6 +6,8 @@ pub mod bpf;
 pub mod list;
 pub mod profile;
 pub mod run;
+pub mod term;
+pub mod top;
 pub mod trace;
 
 use anyhow::Result;
@@ -29,6 +31,7 @@ pub fn run(settings: Settings) -> Result<()> {
         Settings::Record(s) => profile::record(*s),
         Settings::Report(s) => profile::report(*s),
         Settings::Symbolize(s) => profile::symbolize(*s),
+        Settings::Top(s) => top::run(*s),
         Settings::Bpf(s) => bpf::run(s),
         Settings::Agent(s) => agent::run(*s),
         Settings::Run(s) => run::run(*s),

@@ -2,6 +2,7 @@
 //! perf events, off-CPU via sched_switch), snapshots of mappings for raw
 //! frames, and the recording format that carries it all to `report`.
 
+pub mod live;
 pub mod maps;
 pub mod python;
 pub mod session;

@@ -472,6 +472,22 @@ pub struct FrameFunction {
     pub line: u32,
 }
 
+/// One refresh of `bpfscope top --json`: the functions of the samples of
+/// the last `seconds`, heaviest first by the sort in use.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopRefresh {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// 1 for the first refresh.
+    pub refresh: u64,
+    /// The time the counts cover, in seconds.
+    pub seconds: f64,
+    pub samples: u64,
+    /// "self" or "total".
+    pub sort: &'static str,
+    pub functions: Vec<TopFunction>,
+}
+
 /// A function's self and total weight in a profile (the `top` of the JSON
 /// document; the table on stdout).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

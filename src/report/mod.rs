@@ -89,8 +89,30 @@ pub struct BinaryReport {
     pub symbolized: usize,
 }
 
+/// Names already found, kept across the profiles of one live run (`top`
+/// symbolizes each refresh's stacks; most of their frames were named
+/// before).
+#[derive(Default)]
+pub struct NameCache {
+    /// (build id, call site) -> the functions there, outer first.
+    user: HashMap<(Vec<u8>, u64), Vec<FuncLine>>,
+    /// Symbol files by build id (None: none found).
+    found: HashMap<Vec<u8>, Option<(PathBuf, Origin)>>,
+    /// Unwind tables (function bounds) of stripped files, by build id.
+    tables: HashMap<Vec<u8>, Option<(bpfscope_unwind::UnwindTable, PathBuf)>>,
+}
+
 /// Symbolizes a recording into a profile.
 pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<BinaryReport>) {
+    recording_cached(rec, resolver, &mut NameCache::default())
+}
+
+/// `recording`, looking names up in `cache` first and keeping new ones there.
+pub fn recording_cached(
+    rec: &Recording,
+    resolver: &mut Resolver,
+    cache: &mut NameCache,
+) -> (Profile, Vec<BinaryReport>) {
     let mut p = Profile {
         mode: rec.meta.mode.clone(),
         frequency_hz: rec.meta.frequency_hz,
@@ -100,7 +122,7 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
     };
     let unknown = mappings(rec, &mut p);
     let mut loc_index: HashMap<(usize, u64), usize> = HashMap::new();
-    let reports = user_locations(rec, resolver, &mut p, &mut loc_index);
+    let reports = user_locations(rec, resolver, &mut p, &mut loc_index, cache);
     let ktable = kernel::KernelTable::new(&rec.kernel_symbols);
     for s in &rec.stacks {
         let mut locs = Vec::with_capacity(s.kernel.len() + s.user_binary.len());
@@ -276,6 +298,7 @@ fn user_locations(
     resolver: &mut Resolver,
     p: &mut Profile,
     loc_index: &mut HashMap<(usize, u64), usize>,
+    cache: &mut NameCache,
 ) -> Vec<BinaryReport> {
     let mut per_bin: Vec<Vec<u64>> = vec![Vec::new(); rec.binaries.len()];
     for s in &rec.stacks {
@@ -290,15 +313,55 @@ fn user_locations(
         offs.sort_unstable();
         offs.dedup();
         let b = &rec.binaries[i];
-        let found = resolver.find(&b.build_id, &b.paths);
+        let found = cache
+            .found
+            .entry(b.build_id.clone())
+            .or_insert_with(|| {
+                resolver
+                    .find(&b.build_id, &b.paths)
+                    .map(|f| (f.path, f.origin))
+            })
+            .clone();
+        // Only offsets not named before are looked up.
+        let todo: Vec<u64> = offs
+            .iter()
+            .copied()
+            .filter(|&o| !cache.user.contains_key(&(b.build_id.clone(), o)))
+            .collect();
         let results = match &found {
-            Some(f) => resolver.offsets(&f.path, &b.segments, offs),
-            None => vec![None; offs.len()],
+            Some((path, _)) if !todo.is_empty() => resolver.offsets(path, &b.segments, &todo),
+            _ => vec![None; todo.len()],
         };
-        let symbolized = results.iter().filter(|r| r.is_some()).count();
+        let mut new_lines: Vec<Vec<FuncLine>> = results
+            .into_iter()
+            .map(|r| r.map(|r| r.lines).unwrap_or_default())
+            .collect();
+        if new_lines.iter().any(Vec::is_empty) {
+            let table = cache
+                .tables
+                .entry(b.build_id.clone())
+                .or_insert_with(|| unwind_table(b, found.as_ref().map(|f| f.0.as_path())));
+            if let Some((t, path)) = table {
+                name_by_unwind_tables(b, t, path, &todo, &mut new_lines);
+            }
+        }
+        for (o, l) in todo.iter().zip(new_lines) {
+            cache.user.insert((b.build_id.clone(), *o), l);
+        }
+        let lines: Vec<Vec<FuncLine>> = offs
+            .iter()
+            .map(|&o| {
+                cache
+                    .user
+                    .get(&(b.build_id.clone(), o))
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect();
+        let symbolized = lines.iter().filter(|l| !l.is_empty()).count();
         reports.push(BinaryReport {
             build_id: bpfscope_sys::buildid::hex(&b.build_id),
-            found: found.as_ref().map(|f| (f.path.clone(), f.origin)),
+            found: found.clone(),
             frames: offs.len(),
             symbolized,
         });
@@ -308,18 +371,6 @@ fn user_locations(
                 b.paths.first().map_or("a binary", String::as_str),
                 bpfscope_sys::buildid::hex(&b.build_id)
             ));
-        }
-        let mut lines: Vec<Vec<FuncLine>> = results
-            .into_iter()
-            .map(|r| r.map(|r| r.lines).unwrap_or_default())
-            .collect();
-        if lines.iter().any(Vec::is_empty) {
-            name_by_unwind_tables(
-                b,
-                found.as_ref().map(|f| f.path.as_path()),
-                offs,
-                &mut lines,
-            );
         }
         for (&o, l) in offs.iter().zip(lines) {
             loc_index.insert((i + 1, o), p.locations.len());
@@ -333,27 +384,29 @@ fn user_locations(
     reports
 }
 
+/// A binary's unwind table, for its functions' bounds: the file itself
+/// has the CFI (a separate debug file's .eh_frame is empty); the symbol
+/// file is tried first, being at hand.
+fn unwind_table(
+    b: &bpfscope_recording::Binary,
+    symbol_file: Option<&Path>,
+) -> Option<(bpfscope_unwind::UnwindTable, PathBuf)> {
+    symbol_file
+        .into_iter()
+        .chain(b.paths.iter().map(Path::new))
+        .find_map(|p| Some((bpfscope_unwind::compile(p).ok()?, p.to_path_buf())))
+}
+
 /// Names the offsets no symbol named after the function their unwind
 /// table entry (FDE) covers, `libfoo.so+0x15b80` at the FDE's first byte:
 /// one frame per function of a stripped file, not one per address.
 fn name_by_unwind_tables(
     b: &bpfscope_recording::Binary,
-    symbol_file: Option<&Path>,
+    table: &bpfscope_unwind::UnwindTable,
+    path: &Path,
     offs: &[u64],
     lines: &mut [Vec<FuncLine>],
 ) {
-    // The file itself has the CFI (a separate debug file's .eh_frame is
-    // empty); the symbol file is tried first, being at hand.
-    let table = symbol_file
-        .into_iter()
-        .chain(b.paths.iter().map(Path::new))
-        .find_map(|p| {
-            let t = bpfscope_unwind::compile(p).ok()?;
-            Some((t, p))
-        });
-    let Some((table, path)) = table else {
-        return;
-    };
     let segments = if b.segments.is_empty() {
         bpfscope_symbolize::elf::inspect(path)
             .map(|i| i.segments)

@@ -34,6 +34,7 @@ mod profile;
 mod run;
 mod runtimes;
 mod targets;
+mod top;
 mod trace;
 mod unwind;
 mod uprobes;
