@@ -42,6 +42,8 @@ pub enum Command {
     Symbolize(SymbolizeArgs),
     /// Live view of the functions taking CPU, by self and total samples, like perf top
     Top(TopArgs),
+    /// Compare two profiles (recordings or folded files): functions by change, differential flame graph
+    Diff(DiffArgs),
     /// Run continuously: whole-host CPU profiles in windows and kernel metrics, served over HTTP (Prometheus, pprof) and pushed to a profile store
     Agent(AgentArgs),
     /// Run a bpftrace-language script or one-liner on the precompiled programs (no compiler)
@@ -486,6 +488,30 @@ pub struct TopArgs {
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
     pub lang: Vec<Lang>,
 
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The baseline: a recording (`bpfscope record`) or folded stacks
+    #[arg(value_name = "BASE")]
+    pub base: PathBuf,
+    /// The profile compared with it, of the same kind
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+    /// Differential flame graph (.svg: red grew, blue shrank) or difffolded lines (.folded: stack BASE NEW)
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Rows of the table of functions [default: 25, 10 with -o]
+    #[arg(short = 'n', long, value_name = "N")]
+    pub rows: Option<usize>,
+    /// One JSON object per function instead of the table
+    #[arg(long)]
+    pub json: bool,
+    /// Recordings: a frame per thread name under each process
+    #[arg(long)]
+    pub by_thread: bool,
     #[command(flatten)]
     pub symbols: SymbolArgs,
 }

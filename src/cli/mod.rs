@@ -89,6 +89,7 @@ pub enum Settings {
     Report(Box<profile::ReportSettings>),
     Symbolize(Box<profile::SymbolizeSettings>),
     Top(Box<profile::TopSettings>),
+    Diff(Box<profile::DiffSettings>),
     Agent(Box<agent::AgentArgs>),
     Run(Box<RunSettings>),
 }
@@ -177,6 +178,7 @@ impl Settings {
                 by_thread: a.by_thread,
             })),
             Command::Top(a) => Settings::Top(Box::new(profile::top_settings(a)?)),
+            Command::Diff(a) => Settings::Diff(Box::new(profile::diff_settings(a)?)),
             Command::Agent(a) => Settings::Agent(Box::new(agent::AgentArgs {
                 config: a.config,
                 listen: a.listen,

@@ -29,6 +29,46 @@ pub struct ProfileSettings {
     pub by_thread: bool,
 }
 
+/// `diff BASE NEW`.
+#[derive(Debug, Clone)]
+pub struct DiffSettings {
+    pub base: PathBuf,
+    pub new: PathBuf,
+    /// A differential flame graph, or difffolded lines.
+    pub output: Option<(PathBuf, Format)>,
+    pub rows: Option<usize>,
+    pub json: bool,
+    pub by_thread: bool,
+    pub symbols: SymbolConfig,
+}
+
+pub fn diff_settings(a: super::args::DiffArgs) -> Result<DiffSettings, Error> {
+    for p in [&a.base, &a.new] {
+        if !p.is_file() {
+            return Err(usage!("{}: no such file", p.display()));
+        }
+    }
+    let output = match a.output {
+        Some(p) => match output_format(&p)? {
+            f @ (Format::Svg | Format::Folded) => Some((p, f)),
+            _ => return Err(usage!(
+                "-o {}: diff writes .svg (a differential flame graph) or .folded (stack BASE NEW)",
+                p.display()
+            )),
+        },
+        None => None,
+    };
+    Ok(DiffSettings {
+        base: a.base,
+        new: a.new,
+        output,
+        rows: a.rows,
+        json: a.json,
+        by_thread: a.by_thread,
+        symbols: symbol_config(a.symbols)?,
+    })
+}
+
 /// `top`: a live profile, refreshed.
 #[derive(Debug, Clone)]
 pub struct TopSettings {

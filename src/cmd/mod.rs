@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod bpf;
+pub mod diff;
 pub mod list;
 pub mod profile;
 pub mod run;
@@ -20,7 +21,11 @@ pub fn run(settings: Settings) -> Result<()> {
     // the first one ends them at once.
     if matches!(
         settings,
-        Settings::List(_) | Settings::Report(_) | Settings::Symbolize(_) | Settings::Completions(_)
+        Settings::List(_)
+            | Settings::Report(_)
+            | Settings::Symbolize(_)
+            | Settings::Completions(_)
+            | Settings::Diff(_)
     ) {
         bpfscope_sys::signals::die_on_next();
     }
@@ -32,6 +37,7 @@ pub fn run(settings: Settings) -> Result<()> {
         Settings::Report(s) => profile::report(*s),
         Settings::Symbolize(s) => profile::symbolize(*s),
         Settings::Top(s) => top::run(*s),
+        Settings::Diff(s) => diff::run(*s),
         Settings::Bpf(s) => bpf::run(s),
         Settings::Agent(s) => agent::run(*s),
         Settings::Run(s) => run::run(*s),

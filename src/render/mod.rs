@@ -4,6 +4,7 @@
 //! flame graphs, pprof, JSON or a top table.
 
 pub mod bpftrace;
+pub mod diff;
 pub mod flame;
 #[cfg(test)]
 mod golden;

@@ -472,6 +472,21 @@ pub struct FrameFunction {
     pub line: u32,
 }
 
+/// A function of `bpfscope diff --json`: its share of each profile's
+/// samples (percent), self and total, and the change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DiffFunction {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: String,
+    pub base_self: f64,
+    pub new_self: f64,
+    pub self_delta: f64,
+    pub base_total: f64,
+    pub new_total: f64,
+    pub total_delta: f64,
+}
+
 /// One refresh of `bpfscope top --json`: the functions of the samples of
 /// the last `seconds`, heaviest first by the sort in use.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -881,6 +881,115 @@ fn thread_names_in_every_output_and_frame_kinds_in_flame_graphs() {
     );
 }
 
+/// `diff` of two recordings of one workload whose split moves from 3:1
+/// (alpha 75%) to 3:3 (50%): alpha's total share drops by 25 points and
+/// beta's grows by as much, within sampling error; the differential flame
+/// graph and the difffolded lines agree, and folded files give the same
+/// table as the recordings.
+#[test]
+#[ignore = "needs root and BPF"]
+fn diff_of_two_recordings_shows_the_known_change() {
+    require_root();
+    let dir = scratch("diff");
+    let w = split();
+    let (base, new) = (dir.join("base.bscope"), dir.join("new.bscope"));
+    ok(&sample(
+        "record",
+        &[],
+        &base,
+        &[w.to_str().unwrap(), "sp_diff", "3"],
+    ));
+    ok(&sample(
+        "record",
+        &[],
+        &new,
+        &[w.to_str().unwrap(), "sp_diff", "3", "beta", "3"],
+    ));
+    let table = |a: &Path, b: &Path| -> Vec<serde_json::Value> {
+        json_lines(&ok(&run(&[
+            "diff",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--json",
+            "-n",
+            "1000",
+        ])))
+    };
+    let rows = table(&base, &new);
+    let get = |rows: &[serde_json::Value], f: &str, k: &str| {
+        rows.iter()
+            .find(|r| r["function"] == f)
+            .unwrap_or_else(|| panic!("{f} in {rows:?}"))[k]
+            .as_f64()
+            .unwrap()
+    };
+    let (a, b) = (
+        get(&rows, "alpha_caller", "total_delta"),
+        get(&rows, "beta_caller", "total_delta"),
+    );
+    assert!((-31.0..=-19.0).contains(&a), "alpha {a}\n{rows:?}");
+    assert!((19.0..=31.0).contains(&b), "beta {b}");
+    assert!(get(&rows, "spin", "self_delta").abs() < 3.0, "{rows:?}");
+    // The same from folded files.
+    let (bf, nf) = (dir.join("base.folded"), dir.join("new.folded"));
+    ok(&run(&[
+        "report",
+        base.to_str().unwrap(),
+        "-o",
+        bf.to_str().unwrap(),
+    ]));
+    ok(&run(&[
+        "report",
+        new.to_str().unwrap(),
+        "-o",
+        nf.to_str().unwrap(),
+    ]));
+    let frows = table(&bf, &nf);
+    assert!((get(&frows, "alpha_caller", "total_delta") - a).abs() < 1e-9);
+    // The flame graph and difffolded lines.
+    let svg = dir.join("d.svg");
+    let text = ok(&run(&[
+        "diff",
+        base.to_str().unwrap(),
+        new.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+    ]));
+    assert!(
+        text.contains("alpha_caller") && text.contains("DELTA"),
+        "{text}"
+    );
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(svg.contains("red: grew from BASE to NEW"), "no subtitle");
+    let dfolded = dir.join("d.folded");
+    ok(&run(&[
+        "diff",
+        bf.to_str().unwrap(),
+        nf.to_str().unwrap(),
+        "-o",
+        dfolded.to_str().unwrap(),
+    ]));
+    let lines = std::fs::read_to_string(dfolded).unwrap();
+    let (mut old, mut now) = (0u64, 0u64);
+    for l in lines.lines() {
+        let f: Vec<&str> = l.rsplitn(3, ' ').collect();
+        now += f[0].parse::<u64>().unwrap();
+        old += f[1].parse::<u64>().unwrap();
+    }
+    // BASE is scaled to NEW's total (rounding down per stack).
+    assert!(old <= now && old * 100 >= now * 95, "{old} vs {now}");
+    // Bad input: one line, exit 2.
+    let o = run(&["diff", base.to_str().unwrap(), "/nonexistent.folded"]);
+    assert_usage_error(&o, "missing file");
+    std::fs::write(dir.join("bad.folded"), "not folded\n").unwrap();
+    let o = run(&[
+        "diff",
+        base.to_str().unwrap(),
+        dir.join("bad.folded").to_str().unwrap(),
+    ]);
+    assert_usage_error(&o, "not folded");
+}
+
 fn cgroup2_mount() -> Option<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     info.lines().find_map(|l| {
