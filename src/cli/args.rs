@@ -44,6 +44,8 @@ pub enum Command {
     Top(TopArgs),
     /// Compare two profiles (recordings or folded files): functions by change, differential flame graph
     Diff(DiffArgs),
+    /// Samples per source line and per instruction of a function in a recording, like perf annotate
+    Annotate(AnnotateArgs),
     /// Run continuously: whole-host CPU profiles in windows and kernel metrics, served over HTTP (Prometheus, pprof) and pushed to a profile store
     Agent(AgentArgs),
     /// Run a bpftrace-language script or one-liner on the precompiled programs (no compiler)
@@ -512,6 +514,21 @@ pub struct DiffArgs {
     /// Recordings: a frame per thread name under each process
     #[arg(long)]
     pub by_thread: bool,
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct AnnotateArgs {
+    /// A recording made by `bpfscope record`
+    #[arg(value_name = "RECORDING")]
+    pub input: PathBuf,
+    /// The function, as profiles name it (demangled)
+    #[arg(value_name = "FUNCTION")]
+    pub function: String,
+    /// One JSON object instead of text
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub symbols: SymbolArgs,
 }

@@ -90,6 +90,7 @@ pub enum Settings {
     Symbolize(Box<profile::SymbolizeSettings>),
     Top(Box<profile::TopSettings>),
     Diff(Box<profile::DiffSettings>),
+    Annotate(Box<profile::AnnotateSettings>),
     Agent(Box<agent::AgentArgs>),
     Run(Box<RunSettings>),
 }
@@ -179,6 +180,7 @@ impl Settings {
             })),
             Command::Top(a) => Settings::Top(Box::new(profile::top_settings(a)?)),
             Command::Diff(a) => Settings::Diff(Box::new(profile::diff_settings(a)?)),
+            Command::Annotate(a) => Settings::Annotate(Box::new(profile::annotate_settings(a)?)),
             Command::Agent(a) => Settings::Agent(Box::new(agent::AgentArgs {
                 config: a.config,
                 listen: a.listen,

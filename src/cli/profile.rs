@@ -29,6 +29,27 @@ pub struct ProfileSettings {
     pub by_thread: bool,
 }
 
+/// `annotate RECORDING FUNCTION`.
+#[derive(Debug, Clone)]
+pub struct AnnotateSettings {
+    pub input: PathBuf,
+    pub function: String,
+    pub json: bool,
+    pub symbols: SymbolConfig,
+}
+
+pub fn annotate_settings(a: super::args::AnnotateArgs) -> Result<AnnotateSettings, Error> {
+    if a.function.trim().is_empty() {
+        return Err(usage!("annotate: name a function"));
+    }
+    Ok(AnnotateSettings {
+        input: a.input,
+        function: a.function,
+        json: a.json,
+        symbols: symbol_config(a.symbols)?,
+    })
+}
+
 /// `diff BASE NEW`.
 #[derive(Debug, Clone)]
 pub struct DiffSettings {
@@ -51,10 +72,12 @@ pub fn diff_settings(a: super::args::DiffArgs) -> Result<DiffSettings, Error> {
     let output = match a.output {
         Some(p) => match output_format(&p)? {
             f @ (Format::Svg | Format::Folded) => Some((p, f)),
-            _ => return Err(usage!(
+            _ => {
+                return Err(usage!(
                 "-o {}: diff writes .svg (a differential flame graph) or .folded (stack BASE NEW)",
                 p.display()
-            )),
+            ))
+            }
         },
         None => None,
     };

@@ -26,6 +26,7 @@ pub fn run(settings: Settings) -> Result<()> {
             | Settings::Symbolize(_)
             | Settings::Completions(_)
             | Settings::Diff(_)
+            | Settings::Annotate(_)
     ) {
         bpfscope_sys::signals::die_on_next();
     }
@@ -38,6 +39,7 @@ pub fn run(settings: Settings) -> Result<()> {
         Settings::Symbolize(s) => profile::symbolize(*s),
         Settings::Top(s) => top::run(*s),
         Settings::Diff(s) => diff::run(*s),
+        Settings::Annotate(s) => profile::annotate(*s),
         Settings::Bpf(s) => bpf::run(s),
         Settings::Agent(s) => agent::run(*s),
         Settings::Run(s) => run::run(*s),

@@ -271,3 +271,25 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
         r => r.context("writing symbols"),
     }
 }
+
+/// `annotate RECORDING FUNCTION`.
+pub fn annotate(s: crate::cli::profile::AnnotateSettings) -> Result<()> {
+    let rec = format::read(&s.input).map_err(|e| crate::usage!("{e}"))?;
+    let mut resolver = Resolver::new(&s.symbols, true);
+    let a = report::annotate::annotate(&rec, &mut resolver, &s.function)
+        .map_err(|e| crate::usage!("{e}"))?;
+    for n in resolver.notes() {
+        eprintln!("bpfscope: {n}");
+    }
+    let doc = crate::render::annotate::document(&a);
+    let mut out = BufWriter::new(io::stdout());
+    let r = if s.json {
+        write_json(&mut out, &doc)
+    } else {
+        crate::render::annotate::write_text(&mut out, &doc)
+    };
+    match r.and_then(|_| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("writing the annotation"),
+    }
+}

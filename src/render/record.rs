@@ -472,6 +472,44 @@ pub struct FrameFunction {
     pub line: u32,
 }
 
+/// `bpfscope annotate --json`: a function's samples per source line and
+/// per instruction.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FunctionAnnotate {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: String,
+    pub binary: String,
+    pub build_id: String,
+    pub samples: u64,
+    pub profile_samples: u64,
+    pub in_kernel: u64,
+    pub undecoded: u64,
+    /// Heaviest first.
+    pub lines: Vec<AnnotatedLine>,
+    /// In address order.
+    pub instructions: Vec<AnnotatedInstruction>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnnotatedLine {
+    pub file: String,
+    pub line: u32,
+    pub count: u64,
+    pub source: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnnotatedInstruction {
+    /// Hex file offset, and ELF virtual address.
+    pub offset: String,
+    pub address: String,
+    pub text: String,
+    pub count: u64,
+    pub file: Option<String>,
+    pub line: u32,
+}
+
 /// A function of `bpfscope diff --json`: its share of each profile's
 /// samples (percent), self and total, and the change.
 #[derive(Debug, Clone, PartialEq, Serialize)]

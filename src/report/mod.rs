@@ -3,6 +3,8 @@
 //! model every output format is rendered from. The only place that knows
 //! both the recording format and the symbolizer.
 
+pub mod annotate;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

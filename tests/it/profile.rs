@@ -990,6 +990,87 @@ fn diff_of_two_recordings_shows_the_known_change() {
     assert_usage_error(&o, "not folded");
 }
 
+/// `annotate` of a function whose loop has one hot line of dependent
+/// multiplications and one cheap line: the hot line holds most samples,
+/// every sample is on one of the function's instructions, and the
+/// instructions are in address order with their source lines.
+#[test]
+#[ignore = "needs root and BPF"]
+fn annotate_finds_the_hot_line_and_its_instructions() {
+    require_root();
+    let dir = scratch("annotate");
+    let w = workload_with("hotline", &["-O0"]);
+    let rec = dir.join("hot.bscope");
+    ok(&sample(
+        "record",
+        &[],
+        &rec,
+        &[w.to_str().unwrap(), "hl_anno", "2"],
+    ));
+    let src = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/hotline.c"),
+    )
+    .unwrap();
+    let line_of = |mark: &str| {
+        src.lines()
+            .position(|l| l.contains(mark) && !l.trim_start().starts_with('*'))
+            .unwrap() as u64
+            + 1
+    };
+    let (hot, cold) = (line_of("/* HOT */"), line_of("/* COLD */"));
+    let out = ok(&run(&[
+        "annotate",
+        rec.to_str().unwrap(),
+        "hot_loop",
+        "--json",
+    ]));
+    let a: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(a["type"], "annotate");
+    let samples = a["samples"].as_u64().unwrap();
+    assert!(samples > 300, "{out}");
+    let lines = a["lines"].as_array().unwrap();
+    assert_eq!(lines[0]["line"].as_u64(), Some(hot), "{lines:?}");
+    assert!(lines[0]["file"].as_str().unwrap().ends_with("hotline.c"));
+    assert!(lines[0]["source"].as_str().unwrap().contains("/* HOT */"));
+    let hot_n = lines[0]["count"].as_u64().unwrap();
+    assert!(hot_n * 10 >= samples * 7, "hot line {hot_n} of {samples}");
+    let cold_n = lines
+        .iter()
+        .find(|l| l["line"].as_u64() == Some(cold))
+        .map_or(0, |l| l["count"].as_u64().unwrap());
+    assert!(cold_n * 5 < hot_n, "cold {cold_n} hot {hot_n}");
+    let ins = a["instructions"].as_array().unwrap();
+    let on_ins: u64 = ins.iter().map(|i| i["count"].as_u64().unwrap()).sum();
+    assert_eq!(on_ins + a["undecoded"].as_u64().unwrap(), samples);
+    assert_eq!(a["undecoded"], 0, "{out}");
+    let addrs: Vec<u64> = ins
+        .iter()
+        .map(|i| {
+            u64::from_str_radix(i["offset"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+        })
+        .collect();
+    assert!(addrs.windows(2).all(|w| w[0] < w[1]));
+    assert!(ins
+        .iter()
+        .any(|i| i["text"].as_str().unwrap().starts_with("imul")));
+    // Most samples sit on the hot line's instructions.
+    let on_hot: u64 = ins
+        .iter()
+        .filter(|i| i["line"].as_u64() == Some(hot))
+        .map(|i| i["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(on_hot, hot_n);
+    // The text form, and a function that was not sampled.
+    let text = ok(&run(&["annotate", rec.to_str().unwrap(), "hot_loop"]));
+    assert!(
+        text.contains("By source line:") && text.contains("By instruction:"),
+        "{text}"
+    );
+    let o = run(&["annotate", rec.to_str().unwrap(), "no_such_function"]);
+    assert_usage_error(&o, "unsampled function");
+    assert!(stderr(&o).contains("hot_loop"), "{}", stderr(&o));
+}
+
 fn cgroup2_mount() -> Option<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     info.lines().find_map(|l| {
