@@ -291,8 +291,8 @@ fn bounds(code: &Path, segments: &[Segment], offsets: &[(u64, u64)]) -> (u64, u6
         .map_or(lo, |o| o.0);
     let fde = (|| {
         let seg = segment(segments, hottest)?;
-        let table = bpfscope_unwind::compile(code).ok()?;
-        let (s, e) = table.function_at(hottest - seg.file_offset + seg.vaddr)?;
+        let functions = bpfscope_unwind::functions(code).ok()?;
+        let (s, e) = functions.at(hottest - seg.file_offset + seg.vaddr)?;
         Some((
             s - seg.vaddr + seg.file_offset,
             e - seg.vaddr + seg.file_offset,

@@ -101,12 +101,20 @@ pub struct NameCache {
     /// Symbol files by build id (None: none found).
     found: HashMap<Vec<u8>, Option<(PathBuf, Origin)>>,
     /// Unwind tables (function bounds) of stripped files, by build id.
-    tables: HashMap<Vec<u8>, Option<(bpfscope_unwind::UnwindTable, PathBuf)>>,
+    tables: HashMap<Vec<u8>, Option<(bpfscope_unwind::Functions, PathBuf)>>,
+    /// One report, not a live run: each file's symbolizer state and unwind
+    /// table are let go once its offsets are named (memory bounded by
+    /// the largest file).
+    streaming: bool,
 }
 
 /// Symbolizes a recording into a profile.
 pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<BinaryReport>) {
-    recording_cached(rec, resolver, &mut NameCache::default())
+    let mut cache = NameCache {
+        streaming: true,
+        ..Default::default()
+    };
+    recording_cached(rec, resolver, &mut cache)
 }
 
 /// `recording`, looking names up in `cache` first and keeping new ones there.
@@ -350,6 +358,10 @@ fn user_locations(
         for (o, l) in todo.iter().zip(new_lines) {
             cache.user.insert((b.build_id.clone(), *o), l);
         }
+        if cache.streaming {
+            cache.tables.remove(&b.build_id);
+            resolver.release();
+        }
         let lines: Vec<Vec<FuncLine>> = offs
             .iter()
             .map(|&o| {
@@ -386,17 +398,20 @@ fn user_locations(
     reports
 }
 
-/// A binary's unwind table, for its functions' bounds: the file itself
-/// has the CFI (a separate debug file's .eh_frame is empty); the symbol
-/// file is tried first, being at hand.
+/// A binary's functions' bounds (its FDEs): the file itself has the CFI
+/// (a separate debug file's .eh_frame is empty); the symbol file is tried
+/// first, being at hand.
 fn unwind_table(
     b: &bpfscope_recording::Binary,
     symbol_file: Option<&Path>,
-) -> Option<(bpfscope_unwind::UnwindTable, PathBuf)> {
+) -> Option<(bpfscope_unwind::Functions, PathBuf)> {
     symbol_file
         .into_iter()
         .chain(b.paths.iter().map(Path::new))
-        .find_map(|p| Some((bpfscope_unwind::compile(p).ok()?, p.to_path_buf())))
+        .find_map(|p| {
+            let f = bpfscope_unwind::functions(p).ok()?;
+            (!f.is_empty()).then(|| (f, p.to_path_buf()))
+        })
 }
 
 /// Names the offsets no symbol named after the function their unwind
@@ -404,7 +419,7 @@ fn unwind_table(
 /// one frame per function of a stripped file, not one per address.
 fn name_by_unwind_tables(
     b: &bpfscope_recording::Binary,
-    table: &bpfscope_unwind::UnwindTable,
+    table: &bpfscope_unwind::Functions,
     path: &Path,
     offs: &[u64],
     lines: &mut [Vec<FuncLine>],
@@ -436,7 +451,7 @@ fn name_by_unwind_tables(
             continue;
         };
         let vaddr = o - seg.file_offset + seg.vaddr;
-        if let Some((start, _)) = table.function_at(vaddr) {
+        if let Some((start, _)) = table.at(vaddr) {
             let Some(at) = (start + seg.file_offset).checked_sub(seg.vaddr) else {
                 continue;
             };

@@ -212,6 +212,13 @@ impl Resolver {
         }
     }
 
+    /// Lets go of every file the symbolizer has opened and parsed (its
+    /// mappings and indexes): a report symbolizes one file after another,
+    /// so its peak memory is that of the largest file, not of all of them.
+    pub fn release(&mut self) {
+        self.symbolizer = symbolizer(&self.debug_dirs, self.inlined);
+    }
+
     /// What the user should hear about even without -v: unreadable debug
     /// directories and misbehaving debuginfod servers, once each.
     pub fn notes(&self) -> Vec<String> {
@@ -377,10 +384,7 @@ impl Resolver {
             .filter(|v| !found.contains_key(v))
             .collect();
         if !missing.is_empty() {
-            if let Some(go) = std::fs::read(path)
-                .ok()
-                .and_then(|b| bpfscope_gopclntab::GoTable::parse(&b))
-            {
+            if let Some(go) = go_table(path) {
                 for v in missing {
                     if let Some(f) = go.lookup(v) {
                         found.insert(v, go_resolved(&f, v));
@@ -405,6 +409,18 @@ impl Resolver {
             Err(_) => vec![None; addrs.len()],
         }
     }
+}
+
+/// A Go binary's own table, read through a mapping of the file: the
+/// parser looks at the section headers first and rejects other files
+/// (libLLVM's 200 MB) without touching their bytes; only a file without
+/// section headers is scanned. Reading the file whole held it all in the
+/// resident set.
+fn go_table(path: &Path) -> Option<bpfscope_gopclntab::GoTable> {
+    let f = std::fs::File::open(path).ok()?;
+    let len = usize::try_from(f.metadata().ok()?.len()).ok()?;
+    let map = bpfscope_sys::mmap::Mapping::read_only(std::os::fd::AsFd::as_fd(&f), len).ok()?;
+    bpfscope_gopclntab::GoTable::parse(map.bytes())
 }
 
 /// A Go frame as a resolved address: the physical function, then the

@@ -2,7 +2,8 @@
 //! window on part of a BPF array created with BPF_F_MMAPABLE (writing
 //! through it costs a page fault per page, where a batched map update costs
 //! a copy and a map update per element, 40 times more for an unwind table
-//! here), and a private executable view of a whole file.
+//! here), a private executable view of a whole file, and a private
+//! read-only one.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -31,6 +32,20 @@ impl Mapping {
     pub fn exec_view(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
         let prot = libc::PROT_READ | libc::PROT_EXEC;
         Mapping::new(fd, 0, len, prot, libc::MAP_PRIVATE)
+    }
+
+    /// The first `len` bytes of a file, private and read-only: pages are
+    /// read as they are touched and count in the resident set only while
+    /// mapped (a reader of a few tables of a large file never holds it all).
+    pub fn read_only(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        Mapping::new(fd, 0, len, libc::PROT_READ, libc::MAP_PRIVATE)
+    }
+
+    /// The bytes asked for.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is map_len >= skip + len bytes, alive as long
+        // as self; a shared borrow of self allows no write through it.
+        unsafe { std::slice::from_raw_parts(self.addr.cast::<u8>().add(self.skip), self.len) }
     }
 
     fn new(

@@ -107,9 +107,6 @@ pub struct UnwindTable {
     entries: Vec<Entry>,
     stats: Stats,
     invalid_cfi: Vec<(u64, u64)>,
-    /// Every FDE's range, sorted: the bounds of the functions the CFI
-    /// describes, which a stripped file's symbols no longer give.
-    functions: Vec<(u64, u64)>,
 }
 
 /// Rows that became `Cfa::Unsupported`, by reason.
@@ -364,9 +361,6 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         stats.debug_frame_fdes = stats.fdes - before;
     }
 
-    let mut functions = ranges.clone();
-    functions.sort_unstable();
-    functions.dedup();
     // Go code has no CFI (only a cgo binary's C code does): its functions'
     // stack-pointer deltas give the rule wherever no FDE does.
     if !go.is_empty() {
@@ -422,8 +416,107 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         entries,
         stats,
         invalid_cfi,
-        functions,
     })
+}
+
+/// The functions a file's `.eh_frame` describes: its FDEs' ranges, for
+/// naming a stripped file's code one frame per function. Only the FDE
+/// headers are read (no row is evaluated), so this costs the section's
+/// bytes and 16 bytes per function, not a table.
+#[derive(Clone, Debug, Default)]
+pub struct Functions {
+    ranges: Vec<(u64, u64)>,
+}
+
+impl Functions {
+    /// The FDE covering an ELF virtual address.
+    pub fn at(&self, addr: u64) -> Option<(u64, u64)> {
+        let i = self.ranges.partition_point(|&(s, _)| s <= addr);
+        // FDEs may nest (a cold part inside another's range): the nearest
+        // start below that still covers the address.
+        self.ranges[..i]
+            .iter()
+            .rev()
+            .take(8)
+            .find(|&&(_, e)| addr < e)
+            .copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+}
+
+/// The FDE ranges of a file's `.eh_frame` (found through PT_GNU_EH_FRAME
+/// when section headers are gone).
+pub fn functions(path: &Path) -> Result<Functions, UnwindError> {
+    let file = File::open(path).map_err(|source| UnwindError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let data = &ReadCache::new(file);
+    let elf = ElfFile64::<Endianness, _>::parse(data).map_err(|source| UnwindError::Parse {
+        path: path.to_owned(),
+        source,
+    })?;
+    let section_err = |section: &'static str, what: String| UnwindError::Section {
+        path: path.to_owned(),
+        section,
+        what,
+    };
+    let eh = match elf.section_by_name(".eh_frame") {
+        Some(s) if s.file_range().is_some() => Some((
+            s.address(),
+            s.data()
+                .map_err(|e| section_err(".eh_frame", e.to_string()))?,
+        )),
+        Some(_) => None,
+        None => {
+            eh_frame_from_segments(&elf, data).map_err(|what| section_err(".eh_frame_hdr", what))?
+        }
+    };
+    let Some((addr, d)) = eh else {
+        return Err(UnwindError::NoUnwindInfo {
+            path: path.to_owned(),
+        });
+    };
+    let mut bases = BaseAddresses::default().set_eh_frame(addr);
+    if let Some(s) = elf.section_by_name(".text") {
+        bases = bases.set_text(s.address());
+    }
+    if let Some(s) = elf.section_by_name(".got") {
+        bases = bases.set_got(s.address());
+    }
+    let mut section = EhFrame::new(d, LittleEndian);
+    section.set_address_size(8);
+    let mut cies = std::collections::HashMap::new();
+    let mut ranges = Vec::new();
+    let mut entries = gimli::UnwindSection::entries(&section, &bases);
+    while let Ok(Some(e)) = entries.next() {
+        match e {
+            gimli::CieOrFde::Cie(cie) => {
+                cies.insert(cie.offset(), cie);
+            }
+            gimli::CieOrFde::Fde(partial) => {
+                let fde = partial.parse(|sec, b, off| match cies.get(&off.0) {
+                    Some(c) => Ok(c.clone()),
+                    None => gimli::UnwindSection::cie_from_offset(sec, b, off),
+                });
+                if let Ok(fde) = fde {
+                    if fde.initial_address() < fde.end_address() {
+                        ranges.push((fde.initial_address(), fde.end_address()));
+                    }
+                }
+            }
+        }
+    }
+    ranges.sort_unstable();
+    ranges.dedup();
+    Ok(Functions { ranges })
 }
 
 /// Rows of a Go binary's functions from `.gopclntab` (none for other

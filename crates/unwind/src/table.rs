@@ -178,19 +178,6 @@ impl UnwindTable {
         &self.invalid_cfi
     }
 
-    /// The FDE covering an ELF virtual address: a function's bounds.
-    pub fn function_at(&self, addr: u64) -> Option<(u64, u64)> {
-        let i = self.functions.partition_point(|&(s, _)| s <= addr);
-        // FDEs may nest (a cold part inside another's range): the nearest
-        // start below that still covers the address.
-        self.functions[..i]
-            .iter()
-            .rev()
-            .take(8)
-            .find(|&&(_, e)| addr < e)
-            .copied()
-    }
-
     /// The rule for an ELF virtual address; `None` where no FDE applies.
     pub fn lookup(&self, addr: u64) -> Option<Rule> {
         let rel = u32::try_from(addr.checked_sub(self.base)?).ok()?;
@@ -336,7 +323,6 @@ mod tests {
                 entries,
                 stats,
                 invalid_cfi: Vec::new(),
-                functions: Vec::new(),
             },
             Err(e) => panic!("{e:?}"),
         }
