@@ -20,6 +20,8 @@ use crate::attach::target::Target;
 use bpfscope_recording::{KernelSymbol, Recording};
 use bpfscope_symbolize::kernel;
 
+/// How long kallsyms as read is used to name new kernel addresses.
+const KALLSYMS_AGE: Duration = Duration::from_secs(30);
 /// Runs in flight finish with the old epoch before it is read.
 const GRACE: Duration = Duration::from_millis(10);
 /// Cached stacks unused for this many refreshes are forgotten, and the
@@ -36,9 +38,11 @@ pub struct Live<'obj> {
     cache: StackCache,
     epoch: u32,
     again: VecDeque<(Instant, u32)>,
-    /// Kernel symbols of every kernel address seen (kallsyms is read
-    /// only for addresses not seen before: a read costs tens of ms).
+    /// Kernel symbols of every kernel address seen, named by kallsyms as
+    /// read once (a read costs tens of ms) and again every KALLSYMS_AGE,
+    /// for BPF programs loaded meanwhile.
     ksyms: HashMap<u64, Option<KernelSymbol>>,
+    kallsyms: (kernel::KernelSymbolizer, Instant),
     pub cpus: u32,
 }
 
@@ -94,6 +98,7 @@ impl<'obj> Live<'obj> {
             epoch: 0,
             again: VecDeque::new(),
             ksyms: HashMap::new(),
+            kallsyms: (kernel::KernelSymbolizer::new(), Instant::now()),
             cpus: n as u32,
         })
     }
@@ -186,7 +191,10 @@ impl<'obj> Live<'obj> {
             .filter(|a| !self.ksyms.contains_key(a))
             .collect();
         if !new.is_empty() {
-            let found = kernel::snapshot_symbols(&new);
+            if self.kallsyms.1.elapsed() > KALLSYMS_AGE {
+                self.kallsyms = (kernel::KernelSymbolizer::new(), Instant::now());
+            }
+            let found = self.kallsyms.0.symbols(&new);
             let table = kernel::KernelTable::new(&found);
             for a in new {
                 self.ksyms.insert(a, table.lookup(a).cloned());
