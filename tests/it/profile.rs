@@ -1027,7 +1027,8 @@ fn annotate_finds_the_hot_line_and_its_instructions() {
     let a: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(a["type"], "annotate");
     let samples = a["samples"].as_u64().unwrap();
-    assert!(samples > 300, "{out}");
+    // 3 s at 499 Hz is ~1500 when the CPU is ours; a busy machine gives less.
+    assert!(samples > 200, "{out}");
     let lines = a["lines"].as_array().unwrap();
     assert_eq!(lines[0]["line"].as_u64(), Some(hot), "{lines:?}");
     assert!(lines[0]["file"].as_str().unwrap().ends_with("hotline.c"));
