@@ -51,6 +51,28 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
     }
 }
 
+/// The wait status of the `-- CMD` command, once it has ended (-1 before).
+static COMMAND_STATUS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// Notes how the `-- CMD` command ended (its wait status).
+pub fn set_command_status(wait_status: i32) {
+    COMMAND_STATUS.store(wait_status, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The exit status a run passes on from its `-- CMD` command, as `perf
+/// record` does (and a shell): the command's own, or 128 + the signal that
+/// ended it. None while it runs, and for runs without a command.
+pub fn command_status() -> Option<i32> {
+    let st = COMMAND_STATUS.load(std::sync::atomic::Ordering::Relaxed);
+    if st < 0 {
+        None
+    } else if libc::WIFSIGNALED(st) {
+        Some(128 + libc::WTERMSIG(st))
+    } else {
+        Some(libc::WEXITSTATUS(st))
+    }
+}
+
 /// True when the chain ends in [`Error::Interrupted`].
 pub fn is_interrupted(err: &anyhow::Error) -> bool {
     err.chain()

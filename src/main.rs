@@ -36,12 +36,19 @@ fn main() {
         std::process::exit(1);
     }
     bpfscope_sys::raise_fd_limit();
+    // `run` keeps bpftrace's exit status (0 whatever `-c CMD` returned).
+    let command_status = !matches!(cli.command, bpfscope::cli::Command::Run(_));
     let result = Settings::from_cli(cli)
         .map_err(anyhow::Error::from)
         .and_then(bpfscope::cmd::run);
     if let Err(e) = result {
         eprintln!("bpfscope: error: {e:#}");
         std::process::exit(exit_code(&e));
+    }
+    // A run of `-- CMD` ends with the command's status, as `perf record`
+    // and `time` do, so a script sees the command fail through bpfscope.
+    if let Some(status) = bpfscope::error::command_status().filter(|_| command_status) {
+        std::process::exit(status);
     }
 }
 

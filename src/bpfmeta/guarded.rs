@@ -24,8 +24,8 @@ const PAGES: usize = 64;
 
 #[derive(Debug, Default)]
 struct Samples {
-    /// (pid, kernel call chain, innermost first) of kernel-mode samples.
-    kept: Vec<(u32, Vec<u64>)>,
+    /// (pid, CPU, kernel call chain innermost first) of kernel-mode samples.
+    kept: Vec<(u32, u32, Vec<u64>)>,
     frames: usize,
     /// Samples taken, kernel-mode samples not kept for room, and samples
     /// the kernel dropped (ring full).
@@ -45,10 +45,12 @@ impl Samples {
         };
         match u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) {
             libbpf_sys::PERF_RECORD_SAMPLE => {
-                // u64 ip; u32 pid, tid; u64 nr; u64 ips[nr] (sample_type
-                // IP | TID | CALLCHAIN, in that order).
+                // u64 ip; u32 pid, tid; u32 cpu, res; u64 nr; u64 ips[nr]
+                // (sample_type IP | TID | CPU | CALLCHAIN, in that order).
                 self.taken += 1;
-                let (Some(ip), Some(pids), Some(nr)) = (u64_at(8), u64_at(16), u64_at(24)) else {
+                let (Some(ip), Some(pids), Some(cpu), Some(nr)) =
+                    (u64_at(8), u64_at(16), u64_at(24), u64_at(32))
+                else {
                     return;
                 };
                 // User-mode samples never are inside a BPF program.
@@ -56,7 +58,7 @@ impl Samples {
                     return;
                 }
                 let chain: Vec<u64> = (0..nr.min(256) as usize)
-                    .filter_map(|i| u64_at(32 + 8 * i))
+                    .filter_map(|i| u64_at(40 + 8 * i))
                     .filter(|&a| a < PERF_CONTEXT_MAX)
                     .collect();
                 if self.frames + chain.len() > MAX_FRAMES {
@@ -64,7 +66,7 @@ impl Samples {
                     return;
                 }
                 self.frames += chain.len();
-                self.kept.push((pids as u32, chain));
+                self.kept.push((pids as u32, cpu as u32, chain));
             }
             libbpf_sys::PERF_RECORD_LOST => {
                 // u64 id; u64 lost.
@@ -78,8 +80,8 @@ impl Samples {
 /// What the second sampler saw.
 #[derive(Debug, Default)]
 pub struct Guarded {
-    /// Kernel-mode samples: pid and kernel call chain, innermost first.
-    pub samples: Vec<(u32, Vec<u64>)>,
+    /// Kernel-mode samples: pid, CPU and kernel call chain, innermost first.
+    pub samples: Vec<(u32, u32, Vec<u64>)>,
     pub taken: u64,
     /// Kernel-mode samples not kept (room) or dropped by the kernel.
     pub no_room: u64,
@@ -101,6 +103,7 @@ impl GuardedSampler {
             sample_type: u64::from(
                 libbpf_sys::PERF_SAMPLE_IP
                     | libbpf_sys::PERF_SAMPLE_TID
+                    | libbpf_sys::PERF_SAMPLE_CPU
                     | libbpf_sys::PERF_SAMPLE_CALLCHAIN,
             ),
             ..Default::default()
@@ -164,6 +167,8 @@ mod tests {
         r.extend(ip.to_ne_bytes());
         r.extend(pid.to_ne_bytes());
         r.extend(pid.to_ne_bytes());
+        r.extend(1u32.to_ne_bytes());
+        r.extend(0u32.to_ne_bytes());
         r.extend((chain.len() as u64).to_ne_bytes());
         for a in chain {
             r.extend(a.to_ne_bytes());
@@ -178,6 +183,6 @@ mod tests {
         s.on_record(&sample(k, 7, &[u64::MAX - 127, k, k + 16]));
         s.on_record(&sample(0x40_1000, 8, &[]));
         assert_eq!(s.taken, 2);
-        assert_eq!(s.kept, vec![(7, vec![k, k + 16])]);
+        assert_eq!(s.kept, vec![(7, 1, vec![k, k + 16])]);
     }
 }

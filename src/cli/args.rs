@@ -40,6 +40,12 @@ pub enum Command {
     Report(ReportArgs),
     /// Print function, file and line for addresses or file offsets
     Symbolize(SymbolizeArgs),
+    /// Live view of the functions taking CPU, by self and total samples, like perf top
+    Top(TopArgs),
+    /// Compare two profiles (recordings or folded files): functions by change, differential flame graph
+    Diff(DiffArgs),
+    /// Samples per source line and per instruction of a function in a recording, like perf annotate
+    Annotate(AnnotateArgs),
     /// Run continuously: whole-host CPU profiles in windows and kernel metrics, served over HTTP (Prometheus, pprof) and pushed to a profile store
     Agent(AgentArgs),
     /// Run a bpftrace-language script or one-liner on the precompiled programs (no compiler)
@@ -358,14 +364,10 @@ pub struct SampleArgs {
     )]
     pub frequency: u64,
 
-    /// Stop after this many seconds (Ctrl-C ends earlier)
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value_t = 10.0,
-        allow_negative_numbers = true
-    )]
-    pub duration: f64,
+    /// Stop after this many seconds (Ctrl-C ends earlier) [default: 10,
+    /// or with -- CMD when the command exits]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub duration: Option<f64>,
 
     /// Only this process (all its threads)
     #[arg(
@@ -441,8 +443,130 @@ pub struct ProfileArgs {
     /// Output file; the format follows the extension: .svg, .folded, .pb.gz (pprof), .json; default: top functions on stdout
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Folded stacks and flame graphs: a frame per thread name under each
+    /// process (perf's comm sort key); JSON and pprof always carry it
+    #[arg(long)]
+    pub by_thread: bool,
     #[command(flatten)]
     pub symbols: SymbolArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Samples per second on each CPU (software cpu-clock)
+    #[arg(
+        short = 'F',
+        long = "frequency",
+        value_name = "HZ",
+        default_value_t = 99
+    )]
+    pub frequency: u64,
+
+    /// Only this process (all its threads); the view ends when it exits
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        allow_negative_numbers = true
+    )]
+    pub pid: Option<i64>,
+
+    /// Seconds between refreshes
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
+    pub interval: f64,
+
+    /// The view covers the samples of the last SECS seconds
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 5.0,
+        allow_negative_numbers = true
+    )]
+    pub window: f64,
+
+    /// Stop after this many seconds
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub duration: Option<f64>,
+
+    /// Sort by self or total samples (keys s and t switch in the view)
+    #[arg(long, value_enum, default_value_t = TopSort::SelfSamples)]
+    pub sort: TopSort,
+
+    /// Rows shown [default: the terminal's height]
+    #[arg(short = 'n', long, value_name = "N")]
+    pub rows: Option<usize>,
+
+    /// One JSON object per refresh (the default when stdout is not a terminal)
+    #[arg(long)]
+    pub json: bool,
+
+    /// User-space frames only
+    #[arg(long, conflicts_with = "kernel_only")]
+    pub user_only: bool,
+
+    /// Kernel frames only
+    #[arg(long)]
+    pub kernel_only: bool,
+
+    /// Language runtimes whose frames to name (python, jit, none)
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
+    pub lang: Vec<Lang>,
+
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The baseline: a recording (`bpfscope record`) or folded stacks
+    #[arg(value_name = "BASE")]
+    pub base: PathBuf,
+    /// The profile compared with it, of the same kind
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+    /// Differential flame graph (.svg: red grew, blue shrank) or difffolded lines (.folded: stack BASE NEW)
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Rows of the table of functions [default: 25, 10 with -o]
+    #[arg(short = 'n', long, value_name = "N")]
+    pub rows: Option<usize>,
+    /// One JSON object per function instead of the table
+    #[arg(long)]
+    pub json: bool,
+    /// Recordings: a frame per thread name under each process
+    #[arg(long)]
+    pub by_thread: bool,
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct AnnotateArgs {
+    /// A recording made by `bpfscope record`
+    #[arg(value_name = "RECORDING")]
+    pub input: PathBuf,
+    /// The function, as profiles name it (demangled)
+    #[arg(value_name = "FUNCTION")]
+    pub function: String,
+    /// One JSON object instead of text
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+}
+
+/// What `top` sorts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TopSort {
+    #[value(name = "self")]
+    SelfSamples,
+    #[value(name = "total")]
+    Total,
 }
 
 #[derive(Debug, Args)]
@@ -467,6 +591,10 @@ pub struct ReportArgs {
     /// Output file; the format follows the extension: .svg, .folded, .pb.gz (pprof), .json; default: top functions on stdout
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Folded stacks and flame graphs: a frame per thread name under each
+    /// process (perf's comm sort key); JSON and pprof always carry it
+    #[arg(long)]
+    pub by_thread: bool,
     #[command(flatten)]
     pub symbols: SymbolArgs,
     /// Say where symbols came from

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use args::{BpfCommand, KeyArgs, OutputArgs, ProbeArgs, TargetArgs};
-pub use args::{Cli, Command};
+pub use args::{Cli, Command, TopSort};
 
 pub use crate::attach::plan::{Action, Buckets, PlanConfig};
 pub use crate::attach::session::LoadConfig;
@@ -94,6 +94,9 @@ pub enum Settings {
     Record(Box<profile::RecordSettings>),
     Report(Box<profile::ReportSettings>),
     Symbolize(Box<profile::SymbolizeSettings>),
+    Top(Box<profile::TopSettings>),
+    Diff(Box<profile::DiffSettings>),
+    Annotate(Box<profile::AnnotateSettings>),
     Agent(Box<agent::AgentArgs>),
     Run(Box<RunSettings>),
 }
@@ -170,6 +173,7 @@ impl Settings {
                     .transpose()?,
                 sample: profile::sampling_config(a.sample)?,
                 symbols: profile::symbol_config(a.symbols)?,
+                by_thread: a.by_thread,
             })),
             Command::Record(a) => Settings::Record(Box::new(profile::RecordSettings {
                 sample: profile::sampling_config(a.sample)?,
@@ -183,7 +187,11 @@ impl Settings {
                 input: a.input,
                 symbols: profile::symbol_config(a.symbols)?,
                 verbose: a.verbose,
+                by_thread: a.by_thread,
             })),
+            Command::Top(a) => Settings::Top(Box::new(profile::top_settings(a)?)),
+            Command::Diff(a) => Settings::Diff(Box::new(profile::diff_settings(a)?)),
+            Command::Annotate(a) => Settings::Annotate(Box::new(profile::annotate_settings(a)?)),
             Command::Agent(a) => Settings::Agent(Box::new(agent::AgentArgs {
                 config: a.config,
                 listen: a.listen,

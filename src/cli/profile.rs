@@ -25,6 +25,84 @@ pub struct ProfileSettings {
     /// None: print the top functions.
     pub output: Option<(PathBuf, Format)>,
     pub symbols: SymbolConfig,
+    /// A frame per thread name under each process (`--by-thread`).
+    pub by_thread: bool,
+}
+
+/// `annotate RECORDING FUNCTION`.
+#[derive(Debug, Clone)]
+pub struct AnnotateSettings {
+    pub input: PathBuf,
+    pub function: String,
+    pub json: bool,
+    pub symbols: SymbolConfig,
+}
+
+pub fn annotate_settings(a: super::args::AnnotateArgs) -> Result<AnnotateSettings, Error> {
+    if a.function.trim().is_empty() {
+        return Err(usage!("annotate: name a function"));
+    }
+    Ok(AnnotateSettings {
+        input: a.input,
+        function: a.function,
+        json: a.json,
+        symbols: symbol_config(a.symbols)?,
+    })
+}
+
+/// `diff BASE NEW`.
+#[derive(Debug, Clone)]
+pub struct DiffSettings {
+    pub base: PathBuf,
+    pub new: PathBuf,
+    /// A differential flame graph, or difffolded lines.
+    pub output: Option<(PathBuf, Format)>,
+    pub rows: Option<usize>,
+    pub json: bool,
+    pub by_thread: bool,
+    pub symbols: SymbolConfig,
+}
+
+pub fn diff_settings(a: super::args::DiffArgs) -> Result<DiffSettings, Error> {
+    for p in [&a.base, &a.new] {
+        if !p.is_file() {
+            return Err(usage!("{}: no such file", p.display()));
+        }
+    }
+    let output = match a.output {
+        Some(p) => match output_format(&p)? {
+            f @ (Format::Svg | Format::Folded) => Some((p, f)),
+            _ => {
+                return Err(usage!(
+                "-o {}: diff writes .svg (a differential flame graph) or .folded (stack BASE NEW)",
+                p.display()
+            ))
+            }
+        },
+        None => None,
+    };
+    Ok(DiffSettings {
+        base: a.base,
+        new: a.new,
+        output,
+        rows: a.rows,
+        json: a.json,
+        by_thread: a.by_thread,
+        symbols: symbol_config(a.symbols)?,
+    })
+}
+
+/// `top`: a live profile, refreshed.
+#[derive(Debug, Clone)]
+pub struct TopSettings {
+    pub sample: SamplingConfig,
+    pub interval: Duration,
+    pub window: Duration,
+    pub duration: Option<Duration>,
+    pub sort: super::args::TopSort,
+    pub rows: Option<usize>,
+    pub json: bool,
+    pub symbols: SymbolConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -39,6 +117,7 @@ pub struct ReportSettings {
     pub output: Option<(PathBuf, Format)>,
     pub symbols: SymbolConfig,
     pub verbose: bool,
+    pub by_thread: bool,
 }
 
 /// What `symbolize` looks addresses up in.
@@ -92,7 +171,13 @@ pub fn sampling_config(a: SampleArgs) -> Result<SamplingConfig, Error> {
             a.unwind_memory
         ));
     }
-    let duration = seconds(Some(a.duration), "--duration")?.unwrap_or(Duration::from_secs(10));
+    // A command runs to its end, as under perf record; other targets
+    // have no end of their own.
+    let duration = match seconds(a.duration, "--duration")? {
+        Some(d) => d,
+        None if !a.cmd.is_empty() => crate::profile::UNTIL_STOPPED,
+        None => Duration::from_secs(10),
+    };
     let targets = [a.pid.is_some(), a.cgroup.is_some(), !a.cmd.is_empty()];
     if targets.iter().filter(|&&t| t).count() > 1 {
         return Err(usage!(
@@ -116,9 +201,61 @@ pub fn sampling_config(a: SampleArgs) -> Result<SamplingConfig, Error> {
         max_stacks: a.max_stacks,
         max_depth: a.max_depth,
         unwind_entries: a.unwind_memory * (1 << 20) / 8,
-        labels: false,
+        // Samples keyed by thread name too: every output names threads.
+        labels: true,
         runtimes: runtimes(&a.lang)?,
         verbose: a.verbose,
+    })
+}
+
+pub fn top_settings(a: super::args::TopArgs) -> Result<TopSettings, Error> {
+    if a.frequency == 0 || a.frequency > MAX_FREQUENCY {
+        return Err(usage!(
+            "-F {}: must be between 1 and {MAX_FREQUENCY} Hz",
+            a.frequency
+        ));
+    }
+    let interval = seconds(Some(a.interval), "--interval")?.unwrap_or(Duration::from_secs(1));
+    let window = seconds(Some(a.window), "--window")?.unwrap_or(Duration::from_secs(5));
+    if window < interval {
+        return Err(usage!(
+            "--window {}: shorter than --interval {}; give a window of at least one refresh",
+            a.window,
+            a.interval
+        ));
+    }
+    if a.rows == Some(0) {
+        return Err(usage!("-n 0: show at least one row"));
+    }
+    let target = parse_target(&TargetArgs {
+        pid: a.pid,
+        duration: None,
+        interval: None,
+        cmd: Vec::new(),
+    })?;
+    Ok(TopSettings {
+        sample: SamplingConfig {
+            mode: Mode::Cpu,
+            frequency: a.frequency,
+            duration: crate::profile::UNTIL_STOPPED,
+            target,
+            cgroup: None,
+            kernel: !a.user_only,
+            user: !a.kernel_only,
+            max_stacks: 16384,
+            max_depth: 127,
+            unwind_entries: 32 * (1 << 20) / 8,
+            labels: false,
+            runtimes: runtimes(&a.lang)?,
+            verbose: false,
+        },
+        interval,
+        window,
+        duration: seconds(a.duration, "--duration")?,
+        sort: a.sort,
+        rows: a.rows,
+        json: a.json,
+        symbols: symbol_config(a.symbols)?,
     })
 }
 

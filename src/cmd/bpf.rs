@@ -9,6 +9,7 @@ use libbpf_rs::btf::{types::Func, Btf};
 use libbpf_rs::query::{LinkInfoIter, LinkTypeInfo, PerfEventType};
 use libbpf_rs::ProgramAttachType;
 
+use super::term::{wait_or_key, Cbreak, Wake};
 use crate::bpfmeta::stats::{self, StatsGuard};
 use crate::cli::BpfSettings;
 use crate::collect::Stopper;
@@ -278,9 +279,7 @@ fn list(json: bool) -> Result<()> {
 }
 
 fn top(interval: Duration, duration: Option<Duration>, json: bool, rows: usize) -> Result<()> {
-    // SAFETY: isatty only inspects the descriptor.
-    let tty = unsafe { libc::isatty(1) } == 1;
-    let json = json || !tty;
+    let json = json || !super::term::stdout_is_tty();
     let _stats = StatsGuard::enable()?;
     let stopper = Stopper::new(duration)?;
     stopper.start();
@@ -291,12 +290,7 @@ fn top(interval: Duration, duration: Option<Duration>, json: bool, rows: usize) 
     let mut last = Instant::now();
     let mut out = Printer::new(json, io::BufWriter::new(io::stdout()));
     // Keys are read only in the terminal view, with the terminal on stdin.
-    // SAFETY: isatty only inspects the descriptor.
-    let mut keys = if !json && unsafe { libc::isatty(libc::STDIN_FILENO) } == 1 {
-        Cbreak::enable()
-    } else {
-        None
-    };
+    let mut keys = if json { None } else { Cbreak::enable() };
     eprintln!(
         "Watching BPF programs (run-time statistics on until bpfscope exits){}",
         if keys.is_some() { "; q quits" } else { "" }
@@ -350,109 +344,6 @@ fn top(interval: Duration, duration: Option<Duration>, json: bool, rows: usize) 
             .collect();
         if stop.is_some() {
             return Ok(());
-        }
-    }
-}
-
-/// The terminal on stdin in cbreak mode (keys arrive one at a time,
-/// unechoed; Ctrl-C still raises SIGINT), restored when dropped, whatever
-/// ends `bpf top`. Three libc calls do not warrant a terminal crate.
-struct Cbreak {
-    saved: libc::termios,
-}
-
-impl Cbreak {
-    fn enable() -> Option<Cbreak> {
-        // SAFETY: termios is plain data; tcgetattr fills it or fails.
-        let mut saved: libc::termios = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid pointer to a termios for tcgetattr to fill.
-        if unsafe { libc::tcgetattr(libc::STDIN_FILENO, &mut saved) } != 0 {
-            return None;
-        }
-        let mut raw = saved;
-        raw.c_lflag &= !(libc::ICANON | libc::ECHO);
-        raw.c_cc[libc::VMIN] = 1;
-        raw.c_cc[libc::VTIME] = 0;
-        // SAFETY: a valid termios, copied from the terminal's own.
-        if unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &raw) } != 0 {
-            return None;
-        }
-        Some(Cbreak { saved })
-    }
-}
-
-impl Drop for Cbreak {
-    fn drop(&mut self) {
-        // SAFETY: restores the settings read in enable().
-        unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &self.saved) };
-    }
-}
-
-enum Wake {
-    /// Time for the next refresh.
-    Tick,
-    /// A stop reason: signal or --duration.
-    Stop,
-    /// The user pressed q.
-    Quit,
-}
-
-/// Waits up to `timeout` for a stop reason or, with the terminal in cbreak
-/// mode, a `q`. A terminal that hangs up stops being read.
-fn wait_or_key(stopper: &Stopper, timeout: Duration, keys: &mut Option<Cbreak>) -> Wake {
-    if keys.is_none() {
-        return match stopper.wait(timeout) {
-            Some(_) => Wake::Stop,
-            None => Wake::Tick,
-        };
-    }
-    let end = Instant::now() + timeout;
-    loop {
-        if stopper.poll().is_some() {
-            return Wake::Stop;
-        }
-        let mut left = end.saturating_duration_since(Instant::now());
-        if let Some(r) = stopper.remaining() {
-            left = left.min(r);
-        }
-        if left.is_zero() {
-            return if stopper.poll().is_some() {
-                Wake::Stop
-            } else {
-                Wake::Tick
-            };
-        }
-        let mut fds = [
-            libc::pollfd {
-                fd: libc::STDIN_FILENO,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: std::os::fd::AsRawFd::as_raw_fd(&stopper.wake_fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
-        // SAFETY: fds is a valid array of two pollfd for the call's duration.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if n <= 0 || fds[0].revents == 0 {
-            continue;
-        }
-        let mut buf = [0u8; 64];
-        // SAFETY: reads at most buf.len() bytes into buf.
-        let got = unsafe { libc::read(libc::STDIN_FILENO, buf.as_mut_ptr().cast(), buf.len()) };
-        if got <= 0 {
-            // End of input or an error: keep refreshing without keys.
-            *keys = None;
-            return match stopper.wait(left) {
-                Some(_) => Wake::Stop,
-                None => Wake::Tick,
-            };
-        }
-        if buf[..got as usize].iter().any(|b| matches!(b, b'q' | b'Q')) {
-            return Wake::Quit;
         }
     }
 }

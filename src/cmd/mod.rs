@@ -4,9 +4,12 @@
 pub mod agent;
 pub mod bpf;
 pub mod doctor;
+pub mod diff;
 pub mod list;
 pub mod profile;
 pub mod run;
+pub mod term;
+pub mod top;
 pub mod trace;
 
 use anyhow::Result;
@@ -24,6 +27,8 @@ pub fn run(settings: Settings) -> Result<()> {
             | Settings::Symbolize(_)
             | Settings::Completions(_)
             | Settings::Manpages(_)
+            | Settings::Diff(_)
+            | Settings::Annotate(_)
     ) {
         bpfscope_sys::signals::die_on_next();
     }
@@ -34,6 +39,9 @@ pub fn run(settings: Settings) -> Result<()> {
         Settings::Record(s) => profile::record(*s),
         Settings::Report(s) => profile::report(*s),
         Settings::Symbolize(s) => profile::symbolize(*s),
+        Settings::Top(s) => top::run(*s),
+        Settings::Diff(s) => diff::run(*s),
+        Settings::Annotate(s) => profile::annotate(*s),
         Settings::Bpf(s) => bpf::run(s),
         Settings::Agent(s) => agent::run(*s),
         Settings::Run(s) => run::run(*s),

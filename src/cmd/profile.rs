@@ -26,7 +26,7 @@ pub fn profile(s: ProfileSettings) -> Result<()> {
     };
     // `sampled` (and the descriptors it holds) lives until symbolizing is done.
     let rec = crate::profile::to_recording(&s.sample, &sampled, true);
-    emit(&rec, output, &s.symbols, s.sample.verbose)
+    emit(&rec, output, &s.symbols, s.sample.verbose, s.by_thread)
 }
 
 pub fn record(s: RecordSettings) -> Result<()> {
@@ -57,7 +57,7 @@ pub fn record(s: RecordSettings) -> Result<()> {
 pub fn report(s: ReportSettings) -> Result<()> {
     let output = reserve(s.output.as_ref())?;
     let rec = format::read(&s.input).map_err(|e| crate::usage!("{e}"))?;
-    emit(&rec, output, &s.symbols, s.verbose)
+    emit(&rec, output, &s.symbols, s.verbose, s.by_thread)
 }
 
 /// Samples until the run ends; None when a signal came before sampling
@@ -95,7 +95,7 @@ fn report_lost(rec: &Recording) {
             eprintln!("bpfscope: {line}");
         }
     }
-    if let Some(line) = report::sample_accounting(rec) {
+    for line in report::sample_accounting(rec) {
         eprintln!("bpfscope: {line}");
     }
 }
@@ -106,9 +106,11 @@ fn emit(
     output: Option<(PendingFile, Format)>,
     symbols: &bpfscope_symbolize::SymbolConfig,
     verbose: bool,
+    by_thread: bool,
 ) -> Result<()> {
     let mut resolver = Resolver::new(symbols, true);
-    let (profile, reports) = report::recording(rec, &mut resolver);
+    let (mut profile, reports) = report::recording(rec, &mut resolver);
+    profile.by_thread = by_thread;
     if verbose {
         for r in &reports {
             match &r.found {
@@ -267,5 +269,27 @@ pub fn symbolize(s: SymbolizeSettings) -> Result<()> {
     match r {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         r => r.context("writing symbols"),
+    }
+}
+
+/// `annotate RECORDING FUNCTION`.
+pub fn annotate(s: crate::cli::profile::AnnotateSettings) -> Result<()> {
+    let rec = format::read(&s.input).map_err(|e| crate::usage!("{e}"))?;
+    let mut resolver = Resolver::new(&s.symbols, true);
+    let a = report::annotate::annotate(&rec, &mut resolver, &s.function)
+        .map_err(|e| crate::usage!("{e}"))?;
+    for n in resolver.notes() {
+        eprintln!("bpfscope: {n}");
+    }
+    let doc = crate::render::annotate::document(&a);
+    let mut out = BufWriter::new(io::stdout());
+    let r = if s.json {
+        write_json(&mut out, &doc)
+    } else {
+        crate::render::annotate::write_text(&mut out, &doc)
+    };
+    match r.and_then(|_| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("writing the annotation"),
     }
 }

@@ -200,7 +200,8 @@ impl Stopper {
         Ok(())
     }
 
-    /// Stops the run when the child exits (reaping it).
+    /// Stops the run when the child exits (reaping it); bpfscope then exits
+    /// with the child's status (`error::command_status`).
     pub fn watch_child(&self, child: crate::attach::target::RunningChild) {
         let tx = self.tx.clone();
         let wake = self.wake.clone();
@@ -208,6 +209,7 @@ impl Stopper {
             // A failed command explains an empty result: say so (the
             // results are still printed; bpfscope itself did not fail).
             if let Ok(status) = child.wait() {
+                crate::error::set_command_status(status);
                 let status = std::process::ExitStatus::from_raw(status);
                 if !status.success() {
                     eprintln!("note: the command ended with {status}");

@@ -158,7 +158,7 @@ fn user_stacks(
                             format!("{file}+{o:#x}")
                         })
                     }
-                    UserFrame::Ip(ip) => {
+                    UserFrame::Ip(ip) | UserFrame::Anon(ip) => {
                         *unresolved += 1;
                         format!("[unknown {ip:#x}]")
                     }

@@ -287,7 +287,7 @@ impl Profiler {
         };
         let got = g.drain();
         self.bpf_samples_lost = got.lost + got.no_room;
-        let extra = crate::profile::guarded_stacks(got, &sb.programs(), &own, seen);
+        let (extra, _per_cpu) = crate::profile::guarded_stacks(got, &sb.programs(), &own, seen);
         self.bpf_samples += extra.iter().map(|s| s.count).sum::<u64>();
         extra
     }

@@ -3,6 +3,7 @@
 //! frames, and the recording format that carries it all to `report`.
 
 pub mod continuous;
+pub mod live;
 pub mod maps;
 pub mod python;
 pub mod session;
@@ -24,12 +25,13 @@ use crate::attach::target::Target;
 use crate::bpfmeta::guarded::{Guarded, GuardedSampler};
 use crate::bpfmeta::sideband::SideBand;
 use crate::bpfmeta::stats::{self, StatsGuard};
-use crate::collect::Stopper;
+use crate::collect::{StopReason, Stopper};
 use bpfscope_bpf::profile::types::{bp_note, bp_note_kind};
 use bpfscope_bpf::stack::UserFrame;
 use bpfscope_recording::bpfprog::BpfProg;
 use bpfscope_recording::{
-    Binary, KernelSymbol, LostCounts, Meta, Recording, RuntimeFrame, Stack, BPF_RUN_TIME,
+    Binary, CpuAccount, KernelSymbol, LostCounts, Meta, Recording, RuntimeFrame, Stack,
+    BPF_RUN_TIME,
 };
 use bpfscope_symbolize::kernel;
 use bpfscope_sys::pod;
@@ -50,11 +52,16 @@ pub enum Mode {
     OffCpu,
 }
 
+/// A `SamplingConfig::duration` that never ends the run: it runs until a
+/// signal or the command's exit (or, in the agent, for good).
+pub const UNTIL_STOPPED: Duration = Duration::MAX;
+
 /// The sampling stage's config: what is sampled, where, how often.
 #[derive(Debug, Clone)]
 pub struct SamplingConfig {
     pub mode: Mode,
     pub frequency: u64,
+    /// `UNTIL_STOPPED`: no deadline.
     pub duration: Duration,
     pub target: Target,
     /// cgroup v2 path, when the target is a cgroup.
@@ -131,7 +138,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     libbpf_log::init(s.verbose);
     bpfscope_sys::require_privileges().map_err(crate::error::Error::from)?;
     bpfscope_sys::signals::install().context("installing signal handlers")?;
-    let stopper = Stopper::new(Some(s.duration))?;
+    let stopper = Stopper::new((s.duration != UNTIL_STOPPED).then_some(s.duration))?;
     // The command is forked before any BPF object exists, so it can never
     // hold one; it waits at its gate until sampling runs.
     let (gated, tracked) = GatedChild::for_target(&s.target)?;
@@ -203,7 +210,7 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
 
     // New processes are announced on a ring buffer; their mappings are
     // read right away, while they still exist.
-    follow_processes(
+    let reason = follow_processes(
         &mut session,
         &stopper,
         &mut snapshots,
@@ -211,6 +218,11 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
             .as_mut()
             .map(|b| (b, sideband.as_ref(), &own_progs[..])),
     )?;
+    if let (Some(StopReason::Duration), Target::Command { .. }) = (reason, &s.target) {
+        eprintln!(
+            "bpfscope: --duration ended the profile before the command exited; it is sent SIGTERM when bpfscope exits"
+        );
+    }
     let (blocked_bpf_ns, guarded) = match blocked {
         Some(b) => b.finish(&own_progs),
         None => (Vec::new(), None),
@@ -289,8 +301,9 @@ fn follow_processes(
     stopper: &Stopper,
     snapshots: &mut Snapshots,
     mut blocked: Option<(&mut BlockedBpf, Option<&SideBand>, &[u32])>,
-) -> Result<()> {
+) -> Result<Option<StopReason>> {
     let fresh: RefCell<Vec<Note>> = RefCell::new(Vec::new());
+    let reason;
     {
         let mut builder = RingBufferBuilder::new();
         builder.add(&session.skel.maps.procs, |data: &[u8]| {
@@ -346,7 +359,8 @@ fn follow_processes(
                     }
                 }
             }
-            if stopper.poll().is_some() {
+            if let Some(r) = stopper.poll() {
+                reason = Some(r);
                 break;
             }
         }
@@ -364,7 +378,7 @@ fn follow_processes(
             }
         }
     }
-    Ok(())
+    Ok(reason)
 }
 
 /// A record of the profiler's ring buffer.
@@ -437,11 +451,13 @@ fn read_out(
     let mut stacks = session.read_stacks()?;
     let mut bpf_sampled = 0;
     let mut guarded_lost = 0;
+    let mut guarded_per_cpu: HashMap<u32, u64> = HashMap::new();
     if let Some((g, own)) = guarded {
         guarded_lost = g.lost + g.no_room;
-        let extra = guarded_stacks(g, &all_progs, &own, &stacks);
+        let (extra, per_cpu) = guarded_stacks(g, &all_progs, &own, &stacks);
         bpf_sampled = extra.iter().map(|s| s.count).sum();
         stacks.extend(extra);
+        guarded_per_cpu = per_cpu;
     }
     let kernel_addrs: BTreeSet<u64> = stacks
         .iter()
@@ -466,7 +482,10 @@ fn read_out(
     for pid in pids {
         snapshots.snapshot(pid);
     }
-    let lost = session.lost()?;
+    let mut lost = session.lost()?;
+    for c in &mut lost.cpus {
+        c.guarded = guarded_per_cpu.get(&c.cpu).copied().unwrap_or(0);
+    }
     Ok(Sampled {
         bpf_sampled,
         guarded_lost,
@@ -596,13 +615,13 @@ impl BlockedBpf {
 
 /// The second sampler's samples inside guarded programs (not bpfscope's
 /// own) or the kernel code that runs them, as stacks with kernel frames
-/// only, named by the process's comm.
+/// only, named by the process's comm; and how many there were per CPU.
 pub(crate) fn guarded_stacks(
     g: Guarded,
     progs: &[BpfProg],
     own: &[u32],
     seen: &[RawStack],
-) -> Vec<RawStack> {
+) -> (Vec<RawStack>, HashMap<u32, u64>) {
     let guarded: Vec<&BpfProg> = progs
         .iter()
         .filter(|p| GUARDED_TYPES.contains(&p.prog_type.as_str()) && !own.contains(&p.id))
@@ -614,7 +633,7 @@ pub(crate) fn guarded_stacks(
     let addrs: Vec<u64> = g
         .samples
         .iter()
-        .flat_map(|(_, c)| c.iter().copied())
+        .flat_map(|(_, _, c)| c.iter().copied())
         .collect::<BTreeSet<u64>>()
         .into_iter()
         .collect();
@@ -622,7 +641,8 @@ pub(crate) fn guarded_stacks(
     let table = kernel::KernelTable::new(&syms);
     let in_glue = |a: u64| table.lookup(a).is_some_and(|k| k.name == "trace_call_bpf");
     let mut agg: HashMap<(u32, Vec<u64>), u64> = HashMap::new();
-    for (pid, chain) in g.samples {
+    let mut per_cpu: HashMap<u32, u64> = HashMap::new();
+    for (pid, cpu, chain) in g.samples {
         // Return addresses are one past the call.
         let hit = chain.iter().any(|&a| {
             in_glue(a)
@@ -632,10 +652,12 @@ pub(crate) fn guarded_stacks(
         });
         if hit {
             *agg.entry((pid, chain)).or_default() += 1;
+            *per_cpu.entry(cpu).or_default() += 1;
         }
     }
     let mut comms: HashMap<u32, String> = HashMap::new();
-    agg.into_iter()
+    let stacks = agg
+        .into_iter()
         .map(|((pid, kernel), n)| {
             let comm = comms
                 .entry(pid)
@@ -658,7 +680,8 @@ pub(crate) fn guarded_stacks(
                 user: Vec::new(),
             }
         })
-        .collect()
+        .collect();
+    (stacks, per_cpu)
 }
 
 fn read_comm(pid: u32) -> Option<String> {
@@ -806,7 +829,8 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
     let mut stacks = Vec::with_capacity(sampled.stacks.len());
     let mut runtime_frames: Vec<RuntimeFrame> = Vec::new();
     let mut runtime_index: HashMap<RuntimeFrame, u32> = HashMap::new();
-    // Processes with frames in anonymous memory and no perf map to name them.
+    // Processes with frames in anonymous executable memory and no perf map
+    // to name them.
     let mut no_jit_map: BTreeSet<u32> = BTreeSet::new();
     for (prog, samples) in blocked_samples(s, sampled) {
         lost.bpf_estimated += samples;
@@ -863,22 +887,29 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
                     }
                 },
                 UserFrame::Interp(..) => {}
-                UserFrame::Ip(ip) => match sampled.snapshots.resolve(r.tgid, ip) {
-                    Some((file, off)) if file.build_id.is_some() => {
-                        let id = file.build_id.as_deref().unwrap_or_default();
-                        user_binary.push(intern(id));
-                        user_offset.push(off);
-                    }
-                    _ => {
-                        lost.unresolved_frames += 1;
-                        if !sampled.snapshots.has_jit(r.tgid) {
-                            no_jit_map.insert(r.tgid);
+                UserFrame::Ip(ip) | UserFrame::Anon(ip) => {
+                    match sampled.snapshots.resolve(r.tgid, ip) {
+                        Some((file, off)) if file.build_id.is_some() => {
+                            let id = file.build_id.as_deref().unwrap_or_default();
+                            user_binary.push(intern(id));
+                            user_offset.push(off);
                         }
-                        unresolved = true;
-                        user_binary.push(0);
-                        user_offset.push(ip);
+                        _ => {
+                            lost.unresolved_frames += 1;
+                            // The hint to write a perf map is for code that
+                            // really ran from anonymous executable memory, not
+                            // for frames sampled before a process's mappings
+                            // were read.
+                            if !sampled.snapshots.has_jit(r.tgid) && matches!(f, UserFrame::Anon(_))
+                            {
+                                no_jit_map.insert(r.tgid);
+                            }
+                            unresolved = true;
+                            user_binary.push(0);
+                            user_offset.push(ip);
+                        }
                     }
-                },
+                }
             }
         }
         if unresolved {
@@ -933,6 +964,21 @@ pub fn to_recording(s: &SamplingConfig, sampled: &Sampled, in_process: bool) -> 
         user_stacks: s.user,
         lost: Some(lost),
         cpus: sampled.cpus,
+        cpu_accounts: sampled
+            .lost
+            .cpus
+            .iter()
+            .map(|c| CpuAccount {
+                cpu: c.cpu,
+                clock_ns: c.clock_ns,
+                runs: c.runs,
+                idle: c.idle,
+                other: c.other,
+                keys: c.keys,
+                idle_ns: c.idle_ns,
+                guarded: c.guarded,
+            })
+            .collect(),
     };
     Recording {
         meta,
@@ -969,7 +1015,7 @@ fn runtime_frame(
                 }
             }
         }),
-        UserFrame::Ip(ip) if sampled.snapshots.resolve(pid, ip).is_none() => {
+        UserFrame::Ip(ip) | UserFrame::Anon(ip) if sampled.snapshots.resolve(pid, ip).is_none() => {
             let j = sampled.snapshots.jit_symbol(pid, ip)?;
             lost.jit_frames += 1;
             Some(RuntimeFrame {

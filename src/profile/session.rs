@@ -51,8 +51,29 @@ pub struct PythonCounts {
     pub unplaced: u64,
 }
 
+/// One CPU's part of a CPU profile's accounting: what its clock counted,
+/// what the sampling program did on it, how long it idled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuCounts {
+    pub cpu: u32,
+    /// ns the CPU's clock counted while sampling (its time enabled).
+    pub clock_ns: u64,
+    /// Runs of the sampling program on it, and those in the idle task, in
+    /// processes not profiled, or refused by a full count map; the rest
+    /// are in the profile.
+    pub runs: u64,
+    pub idle: u64,
+    pub other: u64,
+    pub keys: u64,
+    /// ns the CPU spent idle meanwhile; None when it could not be read.
+    pub idle_ns: Option<u64>,
+    /// Samples the second sampler took on it inside guarded BPF programs
+    /// (in the profile; the sampling program could not run there).
+    pub guarded: u64,
+}
+
 /// Kernel-side drop counters.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct KernelLost {
     pub python: PythonCounts,
     pub kernel_stacks: u64,
@@ -75,6 +96,9 @@ pub struct KernelLost {
     /// The stack maps held as many stacks as they can.
     pub kernel_stack_map_full: bool,
     pub user_stack_map_full: bool,
+    /// CPU profiles: the same counts per CPU, with the clocks' counts and
+    /// the CPUs' idle time.
+    pub cpus: Vec<CpuCounts>,
 }
 
 pub struct ProfileSession<'obj> {
@@ -83,6 +107,12 @@ pub struct ProfileSession<'obj> {
     /// event's descriptor when its link is destroyed, so these are only
     /// borrowed numbers, valid while `links` holds them.
     perf_fds: Vec<RawFd>,
+    /// The CPU of each of `perf_fds`.
+    cpus: Vec<u32>,
+    /// Each CPU's idle time (ns since boot) when its clock started.
+    idle_at_start: std::collections::BTreeMap<u32, u64>,
+    /// Per CPU when the clocks were closed: (cpu, ns counted, ns idle).
+    clocks: Vec<(u32, u64, Option<u64>)>,
     /// Samples the clocks took, read when they were closed.
     taken: u64,
     /// Sampling period in ns (software clocks sample at a fixed period).
@@ -171,6 +201,9 @@ impl<'obj> ProfileSession<'obj> {
         Ok(ProfileSession {
             links: Vec::new(),
             perf_fds: Vec::new(),
+            cpus: Vec::new(),
+            idle_at_start: Default::default(),
+            clocks: Vec::new(),
             taken: 0,
             period_ns: 0,
             skel,
@@ -254,8 +287,10 @@ impl<'obj> ProfileSession<'obj> {
                     )
                     .context("attaching the sampler")?;
                     self.perf_fds.push(fd);
+                    self.cpus.push(cpu);
                     self.links.push(link);
                 }
+                self.idle_at_start = bpfscope_sys::cpu_idle_ns();
                 Ok(cpus.len())
             }
         }
@@ -288,7 +323,25 @@ impl<'obj> ProfileSession<'obj> {
         // A cpu-clock event counts the ns it was enabled; it overflows
         // (takes a sample) once per period. Read while the links, which
         // own the descriptors, still hold them.
-        let ns: u64 = self.perf_fds.iter().filter_map(|&fd| read_count(fd)).sum();
+        let counted: Vec<u64> = self
+            .perf_fds
+            .iter()
+            .map(|&fd| read_count(fd).unwrap_or(0))
+            .collect();
+        let idle_now = bpfscope_sys::cpu_idle_ns();
+        self.clocks = self
+            .cpus
+            .iter()
+            .zip(&counted)
+            .map(|(&cpu, &ns)| {
+                let idle = match (self.idle_at_start.get(&cpu), idle_now.get(&cpu)) {
+                    (Some(a), Some(b)) => Some(b.saturating_sub(*a).min(ns)),
+                    _ => None,
+                };
+                (cpu, ns, idle)
+            })
+            .collect();
+        let ns: u64 = counted.iter().sum();
         if let Some(taken) = ns.checked_div(self.period_ns) {
             self.taken = taken;
         }
@@ -298,13 +351,36 @@ impl<'obj> ProfileSession<'obj> {
 
     pub fn lost(&self) -> Result<KernelLost> {
         let map = &self.skel.maps.lost;
-        let slot = |i: u32| -> Result<u64> {
+        let per_cpu = |i: u32| -> Result<Vec<u64>> {
             let v = map
                 .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
                 .context("reading lost-stack counters")?
                 .unwrap_or_default();
-            Ok(v.iter().filter_map(|b| pod::read::<u64>(b)).sum())
+            Ok(v.iter().map(|b| pod::read::<u64>(b).unwrap_or(0)).collect())
         };
+        let slot = |i: u32| -> Result<u64> { Ok(per_cpu(i)?.iter().sum()) };
+        // A per-CPU map's values are indexed by CPU number.
+        let (runs, idle, other, keys) = (
+            per_cpu(bp_lost::BP_SEEN_RUNS.0)?,
+            per_cpu(bp_lost::BP_SEEN_IDLE.0)?,
+            per_cpu(bp_lost::BP_SEEN_OTHER.0)?,
+            per_cpu(bp_lost::BP_LOST_KEYS.0)?,
+        );
+        let at = |v: &[u64], cpu: u32| v.get(cpu as usize).copied().unwrap_or(0);
+        let cpus = self
+            .clocks
+            .iter()
+            .map(|&(cpu, clock_ns, idle_ns)| CpuCounts {
+                cpu,
+                clock_ns,
+                runs: at(&runs, cpu),
+                idle: at(&idle, cpu),
+                other: at(&other, cpu),
+                keys: at(&keys, cpu),
+                idle_ns,
+                guarded: 0,
+            })
+            .collect();
         // Preallocated: an insert fails only when every entry is in use.
         let m = &self.skel.maps.stack_map;
         let full = m.keys().count() as u64 >= u64::from(m.max_entries());
@@ -343,6 +419,7 @@ impl<'obj> ProfileSession<'obj> {
             taken: self.taken,
             kernel_stack_map_full: full && kernel_stacks > 0,
             user_stack_map_full: full && user_stacks > 0,
+            cpus,
         })
     }
 

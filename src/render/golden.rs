@@ -458,10 +458,12 @@ fn profile_document() -> ProfileDocument {
         stacks: vec![ProfileStack {
             pid: 42,
             comm: s("app"),
+            thread: s("app-worker"),
             count: 3,
             value: 3,
             frames: vec![
                 ProfileFrame {
+                    kind: "native",
                     address: s("0x1139"),
                     module: Some(s("/usr/bin/app")),
                     build_id: Some(s("d2a1c0ffee")),
@@ -480,6 +482,7 @@ fn profile_document() -> ProfileDocument {
                     ],
                 },
                 ProfileFrame {
+                    kind: "unknown",
                     address: s("0xdeadbeef"),
                     module: None,
                     build_id: None,

@@ -3,8 +3,10 @@
 //! prints as JSON lines or as text (`printer`); profiles as folded stacks,
 //! flame graphs, pprof, JSON or a top table.
 
+pub mod annotate;
 pub mod bpftrace;
 pub mod exposition;
+pub mod diff;
 pub mod flame;
 #[cfg(test)]
 mod golden;

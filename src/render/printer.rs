@@ -539,6 +539,51 @@ pub fn top_functions(
     Ok(())
 }
 
+/// `bpfscope top`'s screen: clears it, a header, then one row per
+/// function (self and total samples and their share of the window's),
+/// each cut to `width` columns.
+pub fn live_top(
+    w: &mut dyn Write,
+    header: &str,
+    total: u64,
+    rows: &[TopFunction],
+    width: usize,
+) -> io::Result<()> {
+    let pct = |v: u64| {
+        if total == 0 {
+            0.0
+        } else {
+            100.0 * v as f64 / total as f64
+        }
+    };
+    // Home the cursor and clear the screen: a live view, like top.
+    write!(w, "\x1b[H\x1b[2J")?;
+    writeln!(w, "{}", cut(header, width))?;
+    writeln!(w)?;
+    writeln!(
+        w,
+        "{:>7} {:>8} {:>7} {:>8}  FUNCTION",
+        "SELF%", "SELF", "TOTAL%", "TOTAL"
+    )?;
+    for f in rows {
+        let line = format!(
+            "{:>6.2}% {:>8} {:>6.2}% {:>8}  {}",
+            pct(f.self_weight),
+            f.self_weight,
+            pct(f.total),
+            f.total,
+            f.function
+        );
+        writeln!(w, "{}", cut(&line, width))?;
+    }
+    Ok(())
+}
+
+/// The first `width` characters of a line.
+fn cut(s: &str, width: usize) -> String {
+    s.chars().take(width.max(20)).collect()
+}
+
 /// A `count` or `stats` row, for the text table.
 struct AggRow<'r> {
     key: &'r Key<'r>,

@@ -5,11 +5,20 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{self, Write};
 
 use super::record::{FrameFunction, ProfileDocument, ProfileFrame, ProfileStack, TopFunction};
-use crate::report::{Location, Profile, Sample};
+use crate::report::{FrameKind, Location, Profile, Sample};
 
 impl Profile {
     pub fn off_cpu(&self) -> bool {
         self.mode == "offcpu"
+    }
+
+    /// The thread's name, or the process's where the recording has none.
+    pub fn thread_name(s: &Sample) -> &str {
+        if s.thread.is_empty() {
+            &s.comm
+        } else {
+            &s.thread
+        }
     }
 
     /// What a sample's weight counts, for people.
@@ -73,16 +82,40 @@ impl Profile {
     /// One line per unique stack: frames root first separated by `;`
     /// (the process name is the root), a space, the weight. Sorted.
     pub fn folded(&self) -> Vec<String> {
+        self.folded_kinds(None)
+    }
+
+    /// `folded`, noting each frame name's kind in `kinds` (a name two
+    /// kinds share keeps the first).
+    fn folded_kinds(&self, mut kinds: Option<&mut HashMap<String, FrameKind>>) -> Vec<String> {
         let mut agg: BTreeMap<String, u64> = BTreeMap::new();
+        let mut note = |name: &str, k: FrameKind| {
+            if let Some(m) = kinds.as_deref_mut() {
+                if !m.contains_key(name) {
+                    m.insert(name.to_string(), k);
+                }
+            }
+        };
         for s in &self.samples {
             let w = self.weight(s);
             if w == 0 {
                 continue;
             }
             let mut frames = vec![sanitize(&s.comm)];
+            if self.by_thread {
+                frames.push(sanitize(Self::thread_name(s)));
+            }
+            for f in &frames {
+                note(f, FrameKind::Process);
+            }
             for &l in s.locations.iter().rev() {
                 if let Some(loc) = self.locations.get(l) {
-                    frames.extend(self.names(loc).iter().map(|n| sanitize(n)));
+                    let k = self.kind(loc);
+                    for n in self.names(loc) {
+                        let n = sanitize(&n);
+                        note(&n, k);
+                        frames.push(n);
+                    }
                 }
             }
             *agg.entry(frames.join(";")).or_default() += w;
@@ -104,7 +137,9 @@ impl Profile {
             format!("bpfscope CPU profile ({} Hz)", self.frequency_hz)
         };
         let count = if self.off_cpu() { "us" } else { "samples" };
-        super::flame::svg(&self.folded(), &title, count, self.off_cpu(), w)
+        let mut kinds = HashMap::new();
+        let lines = self.folded_kinds(Some(&mut kinds));
+        super::flame::svg_by_kind(&lines, &title, count, &kinds, w)
     }
 
     /// Self and total weight per function, heaviest self first.
@@ -171,6 +206,7 @@ impl Profile {
                     .map(|loc| {
                         let m = self.mappings.get(loc.mapping);
                         ProfileFrame {
+                            kind: self.kind(loc).as_str(),
                             address: format!("{:#x}", loc.address),
                             module: m.map(|m| m.name.clone()),
                             build_id: m.map(|m| m.build_id.clone()),
@@ -190,6 +226,7 @@ impl Profile {
                 ProfileStack {
                     pid: s.pid,
                     comm: s.comm.clone(),
+                    thread: Self::thread_name(s).to_string(),
                     count: s.count,
                     value: s.value,
                     frames,

@@ -442,6 +442,8 @@ pub struct ProfileDocument {
 pub struct ProfileStack {
     pub pid: u32,
     pub comm: String,
+    /// The thread's name (the process's where none was recorded).
+    pub thread: String,
     pub count: u64,
     pub value: u64,
     /// Leaf first.
@@ -451,6 +453,8 @@ pub struct ProfileStack {
 /// One frame of a profile stack.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProfileFrame {
+    /// What code it is: kernel, bpf, native, python, jit or unknown.
+    pub kind: &'static str,
     /// Hex: a file offset (user), a kernel address, or a raw address.
     pub address: String,
     pub module: Option<String>,
@@ -466,6 +470,75 @@ pub struct FrameFunction {
     pub name: String,
     pub file: Option<String>,
     pub line: u32,
+}
+
+/// `bpfscope annotate --json`: a function's samples per source line and
+/// per instruction.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FunctionAnnotate {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: String,
+    pub binary: String,
+    pub build_id: String,
+    pub samples: u64,
+    pub profile_samples: u64,
+    pub in_kernel: u64,
+    pub undecoded: u64,
+    /// Heaviest first.
+    pub lines: Vec<AnnotatedLine>,
+    /// In address order.
+    pub instructions: Vec<AnnotatedInstruction>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnnotatedLine {
+    pub file: String,
+    pub line: u32,
+    pub count: u64,
+    pub source: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnnotatedInstruction {
+    /// Hex file offset, and ELF virtual address.
+    pub offset: String,
+    pub address: String,
+    pub text: String,
+    pub count: u64,
+    pub file: Option<String>,
+    pub line: u32,
+}
+
+/// A function of `bpfscope diff --json`: its share of each profile's
+/// samples (percent), self and total, and the change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DiffFunction {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: String,
+    pub base_self: f64,
+    pub new_self: f64,
+    pub self_delta: f64,
+    pub base_total: f64,
+    pub new_total: f64,
+    pub total_delta: f64,
+}
+
+/// One refresh of `bpfscope top --json`: the functions of the samples of
+/// the last `seconds`, heaviest first by the sort in use.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopRefresh {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// 1 for the first refresh.
+    pub refresh: u64,
+    /// The time the counts cover, in seconds.
+    pub seconds: f64,
+    pub samples: u64,
+    /// "self" or "total".
+    pub sort: &'static str,
+    pub functions: Vec<TopFunction>,
 }
 
 /// A function's self and total weight in a profile (the `top` of the JSON

@@ -3,6 +3,8 @@
 //! model every output format is rendered from. The only place that knows
 //! both the recording format and the symbolizer.
 
+pub mod annotate;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -23,6 +25,9 @@ pub struct Profile {
     pub samples: Vec<Sample>,
     /// Things the reader should know (losses, binaries without symbols).
     pub notes: Vec<String>,
+    /// Folded stacks and flame graphs get a frame per thread name under
+    /// each process.
+    pub by_thread: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -86,8 +91,38 @@ pub struct BinaryReport {
     pub symbolized: usize,
 }
 
+/// Names already found, kept across the profiles of one live run (`top`
+/// symbolizes each refresh's stacks; most of their frames were named
+/// before).
+#[derive(Default)]
+pub struct NameCache {
+    /// (build id, call site) -> the functions there, outer first.
+    user: HashMap<(Vec<u8>, u64), Vec<FuncLine>>,
+    /// Symbol files by build id (None: none found).
+    found: HashMap<Vec<u8>, Option<(PathBuf, Origin)>>,
+    /// Unwind tables (function bounds) of stripped files, by build id.
+    tables: HashMap<Vec<u8>, Option<(bpfscope_unwind::Functions, PathBuf)>>,
+    /// One report, not a live run: each file's symbolizer state and unwind
+    /// table are let go once its offsets are named (memory bounded by
+    /// the largest file).
+    streaming: bool,
+}
+
 /// Symbolizes a recording into a profile.
 pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<BinaryReport>) {
+    let mut cache = NameCache {
+        streaming: true,
+        ..Default::default()
+    };
+    recording_cached(rec, resolver, &mut cache)
+}
+
+/// `recording`, looking names up in `cache` first and keeping new ones there.
+pub fn recording_cached(
+    rec: &Recording,
+    resolver: &mut Resolver,
+    cache: &mut NameCache,
+) -> (Profile, Vec<BinaryReport>) {
     let mut p = Profile {
         mode: rec.meta.mode.clone(),
         frequency_hz: rec.meta.frequency_hz,
@@ -97,7 +132,7 @@ pub fn recording(rec: &Recording, resolver: &mut Resolver) -> (Profile, Vec<Bina
     };
     let unknown = mappings(rec, &mut p);
     let mut loc_index: HashMap<(usize, u64), usize> = HashMap::new();
-    let reports = user_locations(rec, resolver, &mut p, &mut loc_index);
+    let reports = user_locations(rec, resolver, &mut p, &mut loc_index, cache);
     let ktable = kernel::KernelTable::new(&rec.kernel_symbols);
     for s in &rec.stacks {
         let mut locs = Vec::with_capacity(s.kernel.len() + s.user_binary.len());
@@ -181,6 +216,65 @@ fn runtime_mapping(p: &mut Profile, kind: &str) -> usize {
 
 /// Mapping name of Python frames: named `function (file.py:LINE)`.
 pub const PYTHON_MAPPING: &str = "[python]";
+/// Mapping name of JIT frames a perf map or jitdump named.
+pub const JIT_MAPPING: &str = "[jit]";
+
+/// What kind of code a frame is, for flame graph colors and JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FrameKind {
+    /// The process (and thread) frames at the root of folded stacks.
+    Process,
+    Kernel,
+    /// A BPF program's JIT code (and its source lines).
+    Bpf,
+    /// Machine code of an ELF file (C, C++, Rust, Go...).
+    Native,
+    Python,
+    /// JIT code named from a perf map or jitdump.
+    Jit,
+    /// A raw address no file or runtime explained.
+    Unknown,
+}
+
+impl FrameKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FrameKind::Process => "process",
+            FrameKind::Kernel => "kernel",
+            FrameKind::Bpf => "bpf",
+            FrameKind::Native => "native",
+            FrameKind::Python => "python",
+            FrameKind::Jit => "jit",
+            FrameKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl Profile {
+    /// The kind of code at a location.
+    pub fn kind(&self, loc: &Location) -> FrameKind {
+        let Some(m) = self.mappings.get(loc.mapping) else {
+            return FrameKind::Unknown;
+        };
+        if m.kernel {
+            let bpf = loc
+                .lines
+                .first()
+                .is_some_and(|l| l.function.starts_with("bpf_prog_"));
+            return if bpf {
+                FrameKind::Bpf
+            } else {
+                FrameKind::Kernel
+            };
+        }
+        match m.name.as_str() {
+            PYTHON_MAPPING => FrameKind::Python,
+            JIT_MAPPING => FrameKind::Jit,
+            "[unknown]" => FrameKind::Unknown,
+            _ => FrameKind::Native,
+        }
+    }
+}
 
 /// The kernel, each binary (index + 1 as in the recording) and [unknown]
 /// last, whose index is returned.
@@ -214,6 +308,7 @@ fn user_locations(
     resolver: &mut Resolver,
     p: &mut Profile,
     loc_index: &mut HashMap<(usize, u64), usize>,
+    cache: &mut NameCache,
 ) -> Vec<BinaryReport> {
     let mut per_bin: Vec<Vec<u64>> = vec![Vec::new(); rec.binaries.len()];
     for s in &rec.stacks {
@@ -228,15 +323,59 @@ fn user_locations(
         offs.sort_unstable();
         offs.dedup();
         let b = &rec.binaries[i];
-        let found = resolver.find(&b.build_id, &b.paths);
+        let found = cache
+            .found
+            .entry(b.build_id.clone())
+            .or_insert_with(|| {
+                resolver
+                    .find(&b.build_id, &b.paths)
+                    .map(|f| (f.path, f.origin))
+            })
+            .clone();
+        // Only offsets not named before are looked up.
+        let todo: Vec<u64> = offs
+            .iter()
+            .copied()
+            .filter(|&o| !cache.user.contains_key(&(b.build_id.clone(), o)))
+            .collect();
         let results = match &found {
-            Some(f) => resolver.offsets(&f.path, &b.segments, offs),
-            None => vec![None; offs.len()],
+            Some((path, _)) if !todo.is_empty() => resolver.offsets(path, &b.segments, &todo),
+            _ => vec![None; todo.len()],
         };
-        let symbolized = results.iter().filter(|r| r.is_some()).count();
+        let mut new_lines: Vec<Vec<FuncLine>> = results
+            .into_iter()
+            .map(|r| r.map(|r| r.lines).unwrap_or_default())
+            .collect();
+        if new_lines.iter().any(Vec::is_empty) {
+            let table = cache
+                .tables
+                .entry(b.build_id.clone())
+                .or_insert_with(|| unwind_table(b, found.as_ref().map(|f| f.0.as_path())));
+            if let Some((t, path)) = table {
+                name_by_unwind_tables(b, t, path, &todo, &mut new_lines);
+            }
+        }
+        for (o, l) in todo.iter().zip(new_lines) {
+            cache.user.insert((b.build_id.clone(), *o), l);
+        }
+        if cache.streaming {
+            cache.tables.remove(&b.build_id);
+            resolver.release();
+        }
+        let lines: Vec<Vec<FuncLine>> = offs
+            .iter()
+            .map(|&o| {
+                cache
+                    .user
+                    .get(&(b.build_id.clone(), o))
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect();
+        let symbolized = lines.iter().filter(|l| !l.is_empty()).count();
         reports.push(BinaryReport {
             build_id: bpfscope_sys::buildid::hex(&b.build_id),
-            found: found.as_ref().map(|f| (f.path.clone(), f.origin)),
+            found: found.clone(),
             frames: offs.len(),
             symbolized,
         });
@@ -247,16 +386,82 @@ fn user_locations(
                 bpfscope_sys::buildid::hex(&b.build_id)
             ));
         }
-        for (&o, r) in offs.iter().zip(results) {
+        for (&o, l) in offs.iter().zip(lines) {
             loc_index.insert((i + 1, o), p.locations.len());
             p.locations.push(Location {
                 mapping: i + 1,
                 address: o,
-                lines: r.map(|r| r.lines).unwrap_or_default(),
+                lines: l,
             });
         }
     }
     reports
+}
+
+/// A binary's functions' bounds (its FDEs): the file itself has the CFI
+/// (a separate debug file's .eh_frame is empty); the symbol file is tried
+/// first, being at hand.
+fn unwind_table(
+    b: &bpfscope_recording::Binary,
+    symbol_file: Option<&Path>,
+) -> Option<(bpfscope_unwind::Functions, PathBuf)> {
+    symbol_file
+        .into_iter()
+        .chain(b.paths.iter().map(Path::new))
+        .find_map(|p| {
+            let f = bpfscope_unwind::functions(p).ok()?;
+            (!f.is_empty()).then(|| (f, p.to_path_buf()))
+        })
+}
+
+/// Names the offsets no symbol named after the function their unwind
+/// table entry (FDE) covers, `libfoo.so+0x15b80` at the FDE's first byte:
+/// one frame per function of a stripped file, not one per address.
+fn name_by_unwind_tables(
+    b: &bpfscope_recording::Binary,
+    table: &bpfscope_unwind::Functions,
+    path: &Path,
+    offs: &[u64],
+    lines: &mut [Vec<FuncLine>],
+) {
+    let segments = if b.segments.is_empty() {
+        bpfscope_symbolize::elf::inspect(path)
+            .map(|i| i.segments)
+            .unwrap_or_default()
+    } else {
+        b.segments.clone()
+    };
+    let base = b
+        .paths
+        .iter()
+        .find(|p| !p.starts_with("/proc/self/fd/"))
+        .and_then(|p| Path::new(p).file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    let Some(base) = base else {
+        return;
+    };
+    for (&o, l) in offs.iter().zip(lines.iter_mut()) {
+        if !l.is_empty() {
+            continue;
+        }
+        let Some(seg) = segments
+            .iter()
+            .find(|s| s.executable && o >= s.file_offset && o < s.file_offset + s.file_size)
+        else {
+            continue;
+        };
+        let vaddr = o - seg.file_offset + seg.vaddr;
+        if let Some((start, _)) = table.at(vaddr) {
+            let Some(at) = (start + seg.file_offset).checked_sub(seg.vaddr) else {
+                continue;
+            };
+            l.push(FuncLine {
+                function: format!("{base}+{at:#x}"),
+                file: None,
+                line: 0,
+            });
+        }
+    }
 }
 
 /// A kernel address's name: BPF JIT code first (kallsyms may no longer,
@@ -286,11 +491,15 @@ fn kernel_lines(rec: &Recording, ktable: &kernel::KernelTable<'_>, a: u64) -> Ve
 }
 
 /// Where every sample of a CPU profile went, from the kernel's clocks to
-/// the profile: None for off-CPU profiles and recordings before 1.2.
-pub fn sample_accounting(rec: &Recording) -> Option<String> {
-    let l = rec.meta.lost?;
-    if l.samples_taken == 0 {
-        return None;
+/// the profile: a line of totals and, for recordings since 1.6, a line of
+/// CPUs (idle time said as idle) and one of samples due on busy CPUs that
+/// no sampler took. Empty for off-CPU profiles and recordings before 1.2.
+pub fn sample_accounting(rec: &Recording) -> Vec<String> {
+    let Some(l) = rec.meta.lost else {
+        return Vec::new();
+    };
+    if rec.meta.mode != "cpu" || l.sampler_runs + l.samples_taken == 0 {
+        return Vec::new();
     }
     // The sampling program's own: not the estimates, not the second sampler's.
     let stored: u64 = rec
@@ -300,46 +509,29 @@ pub fn sample_accounting(rec: &Recording) -> Option<String> {
         .map(|s| s.count)
         .sum::<u64>()
         .saturating_sub(l.bpf_sampled);
-    let skipped = l.samples_taken.saturating_sub(l.sampler_runs);
+    // "Taken" is what the clocks fired: each run of the sampling program,
+    // and each sample the second sampler took where that program could
+    // not run (inside a BPF program holding the kernel's recursion guard).
+    let taken = l.sampler_runs + l.bpf_sampled;
     let mut s = format!(
-        "samples: {} taken by the kernel's clocks, {} reached the sampling program",
-        l.samples_taken, l.sampler_runs
+        "samples: {taken} taken by the clocks: {} in the profile",
+        stored + l.bpf_sampled
     );
-    // A clock's count is its time (sched_clock) over the period, while its
-    // samples come from a timer; where the two clocks drift apart (busy
-    // CPUs of a virtual machine, measured here: 2-4%) the count falls
-    // short of the samples it took.
-    if l.sampler_runs > l.samples_taken {
+    if l.bpf_sampled > 0 {
         s.push_str(&format!(
-            " ({} more than the clocks' count: their time ran {:.1}% behind their timers)",
-            l.sampler_runs - l.samples_taken,
-            100.0 * (l.sampler_runs - l.samples_taken) as f64 / l.samples_taken as f64
+            " ({} of them in kprobe, tracepoint or perf_event BPF programs, taken by a second sampler)",
+            l.bpf_sampled
         ));
-    }
-    if skipped > 0 {
-        s.push_str(&format!(
-            " ({skipped} not delivered: a CPU idle without its tick, a kprobe, tracepoint or perf_event BPF program running on that CPU (the kernel then runs no sampling program), or a late timer"
-        ));
-        if l.bpf_estimated > 0 {
-            s.push_str(&format!(
-                "; {} estimated from BPF run time",
-                l.bpf_estimated
-            ));
-        }
-        if l.bpf_sampled > 0 {
-            s.push_str(&format!(
-                "; {} taken in such BPF programs by a second sampler, in the profile",
-                l.bpf_sampled
-            ));
-        }
-        s.push(')');
     }
     s.push_str(&format!(
-        "; of those {} idle, {} in processes not profiled, {stored} in the profile",
-        l.idle_samples, l.other_samples
+        ", {} in processes not profiled, {} idle",
+        l.other_samples, l.idle_samples
     ));
     if l.keys > 0 {
-        s.push_str(&format!(", {} lost (count map full)", l.keys));
+        s.push_str(&format!(
+            ", {} lost (the count map was full: raise --max-stacks)",
+            l.keys
+        ));
     }
     let accounted = l.idle_samples + l.other_samples + stored + l.keys;
     if accounted != l.sampler_runs {
@@ -348,7 +540,102 @@ pub fn sample_accounting(rec: &Recording) -> Option<String> {
             l.sampler_runs.abs_diff(accounted)
         ));
     }
-    Some(s)
+    if l.bpf_estimated > 0 {
+        s.push_str(&format!(
+            "; {} more estimated from BPF run time (under [bpf run time])",
+            l.bpf_estimated
+        ));
+    }
+    let mut lines = vec![s];
+    lines.extend(cpu_lines(&rec.meta));
+    lines
+}
+
+/// Seconds, for people: `9.95 s`.
+fn secs(ns: u64) -> String {
+    format!("{:.2} s", ns as f64 / 1e9)
+}
+
+/// Per CPU: samples taken, time idle (a CPU's clock may skip periods
+/// while the CPU sleeps, which is no loss), and samples due on its busy
+/// time that no sampler took, beyond what the measurements can tell apart.
+fn cpu_lines(m: &bpfscope_recording::Meta) -> Vec<String> {
+    if m.cpu_accounts.is_empty() || m.frequency_hz == 0 {
+        return Vec::new();
+    }
+    let period = 1_000_000_000 / m.frequency_hz;
+    // What the counts cannot tell apart: a clock's time against its timer
+    // (2-4% apart on busy virtual machines, 5% allowed) and the idle time's resolution
+    // (a 10 ms tick in /proc/stat, at each end).
+    let slack = |due: u64| 2 + due / 20 + 20_000_000 / period;
+    let mut parts = Vec::new();
+    let mut quiet = 0;
+    let mut short: Vec<(u32, u64)> = Vec::new();
+    for c in &m.cpu_accounts {
+        let taken = c.runs + c.guarded;
+        let mut p = format!("CPU {} {taken} taken", c.cpu);
+        let mut notable = false;
+        if let Some(idle) = c.idle_ns {
+            if idle * 10 >= c.clock_ns {
+                notable = true;
+                p.push_str(&format!(
+                    " ({} idle of {}: {} samples there",
+                    secs(idle),
+                    secs(c.clock_ns),
+                    c.idle
+                ));
+                let due_idle = idle / period;
+                if due_idle > c.idle + slack(due_idle) {
+                    p.push_str(&format!(
+                        "; its clock skipped {} while the CPU slept, no loss",
+                        due_idle - c.idle
+                    ));
+                }
+                p.push(')');
+            } else {
+                p.push_str(&format!(
+                    " (busy {} of {})",
+                    secs(c.clock_ns - idle),
+                    secs(c.clock_ns)
+                ));
+            }
+            // Samples its busy time was due, against those taken in it.
+            let due = (c.clock_ns - idle) / period;
+            let got = taken.saturating_sub(c.idle);
+            if due > got + slack(due) {
+                notable = true;
+                short.push((c.cpu, due - got));
+            }
+        }
+        if notable || m.cpu_accounts.len() <= 8 {
+            parts.push(p);
+        } else {
+            quiet += 1;
+        }
+    }
+    if quiet > 0 {
+        parts.push(format!("{quiet} more CPUs busy, none short"));
+    }
+    let mut lines = vec![format!(
+        "per CPU at {} Hz: {}",
+        m.frequency_hz,
+        parts.join("; ")
+    )];
+    if !short.is_empty() {
+        let n: u64 = short.iter().map(|(_, n)| n).sum();
+        let each: Vec<String> = short.iter().map(|(c, n)| format!("CPU {c}: {n}")).collect();
+        let second = m.cpu_accounts.iter().any(|c| c.guarded > 0);
+        lines.push(format!(
+            "not delivered: {n} samples due on busy CPU time were taken by no sampler ({}): a timer that fired late, or a kprobe, tracepoint or perf_event BPF program holding the kernel's recursion guard{}",
+            each.join(", "),
+            if second {
+                " (the second sampler took those of other programs: bpfscope's own hooks remain)"
+            } else {
+                " (a second sampler takes those in whole-system profiles)"
+            }
+        ));
+    }
+    lines
 }
 
 /// What the recording lost, as notes for the reader.
@@ -748,6 +1035,87 @@ mod tests {
             notes.contains("2 samples carry [unknown] user frames"),
             "{notes}"
         );
+    }
+
+    /// A recording of one CPU-bound thread on a 2-CPU machine at 499 Hz:
+    /// CPU 0 busy with it, CPU 1 idle for 1.99 of its 2 s and, as a sleeping
+    /// CPU's clock can, firing only 40 times.
+    fn two_cpus(cpu1_idle_ns: u64, cpu1_runs: u64, cpu1_idle: u64) -> Recording {
+        let runs0 = 998;
+        let other = 5 + (cpu1_runs - cpu1_idle);
+        let stored = runs0 - 5;
+        Recording {
+            meta: Meta {
+                mode: "cpu".into(),
+                frequency_hz: 499,
+                lost: Some(LostCounts {
+                    samples_taken: 2010,
+                    sampler_runs: runs0 + cpu1_runs,
+                    idle_samples: cpu1_idle,
+                    other_samples: other,
+                    ..Default::default()
+                }),
+                cpu_accounts: vec![
+                    bpfscope_recording::CpuAccount {
+                        cpu: 0,
+                        clock_ns: 2_004_000_000,
+                        runs: runs0,
+                        idle: 0,
+                        other: 5,
+                        keys: 0,
+                        idle_ns: Some(2_000_000),
+                        guarded: 0,
+                    },
+                    bpfscope_recording::CpuAccount {
+                        cpu: 1,
+                        clock_ns: 2_004_000_000,
+                        runs: cpu1_runs,
+                        idle: cpu1_idle,
+                        other: cpu1_runs - cpu1_idle,
+                        keys: 0,
+                        idle_ns: Some(cpu1_idle_ns),
+                        guarded: 0,
+                    },
+                ],
+                ..Default::default()
+            },
+            stacks: vec![Stack {
+                pid: 1,
+                comm: "python3".into(),
+                count: stored,
+                value: stored,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_idle_cpu_is_said_as_idle_not_as_samples_not_delivered() {
+        let lines = sample_accounting(&two_cpus(1_990_000_000, 40, 33));
+        assert_eq!(
+            lines,
+            [
+                "samples: 1038 taken by the clocks: 993 in the profile, 12 in processes not profiled, 33 idle",
+                "per CPU at 499 Hz: CPU 0 998 taken (busy 2.00 s of 2.00 s); CPU 1 40 taken (1.99 s idle of 2.00 s: 33 samples there; its clock skipped 960 while the CPU slept, no loss)",
+            ]
+        );
+    }
+
+    #[test]
+    fn samples_missing_on_a_busy_cpu_are_not_delivered_with_their_cpu() {
+        // CPU 1 busy half the time but with 7 samples taken there, where
+        // its busy second was due 500.
+        let lines = sample_accounting(&two_cpus(1_000_000_000, 40, 33));
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[2].starts_with("not delivered: 493 samples due on busy CPU time were taken by no sampler (CPU 1: 493): "),
+            "{lines:?}"
+        );
+        // Recordings before 1.6 have totals only, and claim no loss.
+        let mut old = two_cpus(1_000_000_000, 40, 33);
+        old.meta.cpu_accounts.clear();
+        assert_eq!(sample_accounting(&old).len(), 1);
     }
 
     #[test]

@@ -37,6 +37,7 @@ mod run;
 mod run_lang;
 mod runtimes;
 mod targets;
+mod top;
 mod trace;
 mod unwind;
 mod uprobes;

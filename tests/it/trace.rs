@@ -197,10 +197,11 @@ fn filters_keep_and_drop() {
     assert_eq!(count("count"), 21);
 }
 
-/// A command that fails still gets its results, and a note saying how it ended.
+/// A command that fails still gets its results, a note saying how it
+/// ended, and its exit status passed on (as `perf record` does).
 #[test]
 #[ignore = "needs root and BPF"]
-fn failed_command_is_noted_not_fatal() {
+fn failed_command_is_noted_and_its_status_passed_on() {
     require_root();
     let w = workload("writer");
     // Size 2^21 is over the workload's buffer: it writes nothing, exits 2.
@@ -214,7 +215,8 @@ fn failed_command_is_noted_not_fatal() {
         "5",
         "2097152",
     ]);
-    let out = ok(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let out = stdout(&o);
     assert_eq!(sum_counts(&json_lines(&out)), 0, "{out}");
     assert!(
         stderr(&o).contains("note: the command ended with exit status: 2"),

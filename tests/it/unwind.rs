@@ -28,7 +28,7 @@ fn profile(name: &str, extra: &[&str], cmd: &[&str]) -> (Vec<(Vec<String>, u64)>
     // Every run of the sampler is accounted for, whatever else happened.
     let acct = err
         .lines()
-        .find(|l| l.contains("taken by the kernel's clocks"))
+        .find(|l| l.contains("taken by the clocks"))
         .unwrap_or_else(|| panic!("no sample accounting line: {err}"));
     assert!(!acct.contains("unaccounted"), "{acct}");
     (folded(&out), err)

@@ -4,6 +4,8 @@
  * as many identical loop iterations as beta_caller -> beta_work.
  * With "sleep", it instead blocks in wait_here (10 ms naps) for SECONDS.
  * With "count", it prints how many rounds it completed (for benchmarks).
+ * With "beta K", beta_caller does K times its usual work: alpha's share
+ * is then 3 / (3 + K) (a known change for `bpfscope diff`).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,11 +88,14 @@ int main(int argc, char **argv)
 		wait_here(secs);
 		return 0;
 	}
+	unsigned long beta = 1;
+	if (argc > 4 && !strcmp(argv[3], "beta"))
+		beta = strtoul(argv[4], NULL, 10);
 	double end = now() + secs;
 	unsigned long rounds = 0;
 	while (now() < end) {
 		alpha_caller(200000);
-		beta_caller(200000);
+		beta_caller(200000 * beta);
 		rounds++;
 	}
 	if (argc > 3 && !strcmp(argv[3], "count"))

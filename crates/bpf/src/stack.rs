@@ -14,6 +14,9 @@ pub enum UserFrame {
     /// The kernel could not read the build id, or the address is in no
     /// file (anonymous or JIT memory): a raw address.
     Ip(u64),
+    /// The profiler's unwinder: a raw address in an executable mapping no
+    /// file backs (JIT code), as the process's mappings said at the sample.
+    Anon(u64),
     /// The profiler's unwinder: a file by the id the kernel gave it (see
     /// `bp_note`), the file offset, and whether the offset is where the
     /// frame was interrupted (a signal) rather than a return address.
@@ -54,6 +57,10 @@ pub fn unwound_frame(f: u64) -> UserFrame {
     if f & file_bit == 0 {
         if f & (1u64 << bp_frame::BP_FRAME_INTERP_BIT.0) != 0 {
             return UserFrame::Interp(id as u32, f & ((1u64 << shift) - 1));
+        }
+        let anon = 1u64 << bp_frame::BP_FRAME_ANON_BIT.0;
+        if f & anon != 0 {
+            return UserFrame::Anon(f & !anon);
         }
         return UserFrame::Ip(f);
     }

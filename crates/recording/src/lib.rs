@@ -23,7 +23,7 @@ pub const BPF_RUN_TIME: &str = "[bpf run time]";
 pub const MAGIC: &[u8; 8] = b"BPFSCOPE";
 /// Readers refuse other major versions; minor versions only add fields or sections.
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 5;
+pub const VERSION_MINOR: u16 = 6;
 const HEADER_LEN: usize = 16;
 const SECTION_HEADER_LEN: usize = 24;
 /// A section that a reader must understand to use the file.
@@ -81,6 +81,35 @@ pub struct Meta {
     pub lost: Option<LostCounts>,
     #[prost(uint32, tag = "13")]
     pub cpus: u32,
+    /// Since 1.6, CPU profiles: where each CPU's samples went.
+    #[prost(message, repeated, tag = "14")]
+    pub cpu_accounts: Vec<CpuAccount>,
+}
+
+/// One CPU's samples in a CPU profile (since 1.6): what its clock counted,
+/// what the sampling program did on it, how long it idled. runs = idle +
+/// other + keys + the samples of the CPU in the profile.
+#[derive(Clone, Copy, PartialEq, Message)]
+pub struct CpuAccount {
+    #[prost(uint32, tag = "1")]
+    pub cpu: u32,
+    /// ns its clock counted while sampling.
+    #[prost(uint64, tag = "2")]
+    pub clock_ns: u64,
+    #[prost(uint64, tag = "3")]
+    pub runs: u64,
+    #[prost(uint64, tag = "4")]
+    pub idle: u64,
+    #[prost(uint64, tag = "5")]
+    pub other: u64,
+    #[prost(uint64, tag = "6")]
+    pub keys: u64,
+    /// ns it spent idle meanwhile (cpuidle residency or /proc/stat).
+    #[prost(uint64, optional, tag = "7")]
+    pub idle_ns: Option<u64>,
+    /// Samples the second sampler took on it inside guarded BPF programs.
+    #[prost(uint64, tag = "8")]
+    pub guarded: u64,
 }
 
 /// What could not be captured or resolved.

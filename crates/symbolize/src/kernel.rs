@@ -38,16 +38,49 @@ fn kallsyms_source() -> Source<'static> {
 
 /// The kallsyms entries (start, name, module) that `addrs` fall into.
 pub fn snapshot_symbols(addrs: &[u64]) -> Vec<KernelSymbol> {
-    if addrs.is_empty() {
-        return Vec::new();
+    KernelSymbolizer::new().symbols(addrs)
+}
+
+/// kallsyms, read once and kept (a read costs tens of milliseconds): for
+/// a live view that names new kernel addresses every second. It does not
+/// see BPF programs loaded after it read kallsyms: make a new one now
+/// and then.
+pub struct KernelSymbolizer {
+    symbolizer: Symbolizer,
+}
+
+impl Default for KernelSymbolizer {
+    fn default() -> Self {
+        Self::new()
     }
-    let symbolizer = Symbolizer::builder()
-        .enable_code_info(false)
-        .enable_inlined_fns(false)
-        .build();
-    let Ok(syms) = symbolizer.symbolize(&kallsyms_source(), Input::AbsAddr(addrs)) else {
-        return Vec::new();
-    };
+}
+
+impl KernelSymbolizer {
+    pub fn new() -> KernelSymbolizer {
+        KernelSymbolizer {
+            symbolizer: Symbolizer::builder()
+                .enable_code_info(false)
+                .enable_inlined_fns(false)
+                .build(),
+        }
+    }
+
+    /// The kallsyms entries (start, name, module) that `addrs` fall into.
+    pub fn symbols(&self, addrs: &[u64]) -> Vec<KernelSymbol> {
+        if addrs.is_empty() {
+            return Vec::new();
+        }
+        let Ok(syms) = self
+            .symbolizer
+            .symbolize(&kallsyms_source(), Input::AbsAddr(addrs))
+        else {
+            return Vec::new();
+        };
+        entries(syms)
+    }
+}
+
+fn entries(syms: Vec<blazesym::symbolize::Symbolized<'_>>) -> Vec<KernelSymbol> {
     let mut out: Vec<KernelSymbol> = syms
         .into_iter()
         .filter_map(|s| s.into_sym())

@@ -212,6 +212,13 @@ impl Resolver {
         }
     }
 
+    /// Lets go of every file the symbolizer has opened and parsed (its
+    /// mappings and indexes): a report symbolizes one file after another,
+    /// so its peak memory is that of the largest file, not of all of them.
+    pub fn release(&mut self) {
+        self.symbolizer = symbolizer(&self.debug_dirs, self.inlined);
+    }
+
     /// What the user should hear about even without -v: unreadable debug
     /// directories and misbehaving debuginfod servers, once each.
     pub fn notes(&self) -> Vec<String> {

@@ -62,6 +62,51 @@ pub fn online_cpus() -> io::Result<Vec<u32>> {
     })
 }
 
+/// Time each CPU has spent idle since boot, in ns, by CPU number: the
+/// cpuidle states' residency (microseconds) where a cpuidle driver runs,
+/// else /proc/stat's idle and iowait (ticks of 1/100 s). One source for
+/// every CPU, so two readings subtract.
+pub fn cpu_idle_ns() -> std::collections::BTreeMap<u32, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let cpus = online_cpus().unwrap_or_default();
+    let residency = |cpu: u32| -> Option<u64> {
+        let dir = std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}/cpuidle")).ok()?;
+        let mut us = 0u64;
+        let mut any = false;
+        for e in dir.flatten() {
+            if let Ok(t) = std::fs::read_to_string(e.path().join("time")) {
+                us += t.trim().parse::<u64>().ok()?;
+                any = true;
+            }
+        }
+        any.then_some(us * 1000)
+    };
+    if !cpus.is_empty() && cpus.iter().all(|&c| residency(c).is_some()) {
+        for c in cpus {
+            out.insert(c, residency(c).unwrap_or(0));
+        }
+        return out;
+    }
+    out.extend(parse_proc_stat_idle(
+        &std::fs::read_to_string("/proc/stat").unwrap_or_default(),
+    ));
+    out
+}
+
+/// `cpuN user nice system idle iowait ...` lines: idle + iowait in ns
+/// (the kernel reports USER_HZ ticks, 100 a second on every architecture).
+fn parse_proc_stat_idle(text: &str) -> Vec<(u32, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let cpu: u32 = f.next()?.strip_prefix("cpu")?.parse().ok()?;
+            let v: Vec<u64> = f.take(5).filter_map(|x| x.parse().ok()).collect();
+            let ticks = v.get(3)? + v.get(4).copied().unwrap_or(0);
+            Some((cpu, ticks * 10_000_000))
+        })
+        .collect()
+}
+
 /// A kernel CPU list ("0-3,5,7-8").
 pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
     let mut cpus = Vec::new();
@@ -94,6 +139,15 @@ pub fn raise_fd_limit() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_stat_idle_is_idle_plus_iowait_in_ns() {
+        let t = "cpu  1 2 3 4 5 6\ncpu0 10 0 5 300 2 0 0\ncpu1 1 1 1 7 0\nintr 5\n";
+        assert_eq!(
+            parse_proc_stat_idle(t),
+            [(0, 302 * 10_000_000), (1, 7 * 10_000_000)]
+        );
+    }
 
     #[test]
     fn cpu_lists() {

@@ -500,6 +500,106 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
     })
 }
 
+/// The functions a file's `.eh_frame` describes: its FDEs' ranges, for
+/// naming a stripped file's code one frame per function. Only the FDE
+/// headers are read (no row is evaluated), so this costs the section's
+/// bytes and 16 bytes per function, not a table.
+#[derive(Clone, Debug, Default)]
+pub struct Functions {
+    ranges: Vec<(u64, u64)>,
+}
+
+impl Functions {
+    /// The FDE covering an ELF virtual address.
+    pub fn at(&self, addr: u64) -> Option<(u64, u64)> {
+        let i = self.ranges.partition_point(|&(s, _)| s <= addr);
+        // FDEs may nest (a cold part inside another's range): the nearest
+        // start below that still covers the address.
+        self.ranges[..i]
+            .iter()
+            .rev()
+            .take(8)
+            .find(|&&(_, e)| addr < e)
+            .copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+}
+
+/// The FDE ranges of a file's `.eh_frame` (found through PT_GNU_EH_FRAME
+/// when section headers are gone).
+pub fn functions(path: &Path) -> Result<Functions, UnwindError> {
+    let file = File::open(path).map_err(|source| UnwindError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let data = &ReadCache::new(file);
+    let elf = ElfFile64::<Endianness, _>::parse(data).map_err(|source| UnwindError::Parse {
+        path: path.to_owned(),
+        source,
+    })?;
+    let section_err = |section: &'static str, what: String| UnwindError::Section {
+        path: path.to_owned(),
+        section,
+        what,
+    };
+    let eh = match elf.section_by_name(".eh_frame") {
+        Some(s) if s.file_range().is_some() => Some((
+            s.address(),
+            s.data()
+                .map_err(|e| section_err(".eh_frame", e.to_string()))?,
+        )),
+        Some(_) => None,
+        None => {
+            eh_frame_from_segments(&elf, data).map_err(|what| section_err(".eh_frame_hdr", what))?
+        }
+    };
+    let Some((addr, d)) = eh else {
+        return Err(UnwindError::NoUnwindInfo {
+            path: path.to_owned(),
+        });
+    };
+    let mut bases = BaseAddresses::default().set_eh_frame(addr);
+    if let Some(s) = elf.section_by_name(".text") {
+        bases = bases.set_text(s.address());
+    }
+    if let Some(s) = elf.section_by_name(".got") {
+        bases = bases.set_got(s.address());
+    }
+    let mut section = EhFrame::new(d, LittleEndian);
+    section.set_address_size(8);
+    let mut cies = std::collections::HashMap::new();
+    let mut ranges = Vec::new();
+    let mut entries = gimli::UnwindSection::entries(&section, &bases);
+    while let Ok(Some(e)) = entries.next() {
+        match e {
+            gimli::CieOrFde::Cie(cie) => {
+                cies.insert(cie.offset(), cie);
+            }
+            gimli::CieOrFde::Fde(partial) => {
+                let fde = partial.parse(|sec, b, off| match cies.get(&off.0) {
+                    Some(c) => Ok(c.clone()),
+                    None => gimli::UnwindSection::cie_from_offset(sec, b, off),
+                });
+                if let Ok(fde) = fde {
+                    if fde.initial_address() < fde.end_address() {
+                        ranges.push((fde.initial_address(), fde.end_address()));
+                    }
+                }
+            }
+        }
+    }
+    ranges.sort_unstable();
+    ranges.dedup();
+    Ok(Functions { ranges })
+}
+
 /// Rows of a Go binary's functions from `.gopclntab` (none for other
 /// files). On amd64 the CFA is RSP + delta + 8, and a function with a
 /// frame keeps its caller's RBP right below the return address, where
@@ -541,9 +641,38 @@ fn go_rows<'a, R: ReadRef<'a>>(
         })
         .map(|(e, _)| e)
         .collect();
-    t.sp_deltas()
+    // The signal restorer (the handler returns into it, RSP at the
+    // kernel's ucontext): Go's table gives it no frame, so the return
+    // address would be read from the ucontext's first word (its flags, 7).
+    let restorers: std::collections::HashSet<u64> = t
+        .functions()
+        .filter(|(_, n)| {
+            matches!(
+                n.as_ref(),
+                "runtime.sigreturn" | "runtime.sigreturn__sigaction"
+            )
+        })
+        .map(|(e, _)| e)
+        .collect();
+    let mut rows: Vec<Row> = t
+        .sp_deltas()
         .into_iter()
         .filter_map(|r| {
+            if restorers.contains(&r.func) {
+                // From its entry - 1, as glibc's __restore_rt FDE does: a
+                // handler's return address is the entry, looked up 1 back.
+                return Some(Row {
+                    start: if r.start == r.func {
+                        r.start - 1
+                    } else {
+                        r.start
+                    },
+                    end: r.end,
+                    rule: Rule::sigcontext(true),
+                    unsupported: None,
+                    rbp_dropped: false,
+                });
+            }
             let delta = u32::try_from(r.sp_delta).ok()?;
             let last = outermost.contains(&r.func);
             let rule = match arch {
@@ -587,7 +716,18 @@ fn go_rows<'a, R: ReadRef<'a>>(
                 rbp_dropped: false,
             })
         })
-        .collect()
+        .collect();
+    // The byte before a restorer is its own (padding, or the end of the
+    // function before it).
+    for &e in &restorers {
+        for r in rows.iter_mut() {
+            if r.start < e - 1 && r.end > e - 1 && r.rule != Rule::sigcontext(true) {
+                r.end = e - 1;
+            }
+        }
+    }
+    rows.retain(|r| r.start < r.end);
+    rows
 }
 
 /// The range of AArch64's vDSO signal trampoline, from the `nop` before

@@ -1452,4 +1452,49 @@ fn aarch64_vdso_without_cfi_has_its_signal_trampoline() {
         assert_eq!(t.lookup(a), Some(Rule::sigcontext(true)), "{a:#x}");
     }
     assert_eq!(t.lookup(sym + 8), None);
+/// `functions` finds every FDE readelf lists, and places addresses in them.
+#[test]
+fn functions_are_the_fdes_readelf_lists() {
+    let mut seen = 0;
+    for p in [
+        "/usr/bin/true",
+        "/usr/bin/ls",
+        "/usr/lib/x86_64-linux-gnu/liblzma.so.5",
+    ] {
+        let path = Path::new(p);
+        let Ok(o) = Command::new("readelf")
+            .args(["--debug-dump=frames"])
+            .arg(path)
+            .output()
+        else {
+            eprintln!("SKIP functions_are_the_fdes_readelf_lists: no readelf");
+            return;
+        };
+        if !path.exists() {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&o.stdout);
+        let mut fdes: Vec<(u64, u64)> = text
+            .lines()
+            .filter_map(|l| l.split(" pc=").nth(1))
+            .filter_map(|r| {
+                let (a, b) = r.trim().split_once("..")?;
+                Some((
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b, 16).ok()?,
+                ))
+            })
+            .filter(|(a, b)| a < b)
+            .collect();
+        fdes.sort_unstable();
+        fdes.dedup();
+        let f = bpfscope_unwind::functions(path).unwrap();
+        assert_eq!(f.len(), fdes.len(), "{p}");
+        for &(a, b) in &fdes {
+            assert_eq!(f.at(a), Some((a, b)), "{p} {a:#x}");
+            assert_eq!(f.at(b - 1), Some((a, b)), "{p} {b:#x}");
+        }
+        seen += 1;
+    }
+    assert!(seen > 0);
 }

@@ -93,6 +93,12 @@ fn detect_in<'d, R: object::ReadRef<'d>>(data: R, base: &str) -> Found {
             let Ok(n) = sym.name(endian, strings) else {
                 continue;
             };
+            // Extension modules (`_json`, `_asyncio`, ...) refer to the
+            // runtime's symbols without defining them: only a definition
+            // says the runtime is in this file.
+            if sym.st_shndx(endian) == object::elf::SHN_UNDEF {
+                continue;
+            }
             let (value, size) = (sym.st_value(endian), sym.st_size(endian));
             let range = (value, value + size.max(1));
             if n == RUNTIME.as_bytes() {
@@ -480,6 +486,43 @@ mod tests {
     }
 
     /// The interpreters on this machine are found with their version.
+    /// Extension modules name `_PyRuntime` without defining it (Debian's
+    /// `_json`, `_asyncio`, `math`...): no runtime there, and no warning.
+    #[test]
+    fn extension_modules_are_not_runtimes() {
+        let mut seen = 0;
+        for dir in [
+            "/usr/lib/python3.11/lib-dynload",
+            "/usr/lib/python3.12/lib-dynload",
+        ] {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let p = e.path();
+                let name = p.to_string_lossy().into_owned();
+                if !name.ends_with(".so") {
+                    continue;
+                }
+                let data = std::fs::read(&p).unwrap();
+                let undefined_runtime = object::File::parse(&*data).is_ok_and(|f| {
+                    use object::{ObjectSymbol, ObjectSymbolTable};
+                    f.dynamic_symbol_table().is_some_and(|t| {
+                        t.symbols()
+                            .any(|s| s.name() == Ok(RUNTIME) && s.is_undefined())
+                    })
+                });
+                if undefined_runtime {
+                    seen += 1;
+                    assert_eq!(detect(&p, &name), Found::None, "{name}");
+                }
+            }
+        }
+        if seen == 0 {
+            eprintln!("SKIP extension_modules_are_not_runtimes: no CPython extension module here");
+        }
+    }
+
     #[test]
     fn finds_the_installed_interpreters() {
         let mut seen = 0;

@@ -298,6 +298,7 @@ mod tests {
             lines: Vec::new(),
         };
         let p = Symbolized {
+            by_thread: false,
             mode: "cpu".into(),
             frequency_hz: 99,
             start_unix_ns: 0,

@@ -27,7 +27,8 @@ enum bp_limits {
  * with bit 62 set when the offset is where the frame was interrupted (a
  * signal arrived there, or it is the signal trampoline itself) rather than
  * a return address; bit 63 clear is a raw address (anonymous or JIT
- * memory, or a process whose mappings are unknown).
+ * memory, or a process whose mappings are unknown; bit 61 set: in an
+ * executable mapping no file backs).
  */
 enum bp_frame {
 	BP_FRAME_FILE_BIT = 63,
@@ -38,6 +39,10 @@ enum bp_frame {
 	 * frame, the code's id (bits 40-61, announced by BP_NOTE_CODE) and
 	 * the byte offset of its instruction in the code (bits 0-39). */
 	BP_FRAME_INTERP_BIT = 62,
+	/* With bits 63 and 62 clear: a raw address in an executable mapping
+	 * no file backs (JIT code), as the process's mappings said when it
+	 * was sampled. */
+	BP_FRAME_ANON_BIT = 61,
 };
 
 /* The vDSO's key in `files` (it has no inode), registered by user space. */

@@ -939,6 +939,9 @@ static int bp_unwind_step(u64 i, struct bp_uctx *c)
 		if (f)
 			frame = BP_FRAME_FILE | ((u64)(f->id & BP_FRAME_ID_MASK) << BP_FRAME_ID_SHIFT) |
 				(fo & BP_FRAME_OFFSET_MASK);
+	} else if (m) {
+		/* Executable memory without a file: JIT code. */
+		frame |= 1ULL << BP_FRAME_ANON_BIT;
 	}
 	/* The leaf's pc was interrupted too, but every reader knows that. */
 	if (f && u->exact && d)
