@@ -1452,6 +1452,8 @@ fn aarch64_vdso_without_cfi_has_its_signal_trampoline() {
         assert_eq!(t.lookup(a), Some(Rule::sigcontext(true)), "{a:#x}");
     }
     assert_eq!(t.lookup(sym + 8), None);
+}
+
 /// `functions` finds every FDE readelf lists, and places addresses in them.
 #[test]
 fn functions_are_the_fdes_readelf_lists() {
