@@ -9,12 +9,12 @@ use libbpf_rs::btf::{types::Func, Btf};
 use libbpf_rs::query::{LinkInfoIter, LinkTypeInfo, PerfEventType};
 use libbpf_rs::ProgramAttachType;
 
-use super::term::{wait_or_key, Cbreak, Wake};
 use crate::bpfmeta::stats::{self, StatsGuard};
 use crate::cli::BpfSettings;
 use crate::collect::Stopper;
 use crate::render::printer::{Printer, Table};
 use crate::render::record::{AnnotateLine, BpfAnnotate, BpfProg, Record};
+use crate::render::term::{wait_or_key, Cbreak, Wake};
 
 pub fn run(s: BpfSettings) -> Result<()> {
     if let BpfSettings::Annotate {
@@ -279,7 +279,7 @@ fn list(json: bool) -> Result<()> {
 }
 
 fn top(interval: Duration, duration: Option<Duration>, json: bool, rows: usize) -> Result<()> {
-    let json = json || !super::term::stdout_is_tty();
+    let json = json || !crate::render::term::stdout_is_tty();
     let _stats = StatsGuard::enable()?;
     let stopper = Stopper::new(duration)?;
     stopper.start();

@@ -3,12 +3,11 @@
 
 pub mod agent;
 pub mod bpf;
-pub mod doctor;
 pub mod diff;
+pub mod doctor;
 pub mod list;
 pub mod profile;
 pub mod run;
-pub mod term;
 pub mod top;
 pub mod trace;
 

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::term::{next_event, stdout_is_tty, Cbreak, Event};
 use crate::attach::libbpf_log;
 use crate::attach::target::Target;
 use crate::cli::profile::TopSettings;
@@ -20,6 +19,7 @@ use crate::collect::Stopper;
 use crate::profile::live::Live;
 use crate::render::printer::{live_top, write_json};
 use crate::render::record::{TopFunction, TopRefresh};
+use crate::render::term::{next_event, stdout_is_tty, Cbreak, Event};
 use crate::report::{self, NameCache};
 use bpfscope_symbolize::Resolver;
 

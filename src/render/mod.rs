@@ -5,8 +5,8 @@
 
 pub mod annotate;
 pub mod bpftrace;
-pub mod exposition;
 pub mod diff;
+pub mod exposition;
 pub mod flame;
 #[cfg(test)]
 mod golden;
@@ -16,6 +16,7 @@ pub mod pprof;
 pub mod printer;
 pub mod profile;
 pub mod record;
+pub mod term;
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};
