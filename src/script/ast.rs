@@ -74,6 +74,19 @@ pub enum Stmt {
     /// `break` and `continue` in a `while` loop.
     Break(Span),
     Continue(Span),
+    /// `{ stmts }` as a statement: a scope for the `let`s inside it.
+    Block {
+        body: Vec<Stmt>,
+        span: Span,
+    },
+    /// `let $x;`, `let $x = e;`, `let $x: type = e;`: a variable declared
+    /// in the enclosing block, out of scope after it (bpftrace 0.21).
+    Let {
+        name: String,
+        ty: Option<String>,
+        value: Option<Expr>,
+        span: Span,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -454,6 +454,9 @@ pub struct Lower<'a> {
     expanding: usize,
     /// The loops around the statement being lowered, innermost last.
     loops: Vec<Loop>,
+    /// The variables `let` declared in each block around the statement
+    /// being lowered, innermost last: they go out of scope with it.
+    scopes: Vec<Vec<String>>,
 }
 
 /// A loop being lowered: where `continue` goes, and the `break` jumps to
@@ -477,6 +480,7 @@ impl<'a> Lower<'a> {
             exits: Vec::new(),
             expanding: 0,
             loops: Vec::new(),
+            scopes: Vec::new(),
         }
     }
 
@@ -547,12 +551,57 @@ impl<'a> Lower<'a> {
         Ok(self.tmp_str)
     }
 
+    /// A block's statements, in a scope of their own for `let`.
     fn stmts(&mut self, body: &[Stmt]) -> Res<()> {
-        for s in body {
+        self.scopes.push(Vec::new());
+        let r = body.iter().try_for_each(|s| {
             self.stmt(s)?;
             self.reset_tmps();
+            Ok(())
+        });
+        for name in self.scopes.pop().unwrap_or_default() {
+            self.vars.remove(&name);
         }
-        Ok(())
+        r
+    }
+
+    /// `let $x [: type] [= value]`: declared in the innermost block.
+    fn let_stmt(
+        &mut self,
+        name: &str,
+        ty: Option<&str>,
+        value: Option<&Expr>,
+        span: Span,
+    ) -> Res<()> {
+        let declared = self.scopes.iter().flatten().any(|n| n == name);
+        if declared || self.vars.contains_key(name) {
+            return err(
+                span,
+                format!("${name} is already declared: a variable is declared once in its block and the blocks inside it"),
+            );
+        }
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.push(name.to_string());
+        }
+        let value = match (ty, value) {
+            (None, None) => return Ok(()),
+            (None, Some(v)) => v.clone(),
+            (Some(t), v) => Expr {
+                kind: ExprKind::Cast {
+                    ty: t.to_string(),
+                    expr: Box::new(v.cloned().unwrap_or(Expr {
+                        kind: ExprKind::Int(0),
+                        span,
+                    })),
+                },
+                span,
+            },
+        };
+        let target = Expr {
+            kind: ExprKind::Var(name.to_string()),
+            span,
+        };
+        self.assign(&target, None, &value, span)
     }
 
     fn stmt(&mut self, s: &Stmt) -> Res<()> {
@@ -647,6 +696,13 @@ impl<'a> Lower<'a> {
                 }
                 Ok(())
             }
+            Stmt::Block { body, .. } => self.stmts(body),
+            Stmt::Let {
+                name,
+                ty,
+                value,
+                span,
+            } => self.let_stmt(name, ty.as_deref(), value.as_ref(), *span),
             Stmt::Return(_) => {
                 let j = self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0));
                 self.exits.push(j);

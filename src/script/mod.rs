@@ -551,8 +551,14 @@ fn assigned_maps(program: &Program) -> std::collections::HashSet<String> {
                     walk(then, out);
                     walk(els, out);
                 }
-                Stmt::Unroll { body, .. } | Stmt::While { body, .. } => walk(body, out),
-                Stmt::Expr(_) | Stmt::Return(_) | Stmt::Break(_) | Stmt::Continue(_) => {}
+                Stmt::Unroll { body, .. } | Stmt::While { body, .. } | Stmt::Block { body, .. } => {
+                    walk(body, out)
+                }
+                Stmt::Expr(_)
+                | Stmt::Return(_)
+                | Stmt::Break(_)
+                | Stmt::Continue(_)
+                | Stmt::Let { .. } => {}
             }
         }
     }
@@ -592,7 +598,12 @@ fn stmts_fields(body: &[Stmt], out: &mut BTreeSet<String>) {
                 stmts_fields(then, out);
                 stmts_fields(els, out);
             }
-            Stmt::Unroll { body, .. } => stmts_fields(body, out),
+            Stmt::Unroll { body, .. } | Stmt::Block { body, .. } => stmts_fields(body, out),
+            Stmt::Let { value, .. } => {
+                if let Some(v) = value {
+                    expr_fields(v, out);
+                }
+            }
             Stmt::While { cond, body, .. } => {
                 expr_fields(cond, out);
                 stmts_fields(body, out);

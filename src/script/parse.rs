@@ -84,7 +84,7 @@ const PUNCTS: &[&str] = &[
 
 /// Words that start statements and so cannot name a value.
 const KEYWORDS: &[&str] = &[
-    "if", "else", "unroll", "while", "return", "break", "continue",
+    "if", "else", "unroll", "while", "return", "break", "continue", "let", "for",
 ];
 
 /// Words that may precede the last word of a cast's type, as in
@@ -1028,7 +1028,7 @@ impl<'s> Parser<'s> {
             let s = self.stmt()?;
             let braced = matches!(
                 s,
-                Stmt::If { .. } | Stmt::Unroll { .. } | Stmt::While { .. }
+                Stmt::If { .. } | Stmt::Unroll { .. } | Stmt::While { .. } | Stmt::Block { .. }
             );
             // A bare word followed by `{` or `:` is most likely the next
             // probe's attach point after a forgotten `}`.
@@ -1075,6 +1075,13 @@ impl<'s> Parser<'s> {
                     self.next()?;
                     return Ok(Stmt::Return(t.span));
                 }
+                "let" => return self.let_stmt(),
+                "for" => {
+                    return fail(
+                        t.span.start,
+                        "for-each over maps ('for ($kv : @map) { ... }') is not supported by bpfscope run: print the map, or keep the keys in a map of their own",
+                    )
+                }
                 "break" => {
                     self.next()?;
                     return Ok(Stmt::Break(t.span));
@@ -1091,6 +1098,10 @@ impl<'s> Parser<'s> {
                 }
                 _ => {}
             }
+        }
+        if t.is("{") {
+            let (body, sp) = self.block("a block")?;
+            return Ok(Stmt::Block { body, span: sp });
         }
         if t.is("++") || t.is("--") {
             self.next()?;
@@ -1204,6 +1215,67 @@ impl<'s> Parser<'s> {
             cond,
             then,
             els,
+            span: span(kw.span.start, end),
+        })
+    }
+
+    /// `let $x`, optionally `: type`, optionally `= value`.
+    fn let_stmt(&mut self) -> PResult<Stmt> {
+        let kw = self.next()?;
+        let t = self.next()?;
+        let Tok::Var(name) = t.tok else {
+            return fail(
+                t.span.start,
+                format!(
+                    "expected a $variable after 'let', found {}",
+                    self.describe(&t)
+                ),
+            );
+        };
+        let mut end = t.span.end;
+        let mut ty = None;
+        if self.peek()?.is(":") {
+            self.next()?;
+            let mut words = Vec::new();
+            let mut stars = 0;
+            loop {
+                let w = self.peek()?;
+                match &w.tok {
+                    Tok::Ident(x) if stars == 0 => words.push(x.clone()),
+                    Tok::Punct("*") if !words.is_empty() => stars += 1,
+                    _ => break,
+                }
+                end = w.span.end;
+                self.next()?;
+            }
+            if words.is_empty() {
+                let w = self.peek()?;
+                return fail(
+                    w.span.start,
+                    format!(
+                        "expected a type after 'let ${name}:', found {}",
+                        self.describe(&w)
+                    ),
+                );
+            }
+            let mut s = words.join(" ");
+            if stars > 0 {
+                s.push(' ');
+                s.push_str(&"*".repeat(stars));
+            }
+            ty = Some(s);
+        }
+        let mut value = None;
+        if self.peek()?.is("=") {
+            self.next()?;
+            let v = self.expr()?;
+            end = v.span.end;
+            value = Some(v);
+        }
+        Ok(Stmt::Let {
+            name,
+            ty,
+            value,
             span: span(kw.span.start, end),
         })
     }
@@ -1780,6 +1852,14 @@ mod tests {
             Stmt::Return(_) => "return".into(),
             Stmt::Break(_) => "break".into(),
             Stmt::Continue(_) => "continue".into(),
+            Stmt::Block { body, .. } => format!("(block {})", sx_block(body)),
+            Stmt::Let {
+                name, ty, value, ..
+            } => format!(
+                "(let ${name} {} {})",
+                ty.as_deref().unwrap_or("_"),
+                value.as_ref().map_or("_".to_string(), sx)
+            ),
         }
     }
 
@@ -1793,7 +1873,9 @@ mod tests {
             | Stmt::While { span, .. }
             | Stmt::Return(span)
             | Stmt::Break(span)
-            | Stmt::Continue(span) => *span,
+            | Stmt::Continue(span)
+            | Stmt::Block { span, .. }
+            | Stmt::Let { span, .. } => *span,
         }
     }
 
@@ -1858,9 +1940,14 @@ mod tests {
                     check_stmt_spans(src, s, sp);
                 }
             }
-            Stmt::Unroll { body, .. } => {
+            Stmt::Unroll { body, .. } | Stmt::Block { body, .. } => {
                 for s in body {
                     check_stmt_spans(src, s, sp);
+                }
+            }
+            Stmt::Let { value, .. } => {
+                if let Some(v) = value {
+                    check_spans(src, v, sp);
                 }
             }
             Stmt::While { cond, body, .. } => {
@@ -2113,6 +2200,17 @@ mod tests {
 
     #[test]
     fn statement_forms() {
+        assert_eq!(
+            body("let $a; let $b = 1; let $c: uint8 = 2; let $d: struct sock * = 0; { let $e = 3; $a = $e } $b++"),
+            [
+                "(let $a _ _)",
+                "(let $b _ 1)",
+                "(let $c uint8 2)",
+                "(let $d struct sock * 0)",
+                "(block [(let $e _ 3) (= $a $e)])",
+                "(++ $b)"
+            ]
+        );
         assert_eq!(
             body("$x = 1; @x = 2; @x[1, 2] = 3; @ = 4; @[comm] = 5"),
             [
@@ -2456,6 +2554,9 @@ tracepoint:sched:sched_switch
             ("#include linux\nBEGIN { }", "1:10: expected <file> or \"file\" after #include, found 'l'"),
             ("BEGIN { /* x", "1:9: unterminated comment: expected '*/', found end of input"),
             ("BEGIN { $x = (1, 2); }", "1:16: expected ')', found ',' (tuples are not supported; for map keys write '@m[a, b]')"),
+            ("BEGIN { for ($kv : @m) { } }", "1:9: for-each over maps ('for ($kv : @map) { ... }') is not supported by bpfscope run: print the map, or keep the keys in a map of their own"),
+            ("BEGIN { let x = 1; }", "1:13: expected a $variable after 'let', found 'x'"),
+            ("BEGIN { let $x: = 1; }", "1:17: expected a type after 'let $x:', found '='"),
             ("BEGIN { $x = @y++; }", "1:16: expected an operator or the end of the expression, found '++' ('++' and '--' are statements, as in '@x++;')"),
             ("BEGIN { $x = ++@y; }", "1:14: expected an expression, found '++' ('++' and '--' are statements, as in '++@x;')"),
             ("BEGIN { args->x = 1; }", "1:9: expected a $variable or @map before '=', found an expression"),
@@ -2607,6 +2708,10 @@ tracepoint:sched:sched_switch
         "while",
         "unroll",
         "return",
+        "let $v",
+        "let $v: uint8",
+        "for",
+        "{ }",
         "struct",
         "(struct s *)",
         "(uint64)",

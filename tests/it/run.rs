@@ -689,8 +689,8 @@ fn errors_name_the_line_and_column() {
             "1:37: tracepoint:sched:sched_switch has no field 'nosuchfield'",
         ),
         (
-            "software:faults:1 { @ = count(); }",
-            "1:1: software:faults:1: software probes are not supported",
+            "watchpoint:0x1000:8:w { @ = count(); }",
+            "1:1: watchpoint:0x1000:8:w: watchpoint probes are not supported",
         ),
         ("tracepoint:nosuch:event { }", "1:1: "),
         (

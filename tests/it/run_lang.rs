@@ -879,3 +879,37 @@ fn usym_names_a_user_address_as_bpftrace() {
     assert!(a.contains(&"@[main]: 1".to_string()), "{a:#?}");
     assert_eq!(a, b);
 }
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn let_and_block_scopes_as_later_bpftrace() {
+    // bpftrace 0.17 has neither `let` nor bare blocks (later versions
+    // do): the values are checked against what the script computes.
+    require_root();
+    let a = ours(
+        "BEGIN { let $x = 1; { let $y: uint8 = 300; printf(\"%d %d\\n\", $x, $y); } let $z; if ($x) { $z = 5; } $i = 0; while ($i < 3) { let $d = $i * 2; printf(\"%d \", $d); $i++; } printf(\"%d\\n\", $z); { let $y = \"s\"; printf(\"%s\\n\", $y); } exit(); }",
+        &[],
+        &[],
+    );
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert!(stdout(&a).contains("1 44\n0 2 4 5\ns\n"), "{a:?}");
+    // Out of its block a `let` is gone; declared twice it is refused.
+    for (script, want) in [
+        (
+            "BEGIN { { let $y = 1; } print($y); }",
+            "-e:1:31: $y is used before it is assigned",
+        ),
+        (
+            "BEGIN { let $x = 1; if (1) { let $x = 2; } }",
+            "-e:1:30: $x is already declared",
+        ),
+        (
+            "BEGIN { @a[1] = 1; for ($kv : @a) { print($kv); } }",
+            "-e:1:20: for-each over maps ('for ($kv : @map) { ... }') is not supported by bpfscope run",
+        ),
+    ] {
+        let a = ours(script, &["--dry-run"], &[]);
+        assert_eq!(a.status.code(), Some(2), "{script}");
+        assert!(stderr(&a).contains(want), "{script}: {}", stderr(&a));
+    }
+}
