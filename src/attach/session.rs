@@ -18,6 +18,7 @@ use crate::attach::kfunc::{self, ProgImage, RawLink};
 
 use crate::attach::libbpf_log;
 use crate::attach::plan::{KfuncPath, Mech, Path, Plan, PlannedProbe};
+use crate::attach::shape::{self, Shape};
 use crate::attach::target::Target;
 use bpfscope_bpf::abi::{bs_limits, bs_target_mode};
 use bpfscope_bpf::trace::{OpenTraceSkel, TraceSkel, TraceSkelBuilder};
@@ -48,6 +49,9 @@ pub struct Session<'obj> {
     /// Syscall probes reach this session through a dispatcher's tail calls
     /// (attach::dispatch), not raw_tp links of its own.
     routed_syscalls: bool,
+    /// The per-event path the programs were specialized for: where the
+    /// aggregates are (`slots` or `aggs`).
+    pub shape: Shape,
 }
 
 /// A kernel function link, held to be dropped: dropping detaches.
@@ -98,8 +102,9 @@ impl<'obj> Session<'obj> {
         let mut open = TraceSkelBuilder::default()
             .open(storage)
             .context("opening the BPF object")?;
-        specialize(&mut open, plan, s)?;
-        size_maps(&mut open, plan, s)?;
+        let shape = Shape::of(plan);
+        specialize(&mut open, plan, s, &shape)?;
+        size_maps(&mut open, plan, s, &shape)?;
         let progs = Programs::for_plan(plan, &s.target, features);
         let template = progs.template(features)?;
         progs.select(&mut open, template.as_ref())?;
@@ -123,6 +128,7 @@ impl<'obj> Session<'obj> {
             template,
             template_used: [false; 2],
             routed_syscalls: false,
+            shape,
         };
         session.fill(plan)?;
         Ok(session)
@@ -913,7 +919,12 @@ fn load_copies(image: &ProgImage, todo: &[(usize, u32)], ret: bool) -> Vec<Loade
 
 /// Fixes this run's constants in .rodata, so the verifier sees them and
 /// the programs loop only as far as this plan needs.
-fn specialize(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Result<()> {
+fn specialize(
+    open: &mut OpenTraceSkel<'_>,
+    plan: &Plan,
+    s: &LoadConfig,
+    shape: &Shape,
+) -> Result<()> {
     let (kst, ust) = plan.stacks();
     let ro = open
         .maps
@@ -935,6 +946,12 @@ fn specialize(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Resu
         ro.vm_ops = vm.code.iter().fold(0u64, |m, i| m | 1u64 << (i.op & 63));
     }
     ro.wakeup_bytes = u64::from(ringbuf_bytes(s) / 4);
+    ro.bench_stage = shape::bench_stage()?;
+    ro.fast_path = u32::from(shape.plain);
+    ro.fast_agg = shape.agg;
+    ro.fast_slots = u32::from(shape.slot_buckets.is_some());
+    ro.slot_buckets = shape.slot_buckets.unwrap_or(1);
+    ro.fast_key = shape.builtin_key;
     Ok(())
 }
 
@@ -949,8 +966,18 @@ fn ringbuf_bytes(s: &LoadConfig) -> u32 {
 }
 
 /// Sizes the maps for this plan: what it does not use takes one entry.
-fn size_maps(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Result<()> {
+fn size_maps(
+    open: &mut OpenTraceSkel<'_>,
+    plan: &Plan,
+    s: &LoadConfig,
+    shape: &Shape,
+) -> Result<()> {
     let maps = &mut open.maps;
+    if let Some(n) = shape.slot_buckets {
+        // Keyless: the slots hold the aggregates, the hash map is not used.
+        maps.slots.set_max_entries(2 * n)?;
+        maps.aggs.set_max_entries(1)?;
+    }
     maps.probes
         .set_max_entries((plan.probes.len() as u32).max(1))?;
     maps.strs
@@ -967,7 +994,9 @@ fn size_maps(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Resul
     if ust {
         maps.ustacks.set_max_entries(s.max_stacks.unwrap_or(1))?;
     }
-    maps.aggs.set_max_entries(s.max_keys.unwrap_or(1))?;
+    if shape.slot_buckets.is_none() {
+        maps.aggs.set_max_entries(s.max_keys.unwrap_or(1))?;
+    }
     if let Some(vm) = &plan.vm {
         // A script's aggregates take few keys, each for long: allocated as
         // they come instead of 10,240 per CPU at load (8 ms of its start).

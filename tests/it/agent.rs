@@ -566,7 +566,10 @@ fn go_pprof_fetches_a_labelled_profile() {
     // Bad parameters: 400 with one line, which pprof shows.
     let (st, head, body) = agent.get("/debug/pprof/profile?seconds=abc");
     assert_eq!(st, 400);
-    assert!(head.to_ascii_lowercase().contains("x-go-pprof: 1"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("x-go-pprof: 1"),
+        "{head}"
+    );
     assert_eq!(String::from_utf8_lossy(&body).lines().count(), 1);
     let (st, _, _) = agent.get("/debug/pprof/profile?seconds=100000");
     assert_eq!(st, 400);

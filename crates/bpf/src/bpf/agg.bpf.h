@@ -30,25 +30,25 @@ static __always_inline u32 bs_log2(u64 v)
  * [2^k, 2^(k+1)). Pow2: 0 negatives, 1 zero, 2 + k holds (2^(k-1), 2^k].
  * Linear: 0 is below the range, 1..n in range, n + 1 above.
  */
-static __always_inline u32 bs_bucket(const struct bs_probe_cfg *cfg, u64 v)
+static __always_inline u32 bs_bucket_of(u32 agg, const struct bs_probe_cfg *cfg, u64 v)
 {
-	if (cfg->agg == BS_AGG_HIST_LOG2) {
+	if (agg == BS_AGG_HIST_LOG2) {
 		if (cfg->value.is_signed && (s64)v < 0)
 			return 0;
 		if (v == 0)
 			return 1;
 		return 2 + bs_log2(v);
 	}
-	if (cfg->agg == BS_AGG_HIST_POW2) {
+	if (agg == BS_AGG_HIST_POW2) {
 		if (cfg->value.is_signed && (s64)v < 0)
 			return 0;
 		if (v <= 1)
 			return 1 + v;
 		return 3 + bs_log2(v - 1);
 	}
-	if (cfg->agg == BS_AGG_STATS_SIGN)
+	if (agg == BS_AGG_STATS_SIGN)
 		return cfg->value.is_signed && (s64)v < 0;
-	if (cfg->agg == BS_AGG_HIST_LINEAR) {
+	if (agg == BS_AGG_HIST_LINEAR) {
 		s64 sv = v, lo = cfg->lin_min;
 		u64 step = cfg->lin_step ? cfg->lin_step : 1;
 		u64 n;
@@ -63,31 +63,20 @@ static __always_inline u32 bs_bucket(const struct bs_probe_cfg *cfg, u64 v)
 	return 0;
 }
 
-/*
- * Adds v to the aggregate of the key in s->key, in `bucket`: the count
- * always, the sum with `sum`, min and max with `minmax` (compared signed
- * with `is_signed`). The verbs and the script machine both update here.
- */
-static __always_inline void bs_agg_add(struct bs_scratch *s, u32 bucket, u64 v,
-				       int sum, int minmax, int is_signed)
+static __always_inline u32 bs_bucket(const struct bs_probe_cfg *cfg, u64 v)
 {
-	struct bs_key_hdr *hdr = (struct bs_key_hdr *)s->key;
-	struct bs_agg_val *a;
+	return bs_bucket_of(cfg->agg, cfg, v);
+}
+
+/*
+ * Adds v to an aggregate: the count always, the sum with `sum`, min and
+ * max with `minmax` (compared signed with `is_signed`).
+ */
+static __always_inline void bs_agg_val_add(struct bs_agg_val *a, u64 v, int sum, int minmax,
+					   int is_signed)
+{
 	u64 old;
 
-	hdr->bucket = bucket;
-	hdr->epoch = epoch;
-	a = bpf_map_lookup_elem(&aggs, s->key);
-	if (!a) {
-		struct bs_agg_val zero = {};
-
-		bpf_map_update_elem(&aggs, s->key, &zero, BPF_NOEXIST);
-		a = bpf_map_lookup_elem(&aggs, s->key);
-		if (!a) {
-			bs_count(&lost, BS_LOST_KEYS);
-			return;
-		}
-	}
 	/* Atomics: uprobe programs can be preempted by another task on this CPU. */
 	old = __sync_fetch_and_add(&a->count, 1);
 	if (!sum)
@@ -107,6 +96,33 @@ static __always_inline void bs_agg_add(struct bs_scratch *s, u32 bucket, u64 v,
 		if (!old || v > (u64)a->max)
 			a->max = v;
 	}
+}
+
+/*
+ * Adds v to the aggregate of the key in s->key, in `bucket`: the count
+ * always, the sum with `sum`, min and max with `minmax` (compared signed
+ * with `is_signed`). The verbs and the script machine both update here.
+ */
+static __always_inline void bs_agg_add(struct bs_scratch *s, u32 bucket, u64 v,
+				       int sum, int minmax, int is_signed)
+{
+	struct bs_key_hdr *hdr = (struct bs_key_hdr *)s->key;
+	struct bs_agg_val *a;
+
+	hdr->bucket = bucket;
+	hdr->epoch = epoch;
+	a = bpf_map_lookup_elem(&aggs, s->key);
+	if (!a) {
+		struct bs_agg_val zero = {};
+
+		bpf_map_update_elem(&aggs, s->key, &zero, BPF_NOEXIST);
+		a = bpf_map_lookup_elem(&aggs, s->key);
+		if (!a) {
+			bs_count(&lost, BS_LOST_KEYS);
+			return;
+		}
+	}
+	bs_agg_val_add(a, v, sum, minmax, is_signed);
 }
 
 static __always_inline void bs_aggregate(const struct bs_probe_cfg *cfg,
