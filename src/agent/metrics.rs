@@ -209,7 +209,7 @@ impl MetricRun {
     /// Reads and deletes the previous epoch's keys into the totals.
     pub fn collect(&mut self) -> Result<()> {
         let old = self.epoch.wrapping_sub(1);
-        let data = aggregate::read(&self.session.skel.maps.aggs, Some(old), self.signed, true)?;
+        let data = aggregate::read_session(&self.session, Some(old), self.signed, true)?;
         let now = Instant::now();
         for (k, agg) in data {
             if !self.totals.contains_key(&k) && self.totals.len() >= self.def.max_series {

@@ -7,6 +7,7 @@ pub mod features;
 pub mod kfunc;
 pub mod plan;
 pub mod session;
+pub mod shape;
 pub mod target;
 
 /// libbpf's log: shown with -v, otherwise kept so that a failed load can

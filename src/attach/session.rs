@@ -18,6 +18,7 @@ use crate::attach::kfunc::{self, ProgImage, RawLink};
 
 use crate::attach::libbpf_log;
 use crate::attach::plan::{KfuncPath, Mech, Path, Plan, PlannedProbe, VmImage};
+use crate::attach::shape::{self, Shape};
 use crate::attach::target::Target;
 use bpfscope_bpf::abi::{bs_limits, bs_target_mode};
 use bpfscope_bpf::trace::{OpenTraceSkel, TraceSkel, TraceSkelBuilder};
@@ -50,6 +51,9 @@ pub struct Session<'obj> {
     routed_syscalls: bool,
     /// A script's maps by id, each a kernel map of its own.
     pub vm_maps: Vec<MapHandle>,
+    /// The per-event path the programs were specialized for: where the
+    /// aggregates are (`slots` or `aggs`).
+    pub shape: Shape,
 }
 
 /// A kernel function link, held to be dropped: dropping detaches.
@@ -100,8 +104,9 @@ impl<'obj> Session<'obj> {
         let mut open = TraceSkelBuilder::default()
             .open(storage)
             .context("opening the BPF object")?;
-        specialize(&mut open, plan, s)?;
-        let templates = size_maps(&mut open, plan, s)?;
+        let shape = Shape::of(plan);
+        specialize(&mut open, plan, s, &shape)?;
+        let templates = size_maps(&mut open, plan, s, &shape)?;
         let progs = Programs::for_plan(plan, &s.target, features);
         let template = progs.template(features)?;
         progs.select(&mut open, template.as_ref())?;
@@ -127,6 +132,7 @@ impl<'obj> Session<'obj> {
             template_used: [false; 2],
             routed_syscalls: false,
             vm_maps: Vec::new(),
+            shape,
         };
         if let Some(vm) = &plan.vm {
             session.vm_maps = create_vm_maps(&session.skel, vm, start_size(plan))?;
@@ -944,7 +950,12 @@ fn load_copies(image: &ProgImage, todo: &[(usize, u32)], ret: bool) -> Vec<Loade
 
 /// Fixes this run's constants in .rodata, so the verifier sees them and
 /// the programs loop only as far as this plan needs.
-fn specialize(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Result<()> {
+fn specialize(
+    open: &mut OpenTraceSkel<'_>,
+    plan: &Plan,
+    s: &LoadConfig,
+    shape: &Shape,
+) -> Result<()> {
     let (kst, ust) = plan.stacks();
     let ro = open
         .maps
@@ -966,6 +977,12 @@ fn specialize(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Resu
         ro.vm_ops = vm.code.iter().fold(0u64, |m, i| m | 1u64 << (i.op & 63));
     }
     ro.wakeup_bytes = u64::from(ringbuf_bytes(s) / 4);
+    ro.bench_stage = shape::bench_stage()?;
+    ro.fast_path = u32::from(shape.plain);
+    ro.fast_agg = shape.agg;
+    ro.fast_slots = u32::from(shape.slot_buckets.is_some());
+    ro.slot_buckets = shape.slot_buckets.unwrap_or(1);
+    ro.fast_key = shape.builtin_key;
     Ok(())
 }
 
@@ -981,9 +998,19 @@ fn ringbuf_bytes(s: &LoadConfig) -> u32 {
 
 /// Sizes the maps for this plan: what it does not use takes one entry.
 /// Returns the inner map templates of a script's maps, to hold until load.
-fn size_maps(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Result<Vec<MapHandle>> {
+fn size_maps(
+    open: &mut OpenTraceSkel<'_>,
+    plan: &Plan,
+    s: &LoadConfig,
+    shape: &Shape,
+) -> Result<Vec<MapHandle>> {
     let maps = &mut open.maps;
     let mut templates = Vec::new();
+    if let Some(n) = shape.slot_buckets {
+        // Keyless: the slots hold the aggregates, the hash map is not used.
+        maps.slots.set_max_entries(2 * n)?;
+        maps.aggs.set_max_entries(1)?;
+    }
     maps.probes
         .set_max_entries((plan.probes.len() as u32).max(1))?;
     maps.strs
@@ -1000,7 +1027,9 @@ fn size_maps(open: &mut OpenTraceSkel<'_>, plan: &Plan, s: &LoadConfig) -> Resul
     if ust {
         maps.ustacks.set_max_entries(s.max_stacks.unwrap_or(1))?;
     }
-    maps.aggs.set_max_entries(s.max_keys.unwrap_or(1))?;
+    if shape.slot_buckets.is_none() {
+        maps.aggs.set_max_entries(s.max_keys.unwrap_or(1))?;
+    }
     if let Some(vm) = &plan.vm {
         maps.vm_code
             .set_max_entries((vm.code.len() as u32).max(1))?;

@@ -60,6 +60,9 @@ pub fn run(s: TraceSettings) -> Result<()> {
     let mut storage = MaybeUninit::uninit();
     let mut session =
         Session::load(&mut storage, &plan, &s.load, &features).map_err(crate::error::refused)?;
+    if s.load.verbose {
+        eprintln!("per-event path: {}", session.shape.describe());
+    }
     if let Some(pid) = tracked {
         session.track(pid)?;
     }
@@ -251,7 +254,7 @@ fn run_aggregates(
         let epoch = interval_no as u32 - 1;
         session.set_epoch(epoch + 1);
         std::thread::sleep(crate::collect::EPOCH_GRACE);
-        let data = aggregate::read(&session.skel.maps.aggs, Some(epoch), signed, true)?;
+        let data = aggregate::read_session(session, Some(epoch), signed, true)?;
         name_stacks(session, plan, &data, dec);
         if let Some(h) = &mut heat {
             h.add(started.elapsed().as_secs_f64(), &data);
@@ -273,7 +276,7 @@ fn run_aggregates(
     }
     // Detach first so the final numbers are complete and stable.
     session.detach();
-    let data = aggregate::read(&session.skel.maps.aggs, None, signed, false)?;
+    let data = aggregate::read_session(session, None, signed, false)?;
     name_stacks(session, plan, &data, dec);
     let interval = s.interval.map(|_| interval_no + 1);
     if let Some(h) = &mut heat {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
+use crate::attach::session::Session;
 use bpfscope_bpf::abi::bs_agg_val;
 use bpfscope_sys::pod;
 
@@ -81,6 +82,66 @@ pub fn merge_into(
             t.buckets.entry(*b).or_default().merge(*v, signed);
         }
     }
+}
+
+/// Reads a session's aggregates, wherever its programs keep them (see
+/// `read` and `read_slots`).
+pub fn read_session(
+    session: &Session<'_>,
+    epoch: Option<u32>,
+    signed: bool,
+    delete: bool,
+) -> Result<BTreeMap<Vec<u8>, KeyAgg>> {
+    let maps = &session.skel.maps;
+    match session.shape.slot_buckets {
+        Some(n) => read_slots(&maps.slots, n, epoch, signed, delete),
+        None => read(&maps.aggs, epoch, signed, delete),
+    }
+}
+
+/// Reads keyless aggregates from their per-CPU array (fast.bpf.h): the
+/// buckets of the epoch's half (both halves when None), as `read` gives
+/// them (one key, no key data); with `delete`, clears what it read.
+pub fn read_slots(
+    map: &dyn MapCore,
+    buckets: u32,
+    epoch: Option<u32>,
+    signed: bool,
+    delete: bool,
+) -> Result<BTreeMap<Vec<u8>, KeyAgg>> {
+    let mut agg = KeyAgg::default();
+    let halves: &[u32] = match epoch {
+        Some(e) => &[e & 1][..],
+        None => &[0, 1],
+    };
+    for half in halves {
+        for bucket in 0..buckets {
+            let key = (half * buckets + bucket).to_ne_bytes();
+            let Some(percpu) = map
+                .lookup_percpu(&key, MapFlags::ANY)
+                .context("reading aggregates")?
+            else {
+                continue;
+            };
+            let mut v = AggVal::default();
+            for cpu in &percpu {
+                v.merge(AggVal::from_bytes(cpu), signed);
+            }
+            if delete && v.count > 0 {
+                let zero: Vec<Vec<u8>> = percpu.iter().map(|c| vec![0u8; c.len()]).collect();
+                map.update_percpu(&key, &zero, MapFlags::ANY)
+                    .context("clearing aggregates")?;
+            }
+            if v.count > 0 {
+                agg.buckets.entry(bucket).or_default().merge(v, signed);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    if !agg.buckets.is_empty() {
+        out.insert(Vec::new(), agg);
+    }
+    Ok(out)
 }
 
 /// Reads every key of the given epoch (all when None), merged over CPUs and

@@ -1188,3 +1188,84 @@ fn no_stacks_to_svg_is_an_svg_saying_so() {
     assert!(svg.contains(">no samples (0 events)</text>"), "{svg}");
     assert!(svg.trim_end().ends_with("</svg>"), "{svg}");
 }
+
+/// The JSON lines of a run, with the pid key (another process each run)
+/// replaced by a placeholder, in order: what two runs of a shape share.
+fn shape_output(args: &[&str], generic: bool) -> (Vec<Value>, String) {
+    let w = workload("writer");
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--json", "-v", "--", w.to_str().unwrap(), "wr_shape", "20"]);
+    all.extend(["0", "1", "3", "99", "100", "950", "4096", "65536"]);
+    let env = [("BPFSCOPE_GENERIC", if generic { "1" } else { "" })];
+    let o = run_env(&all, &env, Duration::from_secs(60));
+    let mut lines = json_lines(&ok(&o));
+    for v in &mut lines {
+        if let Some(pid) = v.get_mut("key").and_then(|k| k.get_mut("pid")) {
+            *pid = Value::from("PID");
+        }
+    }
+    lines.sort_by_key(|v| v.to_string());
+    (lines, stderr(&o))
+}
+
+/// Each specialized per-event path gives exactly what the general path
+/// gives on the same events, and is the path taken (-v names it).
+#[test]
+#[ignore = "needs root and BPF"]
+fn specialized_shapes_equal_the_general_path() {
+    require_root();
+    let shapes: [(&[&str], &str); 8] = [
+        (&["count", WRITE], "plain count, no key, per-CPU slots"),
+        (
+            &["count", WRITE, "--by", "pid"],
+            "plain count, pid key in place",
+        ),
+        (
+            &["count", WRITE, "--by", "comm"],
+            "plain count, comm key in place",
+        ),
+        (
+            &["count", WRITE, "--by", "count"],
+            "plain count, general keys",
+        ),
+        (
+            &["count", WRITE, "--by", "comm", "--filter", "count >= 100"],
+            "plain count, comm key in place",
+        ),
+        (
+            &["hist", WRITE, "--value", "count"],
+            "plain log2 histogram, no key, per-CPU slots",
+        ),
+        (
+            &["hist", WRITE, "--value", "count", "--linear", "0:1000:100"],
+            "plain linear histogram, no key, per-CPU slots",
+        ),
+        (
+            &["stats", WRITE, "--value", "count", "--by", "comm"],
+            "plain stats, comm key in place",
+        ),
+    ];
+    for (args, path) in shapes {
+        let (fast, err) = shape_output(args, false);
+        assert!(
+            err.contains(&format!("per-event path: {path}\n")),
+            "{args:?}: {err}"
+        );
+        let (general, err) = shape_output(args, true);
+        assert!(err.contains("per-event path: general\n"), "{args:?}: {err}");
+        assert_eq!(fast, general, "{args:?}");
+        // Anchored on the workload's exact count, so two empty outputs cannot pass.
+        let n: u64 = fast
+            .iter()
+            .filter(|v| v["type"] != "hist" && v["type"] != "summary")
+            .filter_map(|v| v["count"].as_u64())
+            .sum::<u64>()
+            + fast
+                .iter()
+                .filter(|v| v["type"] == "hist")
+                .filter_map(|v| v["count"].as_u64())
+                .sum::<u64>();
+        let want = if args.contains(&"--filter") { 80 } else { 160 };
+        assert_eq!(n, want, "{args:?}: {fast:?}");
+    }
+}

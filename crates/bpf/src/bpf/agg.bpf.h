@@ -30,25 +30,25 @@ static __always_inline u32 bs_log2(u64 v)
  * [2^k, 2^(k+1)). Pow2: 0 negatives, 1 zero, 2 + k holds (2^(k-1), 2^k].
  * Linear: 0 is below the range, 1..n in range, n + 1 above.
  */
-static __always_inline u32 bs_bucket(const struct bs_probe_cfg *cfg, u64 v)
+static __always_inline u32 bs_bucket_of(u32 agg, const struct bs_probe_cfg *cfg, u64 v)
 {
-	if (cfg->agg == BS_AGG_HIST_LOG2) {
+	if (agg == BS_AGG_HIST_LOG2) {
 		if (cfg->value.is_signed && (s64)v < 0)
 			return 0;
 		if (v == 0)
 			return 1;
 		return 2 + bs_log2(v);
 	}
-	if (cfg->agg == BS_AGG_HIST_POW2) {
+	if (agg == BS_AGG_HIST_POW2) {
 		if (cfg->value.is_signed && (s64)v < 0)
 			return 0;
 		if (v <= 1)
 			return 1 + v;
 		return 3 + bs_log2(v - 1);
 	}
-	if (cfg->agg == BS_AGG_STATS_SIGN)
+	if (agg == BS_AGG_STATS_SIGN)
 		return cfg->value.is_signed && (s64)v < 0;
-	if (cfg->agg == BS_AGG_HIST_LINEAR) {
+	if (agg == BS_AGG_HIST_LINEAR) {
 		s64 sv = v, lo = cfg->lin_min;
 		u64 step = cfg->lin_step ? cfg->lin_step : 1;
 		u64 n;
@@ -63,37 +63,27 @@ static __always_inline u32 bs_bucket(const struct bs_probe_cfg *cfg, u64 v)
 	return 0;
 }
 
-/*
- * Adds v to the aggregate of the key in s->key, in `bucket`, in `map`
- * (the verbs' `aggs`, or a script map's own): the count always, the sum
- * with `sum`, min and max with `minmax` (compared signed with
- * `is_signed`). Returns -1 when the map is full.
- */
-static __always_inline int bs_agg_add_to(void *map, struct bs_scratch *s, u32 bucket, u64 v,
-					 int sum, int minmax, int is_signed)
+static __always_inline u32 bs_bucket(const struct bs_probe_cfg *cfg, u64 v)
 {
-	struct bs_key_hdr *hdr = (struct bs_key_hdr *)s->key;
-	struct bs_agg_val *a;
+	return bs_bucket_of(cfg->agg, cfg, v);
+}
+
+/*
+ * Adds v to an aggregate: the count always, the sum with `sum`, min and
+ * max with `minmax` (compared signed with `is_signed`).
+ */
+static __always_inline void bs_agg_val_add(struct bs_agg_val *a, u64 v, int sum, int minmax,
+					   int is_signed)
+{
 	u64 old;
 
-	hdr->bucket = bucket;
-	hdr->epoch = epoch;
-	a = bpf_map_lookup_elem(map, s->key);
-	if (!a) {
-		struct bs_agg_val zero = {};
-
-		bpf_map_update_elem(map, s->key, &zero, BPF_NOEXIST);
-		a = bpf_map_lookup_elem(map, s->key);
-		if (!a)
-			return -1;
-	}
 	/* Atomics: uprobe programs can be preempted by another task on this CPU. */
 	old = __sync_fetch_and_add(&a->count, 1);
 	if (!sum)
-		return 0;
+		return;
 	__sync_fetch_and_add(&a->sum, v);
 	if (!minmax)
-		return 0;
+		return;
 	/* A slot with count 0 has no min/max yet (other CPUs' slots start zeroed). */
 	if (is_signed) {
 		if (!old || (s64)v < a->min)
@@ -106,6 +96,32 @@ static __always_inline int bs_agg_add_to(void *map, struct bs_scratch *s, u32 bu
 		if (!old || v > (u64)a->max)
 			a->max = v;
 	}
+}
+
+/*
+ * Adds v to the aggregate of the key in s->key, in `bucket`, in `map`
+ * (the verbs' `aggs`, or a script map's own): the count always, the sum
+ * with `sum`, min and max with `minmax` (compared signed with
+ * `is_signed`). Returns -1 when the map is full.
+ */
+static __always_inline int bs_agg_add_to(void *map, struct bs_scratch *s, u32 bucket, u64 v,
+					 int sum, int minmax, int is_signed)
+{
+	struct bs_key_hdr *hdr = (struct bs_key_hdr *)s->key;
+	struct bs_agg_val *a;
+
+	hdr->bucket = bucket;
+	hdr->epoch = epoch;
+	a = bpf_map_lookup_elem(map, s->key);
+	if (!a) {
+		struct bs_agg_val zero = {};
+
+		bpf_map_update_elem(map, s->key, &zero, BPF_NOEXIST);
+		a = bpf_map_lookup_elem(map, s->key);
+		if (!a)
+			return -1;
+	}
+	bs_agg_val_add(a, v, sum, minmax, is_signed);
 	return 0;
 }
 

@@ -39,6 +39,20 @@ const volatile u32 use_vm = 0;
 /* The script machine's operations the session's code uses (bit per enum bs_vm_op). */
 const volatile u64 vm_ops = ~0ull;
 
+/*
+ * bench/event_cost.py's breakdown (BPFSCOPE_BENCH_STAGE): the programs
+ * return after this stage (enum bs_bench_stage). In every other run it is
+ * BS_STAGE_OFF, frozen before verification like the values above: the
+ * verifier sees each BS_STAGE check as never taken and removes its branch
+ * and its return; a load of the constant stays (an L1 hit).
+ */
+const volatile u32 bench_stage = BS_STAGE_OFF;
+#define BS_STAGE(n)                         \
+	do {                                \
+		if (bench_stage == (n))     \
+			return 0;           \
+	} while (0)
+
 /* Advanced by user space at each --interval; part of every aggregation key. */
 u32 epoch = 0;
 /* The session's start (monotonic ns), for a script's `elapsed`. */
@@ -69,6 +83,7 @@ struct bs_abi {
 	enum bs_vm_flags vm_flags;
 	struct bs_insn insn;
 	enum bs_note note;
+	enum bs_bench_stage bench_stage;
 };
 const volatile struct bs_abi bs_abi_types = {};
 

@@ -25,6 +25,7 @@ char LICENSE[] SEC("license") = "GPL";
 #include "agg.bpf.h"
 #include "emit.bpf.h"
 #include "vm.bpf.h"
+#include "fast.bpf.h"
 
 /*
  * Whether this event belongs to the traced processes. Latency ends are
@@ -65,8 +66,11 @@ static __always_inline int bs_handle(void *ctx, const struct bs_probe_cfg *cfg,
 			return 0;
 		return cfg->flags & BS_CFG_VM ? bs_vm_run(ctx, cfg, s, idx) : 0;
 	}
+	if (fast_path)
+		return bs_plain(ctx, cfg, s, idx);
 	if (cfg->nfilter && !bs_filter(ctx, cfg, s, idx))
 		return 0;
+	BS_STAGE(BS_STAGE_FILTER);
 	if (cfg->agg == BS_AGG_EVENT) {
 		bs_emit(ctx, cfg, s, idx);
 		return 0;
@@ -86,6 +90,7 @@ static __always_inline int bs_handle(void *ctx, const struct bs_probe_cfg *cfg,
 		bpf_map_delete_elem(&starts, &s->mk);
 	}
 	bs_keys(ctx, cfg, s, idx);
+	BS_STAGE(BS_STAGE_KEY);
 	if (cfg->flags & BS_CFG_LAT_START) {
 		/* The 8-byte key header holds the timestamp in a start record. */
 		*(u64 *)s->key = bpf_ktime_get_ns();
@@ -173,11 +178,16 @@ static __always_inline int bs_syscall(u64 *ctx, u32 slot, int exit)
 	p = bpf_map_lookup_elem(&sys_probes, &slot);
 	if (!p || !*p)
 		return 0;
+	BS_STAGE(BS_STAGE_DISPATCH);
 	idx = *p - 1;
 	cfg = bpf_map_lookup_elem(&probes, &idx);
 	s = bs_scratch();
-	if (!cfg || !s || !bs_target_ok(cfg))
+	if (!cfg || !s)
 		return 0;
+	BS_STAGE(BS_STAGE_CONFIG);
+	if (!bs_target_ok(cfg))
+		return 0;
+	BS_STAGE(BS_STAGE_TARGET);
 	if (cfg->flags & BS_CFG_NEED_ARGS) {
 		struct pt_regs *regs = (struct pt_regs *)ctx[0];
 
@@ -196,6 +206,7 @@ int bpfscope_sysin(u64 *ctx)
 	/* ctx[1] is the syscall number. */
 	u64 nr = ctx[1];
 
+	BS_STAGE(BS_STAGE_ENTRY);
 	if (nr >= BS_SYS_MAX)
 		return 0;
 	return bs_syscall(ctx, nr, 0);
@@ -206,6 +217,7 @@ int bpfscope_sysout(u64 *ctx)
 {
 	u64 nr = bs_syscall_nr((struct pt_regs *)ctx[0]);
 
+	BS_STAGE(BS_STAGE_ENTRY);
 	if (nr >= BS_SYS_MAX)
 		return 0;
 	return bs_syscall(ctx, BS_SYS_EXIT_BASE + nr, 1);

@@ -345,4 +345,18 @@ enum bs_target_mode {
 	BS_TARGET_TRACKED = 1, /* only tgids in the tracked map */
 };
 
+/*
+ * Where bench/event_cost.py stops the programs to measure each stage of
+ * the path (bench_stage in state.bpf.h); BS_STAGE_OFF in every other run.
+ */
+enum bs_bench_stage {
+	BS_STAGE_OFF = 0,
+	BS_STAGE_ENTRY = 1,    /* at the program's entry: an empty program */
+	BS_STAGE_DISPATCH = 2, /* the syscall's slot looked up (a syscall with a probe) */
+	BS_STAGE_CONFIG = 3,   /* the probe's configuration and the scratch area */
+	BS_STAGE_TARGET = 4,   /* the target check passed */
+	BS_STAGE_FILTER = 5,   /* arguments read and the filter passed */
+	BS_STAGE_KEY = 6,      /* the key built; after it only the aggregation's update */
+};
+
 #endif /* BPFSCOPE_TRACE_H */

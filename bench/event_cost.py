@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""What one traced event costs, where bpfscope's time goes, against the
+floors and bpftrace, on the same events.
+
+Events: umask(2) in a loop (bench/workloads/umaskloop.c, masks 0..0777 in
+turn, BENCH_CALLS calls, default 2,000,000): a syscall as cheap as
+getppid, with an argument for histograms and field keys to read.
+
+For each configuration, in rounds (BENCH_ROUNDS, default 3), medians:
+- wall: ns added per umask against the untraced loop (measured just
+  before, every round), BPF statistics off;
+- run: BPF run-time statistics (BPF_ENABLE_STATS, held only while the loop
+  runs), ns per run of the tool's programs, read from their fdinfo.
+  bpfscope's raw tracepoint runs for every syscall of the machine; `share`
+  is the part of its runs that were the loop's umasks.
+
+Configurations:
+- floors: an empty raw tracepoint program on sys_enter (bpfscope's own
+  program stopped at its entry, BPFSCOPE_BENCH_STAGE=entry) and an empty
+  classic tracepoint program on sys_enter_umask (bpftrace, body `{}`);
+- each shape (keyless count, count by pid, by comm, by a field, log2
+  histogram of a field, count by comm filtered by comm), with bpfscope
+  stopped after each stage of its path (BPFSCOPE_BENCH_STAGE: dispatch,
+  config, target, filter, key) and run to the end, and bpftrace's program
+  of the same shape.
+
+Printed per shape: bpfscope and bpftrace, ns added per event and ns per
+run, and the ratios against the targets: bpfscope's added cost <= 1.3 x
+the empty raw tracepoint program's, and <= 0.5 x bpftrace's. A target
+below this machine's floor (0.5 x bpftrace under the empty raw
+tracepoint's cost) is printed with the floor's figure.
+
+BPFSCOPE_GENERIC=1 makes bpfscope take its general path for every shape
+(the path before the specialized ones), for a before/after comparison;
+BENCH_STAGES=0 skips the breakdown; arguments name the shapes to run.
+"""
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from common import BIN, Background, build, cc, need, need_root, ratio
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+CALLS = int(os.environ.get("BENCH_CALLS", "2000000"))
+STAGES = os.environ.get("BENCH_STAGES", "1") != "0"
+PROBE = "tracepoint:syscalls:sys_enter_umask"
+COMM = "umaskloop"
+
+# name: (bpfscope arguments after the probe, bpftrace body, bpftrace predicate)
+SHAPES = {
+    "count": ([], "@ = count();", ""),
+    "count --by pid": (["--by", "pid"], "@[pid] = count();", ""),
+    "count --by comm": (["--by", "comm"], "@[comm] = count();", ""),
+    "count --by mask": (["--by", "mask"], "@[args->mask] = count();", ""),
+    "hist --value mask": (["--value", "mask"], "@ = hist(args->mask);", ""),
+    "count --by comm, filter comm": (
+        ["--by", "comm", "--filter", f'comm == "{COMM}"'],
+        "@[comm] = count();",
+        f'/comm == "{COMM}"/',
+    ),
+}
+BREAKDOWN = ["dispatch", "config", "target", "filter", "key"]
+
+
+def verb(shape):
+    return "hist" if shape.startswith("hist") else "count"
+
+
+class Stats:
+    """BPF run-time statistics on while held (BPF_ENABLE_STATS): the
+    kernel turns them off again when the descriptor closes, however this
+    script ends."""
+
+    def __enter__(self):
+        libc = ctypes.CDLL(None, use_errno=True)
+        attr = (ctypes.c_uint8 * 64)()  # enable_stats.type = BPF_STATS_RUN_TIME (0)
+        self.fd = libc.syscall(321, 32, attr, ctypes.sizeof(attr))  # SYS_bpf, BPF_ENABLE_STATS
+        if self.fd < 0:
+            sys.exit(f"bench: BPF_ENABLE_STATS: {os.strerror(ctypes.get_errno())}")
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def prog_stats(pid):
+    """(run_time_ns, run_cnt) summed over the BPF programs a process holds."""
+    t = n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:bpf-prog":
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                info = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        t += int(info.get("run_time_ns", "0"))
+        n += int(info.get("run_cnt", "0"))
+    return t, n
+
+
+def per_call(loop):
+    out = subprocess.run([loop, str(CALLS)], capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
+def start_bpfscope(args, stage=None):
+    env = dict(os.environ)
+    env.pop("BPFSCOPE_BENCH_STAGE", None)
+    if stage:
+        env["BPFSCOPE_BENCH_STAGE"] = stage
+    return Background([BIN, *args], "Attached", env=env)
+
+
+def start_bpftrace(prog):
+    return Background(["bpftrace", "-e", prog], "Attaching", stream="stdout")
+
+
+def measure(loop, start, rounds):
+    """Medians over rounds: ns added per call, ns per program run, share of
+    runs that were the loop's calls."""
+    base, traced, run, share = [], [], [], []
+    for _ in range(rounds):
+        base.append(per_call(loop))
+        t = start()
+        try:
+            traced.append(per_call(loop))
+            with Stats():
+                t0, n0 = prog_stats(t.p.pid)
+                per_call(loop)
+                t1, n1 = prog_stats(t.p.pid)
+        finally:
+            t.stop()
+        runs = n1 - n0
+        run.append((t1 - t0) / runs if runs else float("nan"))
+        share.append(CALLS / runs if runs else float("nan"))
+    return (statistics.median(traced) - statistics.median(base), statistics.median(run),
+            statistics.median(share))
+
+
+def row(label, m, floor=None):
+    added, run, share = m
+    extra = f"  {added / floor:5.2f} x floor" if floor else ""
+    print(f"  {label:44} {added:7.1f} ns added  {run:7.1f} ns/run  share {share:4.2f}{extra}",
+          flush=True)
+
+
+def main():
+    need_root()
+    need("bpftrace", "bpftrace")
+    build()
+    loop = cc("umaskloop")
+    shapes = [s for s in SHAPES if not sys.argv[1:] or s in sys.argv[1:]]
+    for s in sys.argv[1:]:
+        if s not in SHAPES:
+            sys.exit(f"bench: unknown shape {s!r}; one of: {', '.join(SHAPES)}")
+    path = "general path (BPFSCOPE_GENERIC=1)" if os.environ.get("BPFSCOPE_GENERIC") else \
+        "specialized paths"
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    print(f"== {CALLS:,} umask(2) calls, medians of {ROUNDS} rounds; bpfscope: {path}; "
+          f"load {load}")
+
+    print("floors:")
+    raw = measure(loop, lambda: start_bpfscope(["count", PROBE], "entry"), ROUNDS)
+    row("empty raw tracepoint program (sys_enter)", raw)
+    classic = measure(loop, lambda: start_bpftrace(f"{PROBE} {{}}"), ROUNDS)
+    row("empty classic tracepoint program (bpftrace)", classic)
+    floor = raw[0]
+
+    summary = []
+    for shape in shapes:
+        args, body, pred = SHAPES[shape]
+        full = [verb(shape), PROBE, *args]
+        print(f"{shape}:")
+        if STAGES:
+            for stage in BREAKDOWN:
+                m = measure(loop, lambda st=stage: start_bpfscope(full, st), ROUNDS)
+                row(f"bpfscope, stopped after {stage}", m, floor)
+        ours = measure(loop, lambda: start_bpfscope(full), ROUNDS)
+        row("bpfscope", ours, floor)
+        theirs = measure(loop, lambda: start_bpftrace(f"{PROBE} {pred} {{ {body} }}"), ROUNDS)
+        row("bpftrace", theirs, floor)
+        summary.append((shape, ours, theirs))
+
+    print(f"== ns added per event (ns per run); floor: empty raw tracepoint {floor:.1f} "
+          f"({raw[1]:.1f}), empty classic tracepoint {classic[0]:.1f} ({classic[1]:.1f})")
+    print(f"  {'shape':30} {'bpfscope':>16} {'bpftrace':>16}  {'/floor':>6} {'/bpftrace':>9}"
+          f"  targets (<= 1.3, <= 0.5)")
+    for shape, ours, theirs in summary:
+        r_floor = ratio(ours[0], floor)
+        r_bt = ratio(ours[0], theirs[0])
+        note = ""
+        half = 0.5 * theirs[0]
+        if half < floor:
+            note = f"  0.5 x bpftrace = {half:.1f} ns is under the floor ({floor:.1f} ns)"
+        print(f"  {shape:30} {ours[0]:6.1f} ({ours[1]:6.1f}) {theirs[0]:6.1f} ({theirs[1]:6.1f})"
+              f"  {r_floor:6.2f} {r_bt:9.2f}{note}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The plain aggregation path: sessions whose probes all count, take stats
+ * or build histograms, without latency pairs, events or scripts. What such
+ * a session fixes for all its events is set in .rodata at load
+ * (attach/shape.rs), so the verifier keeps only this session's code:
+ * - fast_agg: the aggregation, so its bucket and update are known;
+ * - fast_slots: no key, so aggregates go to a slot of a per-CPU array (an
+ *   index, where a hash map would hash and compare a key);
+ * - fast_key: the one key part is a builtin, written in place instead of
+ *   through the general readers.
+ */
+#ifndef BPFSCOPE_FAST_BPF_H
+#define BPFSCOPE_FAST_BPF_H
+
+#include "agg.bpf.h"
+#include "filter.bpf.h"
+
+/* 0: not a plain aggregation session (the general path). */
+const volatile u32 fast_path = 0;
+/* enum bs_agg of every probe. */
+const volatile u32 fast_agg = BS_AGG_COUNT;
+/* No key: aggregates live in `slots`, slot_buckets per epoch. */
+const volatile u32 fast_slots = 0;
+const volatile u32 slot_buckets = 1;
+/* The enum bs_src_kind of the one key part when it is a builtin, else BS_SRC_NONE. */
+const volatile u32 fast_key = BS_SRC_NONE;
+
+/*
+ * Keyless aggregates: per CPU, a struct bs_agg_val per bucket, in two
+ * halves that alternate with the epoch's parity, so that user space reads
+ * and clears the half of the epoch it has left while events fill the
+ * other. Sized at load (2 x slot_buckets).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct bs_agg_val);
+} slots SEC(".maps");
+
+static __always_inline void bs_slot_add(u32 bucket, u64 v, int is_signed)
+{
+	u32 i = (epoch & 1) * slot_buckets + bucket;
+	struct bs_agg_val *a = bpf_map_lookup_elem(&slots, &i);
+
+	if (!a) {
+		bs_count(&lost, BS_LOST_KEYS);
+		return;
+	}
+	bs_agg_val_add(a, v, fast_agg != BS_AGG_COUNT,
+		       fast_agg == BS_AGG_STATS || fast_agg == BS_AGG_STATS_SIGN, is_signed);
+}
+
+/* The one builtin key part, as bs_put would write it (numbers as u64). */
+static __always_inline void bs_builtin_key(struct bs_scratch *s, u32 idx)
+{
+	u64 *d = (u64 *)(s->key + sizeof(struct bs_key_hdr));
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	switch (fast_key) {
+	case BS_SRC_COMM:
+		/* Two loads where bs_comm copies 16 bytes one by one. */
+		d[0] = *(u64 *)&t->comm[0];
+		d[1] = *(u64 *)&t->comm[8];
+		return;
+	case BS_SRC_PROBE:
+		d[0] = idx;
+		return;
+	case BS_SRC_PID:
+		d[0] = t->tgid;
+		return;
+	case BS_SRC_TID:
+		d[0] = t->pid;
+		return;
+	case BS_SRC_CPU:
+		d[0] = bpf_get_smp_processor_id();
+		return;
+	case BS_SRC_UID:
+		d[0] = (u32)bpf_get_current_uid_gid();
+		return;
+	case BS_SRC_CGROUP:
+		d[0] = bpf_get_current_cgroup_id();
+		return;
+	}
+}
+
+/* bs_handle for a plain aggregation session. */
+static __always_inline int bs_plain(void *ctx, const struct bs_probe_cfg *cfg,
+				    struct bs_scratch *s, u32 idx)
+{
+	u32 bucket = 0;
+	u64 v = 0;
+
+	if (cfg->nfilter && !bs_filter(ctx, cfg, s, idx))
+		return 0;
+	BS_STAGE(BS_STAGE_FILTER);
+	if (fast_agg != BS_AGG_COUNT) {
+		v = bs_read_num(ctx, &cfg->value, s, idx);
+		bucket = bs_bucket_of(fast_agg, cfg, v);
+	}
+	if (fast_slots) {
+		BS_STAGE(BS_STAGE_KEY);
+		bs_slot_add(bucket, v, cfg->value.is_signed);
+		return 0;
+	}
+	if (fast_key)
+		bs_builtin_key(s, idx);
+	else
+		bs_keys(ctx, cfg, s, idx);
+	BS_STAGE(BS_STAGE_KEY);
+	if (bs_agg_add_to(&aggs, s, bucket, v, fast_agg != BS_AGG_COUNT,
+			  fast_agg == BS_AGG_STATS || fast_agg == BS_AGG_STATS_SIGN,
+			  cfg->value.is_signed))
+		bs_count(&lost, BS_LOST_KEYS);
+	return 0;
+}
+
+#endif /* BPFSCOPE_FAST_BPF_H */

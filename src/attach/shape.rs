@@ -1,0 +1,209 @@
+//! The shape of a plan's per-event work, fixed in .rodata at load so that
+//! the verifier keeps only the code this session runs (fast.bpf.h): plain
+//! aggregations (no latency pairs, events or scripts) with one aggregation
+//! known in advance; keyless ones in a per-CPU array slot instead of a hash
+//! map; one builtin key part written in place. Also the knobs that measure
+//! and compare the paths: where the programs stop (`BPFSCOPE_BENCH_STAGE`,
+//! bench/event_cost.py's breakdown) and the general path for every plan
+//! (`BPFSCOPE_GENERIC`, tests and before/after figures).
+
+use anyhow::{bail, Result};
+use bpfscope_bpf::abi::{bs_agg, bs_bench_stage, bs_cfg_flags, bs_src_kind};
+
+use crate::attach::plan::{Plan, Role};
+
+/// Stops the programs after a stage of their path: `entry` (an empty
+/// program), `dispatch`, `config`, `target`, `filter` or `key`. For
+/// bench/event_cost.py only; unset in every other run.
+pub const BENCH_STAGE: &str = "BPFSCOPE_BENCH_STAGE";
+
+/// Set (to anything but empty or 0): every plan takes the general path, as
+/// before the specialized ones existed (tests compare the two; benches
+/// measure before and after).
+pub const GENERIC: &str = "BPFSCOPE_GENERIC";
+
+/// Buckets of a log2 histogram (0 negatives, 1 zero, 2 + k for bit k) and
+/// of the agent's pow2 one (one more: 2^64's bucket).
+const LOG2_BUCKETS: u32 = 67;
+
+/// What fast.bpf.h's constants say about a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Shape {
+    /// Every probe aggregates plainly, with `agg`.
+    pub plain: bool,
+    pub agg: u32,
+    /// No key: aggregates in the `slots` array, this many per epoch.
+    pub slot_buckets: Option<u32>,
+    /// The enum bs_src_kind of the one key part when it is a builtin
+    /// (BS_SRC_NONE: key parts through the general readers).
+    pub builtin_key: u32,
+}
+
+impl Shape {
+    /// The shape of a plan, or the general path's when `BPFSCOPE_GENERIC` is set.
+    pub fn of(plan: &Plan) -> Shape {
+        if generic_forced(std::env::var(GENERIC).ok().as_deref()) {
+            return Shape::default();
+        }
+        shape_of(plan)
+    }
+}
+
+impl Shape {
+    /// One line for -v: the path this session's events take.
+    pub fn describe(&self) -> String {
+        if !self.plain {
+            return "general".into();
+        }
+        let agg = match bs_agg(self.agg) {
+            bs_agg::BS_AGG_COUNT => "count",
+            bs_agg::BS_AGG_STATS | bs_agg::BS_AGG_STATS_SIGN => "stats",
+            bs_agg::BS_AGG_HIST_LOG2 | bs_agg::BS_AGG_HIST_POW2 => "log2 histogram",
+            bs_agg::BS_AGG_HIST_LINEAR => "linear histogram",
+            _ => "aggregate",
+        };
+        let key = match bs_src_kind(self.builtin_key) {
+            _ if self.slot_buckets.is_some() => "no key, per-CPU slots",
+            bs_src_kind::BS_SRC_COMM => "comm key in place",
+            bs_src_kind::BS_SRC_PROBE => "probe key in place",
+            bs_src_kind::BS_SRC_PID => "pid key in place",
+            bs_src_kind::BS_SRC_TID => "tid key in place",
+            bs_src_kind::BS_SRC_CPU => "cpu key in place",
+            bs_src_kind::BS_SRC_UID => "uid key in place",
+            bs_src_kind::BS_SRC_CGROUP => "cgroup key in place",
+            _ => "general keys",
+        };
+        format!("plain {agg}, {key}")
+    }
+}
+
+fn generic_forced(value: Option<&str>) -> bool {
+    value.is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+fn shape_of(plan: &Plan) -> Shape {
+    let Some(first) = plan.probes.first() else {
+        return Shape::default();
+    };
+    let agg = u32::from(first.cfg.agg);
+    let special = bs_cfg_flags::BS_CFG_LAT_START.0
+        | bs_cfg_flags::BS_CFG_LAT_END.0
+        | bs_cfg_flags::BS_CFG_VM.0
+        | bs_cfg_flags::BS_CFG_SELF.0;
+    let plain = plan.vm.is_none()
+        && !plan.latency
+        && agg != bs_agg::BS_AGG_EVENT.0
+        && plan.probes.iter().all(|p| {
+            p.role == Role::Plain && p.cfg.flags & special == 0 && u32::from(p.cfg.agg) == agg
+        });
+    if !plain {
+        return Shape::default();
+    }
+    let slot_buckets = plan.keys.is_empty().then(|| match bs_agg(agg) {
+        bs_agg::BS_AGG_HIST_LOG2 | bs_agg::BS_AGG_HIST_POW2 => LOG2_BUCKETS,
+        bs_agg::BS_AGG_STATS_SIGN => 2,
+        bs_agg::BS_AGG_HIST_LINEAR => plan
+            .probes
+            .iter()
+            .map(|p| p.cfg.lin_nbuckets + 2)
+            .max()
+            .unwrap_or(2),
+        _ => 1,
+    });
+    Shape {
+        plain,
+        agg,
+        slot_buckets,
+        builtin_key: builtin_key(plan),
+    }
+}
+
+/// The builtin every probe reads as the plan's one key part, if any.
+fn builtin_key(plan: &Plan) -> u32 {
+    let builtins = [
+        bs_src_kind::BS_SRC_COMM,
+        bs_src_kind::BS_SRC_PROBE,
+        bs_src_kind::BS_SRC_PID,
+        bs_src_kind::BS_SRC_TID,
+        bs_src_kind::BS_SRC_CPU,
+        bs_src_kind::BS_SRC_UID,
+        bs_src_kind::BS_SRC_CGROUP,
+    ];
+    let none = bs_src_kind::BS_SRC_NONE.0;
+    if plan.keys.len() != 1 {
+        return none;
+    }
+    let kinds: Vec<u32> = plan
+        .probes
+        .iter()
+        .map(|p| (p.cfg.nkeys == 1).then_some(u32::from(p.cfg.keys[0].kind)))
+        .collect::<Option<Vec<u32>>>()
+        .unwrap_or_default();
+    match kinds.first() {
+        Some(&k) if kinds.iter().all(|&x| x == k) && builtins.iter().any(|b| b.0 == k) => k,
+        _ => none,
+    }
+}
+
+/// The stage the programs stop after (BS_STAGE_OFF: they run to the end).
+pub fn bench_stage() -> Result<u32> {
+    stage_of(std::env::var(BENCH_STAGE).ok().as_deref())
+}
+
+/// The stages by name, in the order an event passes them.
+const STAGES: [(&str, bs_bench_stage); 6] = [
+    ("entry", bs_bench_stage::BS_STAGE_ENTRY),
+    ("dispatch", bs_bench_stage::BS_STAGE_DISPATCH),
+    ("config", bs_bench_stage::BS_STAGE_CONFIG),
+    ("target", bs_bench_stage::BS_STAGE_TARGET),
+    ("filter", bs_bench_stage::BS_STAGE_FILTER),
+    ("key", bs_bench_stage::BS_STAGE_KEY),
+];
+
+fn stage_of(value: Option<&str>) -> Result<u32> {
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return Ok(bs_bench_stage::BS_STAGE_OFF.0);
+    };
+    match STAGES.iter().find(|(name, _)| *name == v) {
+        Some((_, s)) => Ok(s.0),
+        None => {
+            let names: Vec<&str> = STAGES.iter().map(|s| s.0).collect();
+            bail!(
+                "{BENCH_STAGE}={v}: not a stage; unset it, or use one of {}",
+                names.join(", ")
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_by_name() {
+        assert_eq!(stage_of(None).unwrap(), bs_bench_stage::BS_STAGE_OFF.0);
+        assert_eq!(stage_of(Some("")).unwrap(), bs_bench_stage::BS_STAGE_OFF.0);
+        assert_eq!(
+            stage_of(Some("entry")).unwrap(),
+            bs_bench_stage::BS_STAGE_ENTRY.0
+        );
+        assert_eq!(
+            stage_of(Some("key")).unwrap(),
+            bs_bench_stage::BS_STAGE_KEY.0
+        );
+        let e = stage_of(Some("nope")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "BPFSCOPE_BENCH_STAGE=nope: not a stage; unset it, or use one of entry, dispatch, config, target, filter, key"
+        );
+    }
+
+    #[test]
+    fn generic_when_set() {
+        assert!(!generic_forced(None));
+        assert!(!generic_forced(Some("")));
+        assert!(!generic_forced(Some("0")));
+        assert!(generic_forced(Some("1")));
+    }
+}
