@@ -66,11 +66,15 @@ pub fn emulated() -> bool {
 }
 
 /// The fewest samples a test wants of a workload sampled for a fixed
-/// time: `n`, or a third of it under emulation (still enough for the
-/// shares the tests check, to a percent or two).
+/// time: `n`, or a tenth of it under emulation. There the guest's clock is
+/// the host's, so whenever the host deschedules the emulated CPU the
+/// kernel's sampling timers fire late and their samples are not delivered:
+/// in an arm64 guest beside other builds (host load 16 on 2 cores) 1136 of
+/// 5212 samples reached the program. The shares the tests check still hold
+/// on what arrives; the floor only catches a profiler that sampled nothing.
 pub fn min_samples(n: u64) -> u64 {
     if emulated() {
-        n / 3
+        n / 10
     } else {
         n
     }
@@ -232,8 +236,11 @@ pub fn run_env(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Output
     run_cmd_timeout(&mut cmd, timeout)
 }
 
-/// Runs any command to completion, killing it (and failing) after `timeout`.
+/// Runs any command to completion, killing it (and failing) after `timeout`,
+/// four times that under emulation: the limit only catches a hang, and an
+/// emulated guest on a loaded host ran `bpfscope doctor` for over 120 s.
 pub fn run_cmd_timeout(cmd: &mut Command, timeout: Duration) -> Output {
+    let timeout = if emulated() { timeout * 4 } else { timeout };
     let args: Vec<String> = cmd
         .get_args()
         .map(|a| a.to_string_lossy().into_owned())

@@ -233,7 +233,9 @@ fn fault_run(args: &[String], ready: &str, moment: Moment, sig: i32) -> Outcome 
             }
         }
     };
-    let deadline = t0 + Duration::from_secs(60);
+    // Three times as long under emulation: an emulated guest on a loaded
+    // host (load 16 on 2 cores) took over 60 s to attach.
+    let deadline = t0 + Duration::from_secs(secs(60));
     loop {
         observe(&mut procs, &mut progs);
         while let Ok(l) = rx.try_recv() {

@@ -156,7 +156,7 @@ fn recursion_300_deep_is_whole_within_max_depth_and_cut_beyond() {
         .filter(|(f, _)| f.len() == 1 + 127 && !f.iter().any(|x| x == "main"))
         .map(|(_, n)| n)
         .sum();
-    assert!(cut > 200, "{cut}\n{}", show(&lines));
+    assert!(cut > min_samples(200), "{cut}\n{}", show(&lines));
     let line = err
         .lines()
         .find(|l| l.contains("unwinding: "))

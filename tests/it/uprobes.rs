@@ -199,21 +199,26 @@ fn pid_target_for_uprobes() {
 fn function_latency_buckets_are_exact() {
     require_root();
     let w = workload("uprobes");
-    // One 20 ms linear bucket and the overflow: a 1 ms sleep lands in
-    // [0, 20ms) even when emulation overshoots it by 10 ms (seen in TCG
-    // guests), and every 20 ms sleep in [20ms, ...), which a sleep can
-    // never undershoot.
+    // One linear bucket as wide as the long sleep, and the overflow: a 1 ms
+    // sleep lands in [0, long) even when emulation overshoots it, and every
+    // long sleep in [long, ...), which a sleep can never undershoot. 20 ms
+    // here; under emulation on a loaded host (load 14 on 2 cores) 5 of 12
+    // 1 ms sleeps took over 20 ms in a TCG guest: 200 ms there.
+    let long_ms: u64 = if emulated() { 200 } else { 20 };
+    let edge = (long_ms * 1_000_000).to_string();
+    let bucket = format!("0:{edge}:{edge}");
     let o = run(&[
         "latency",
         &format!("uprobe:{}:nap", w.display()),
         "--linear",
-        "0:20000000:20000000",
+        &bucket,
         "--json",
         "--",
         w.to_str().unwrap(),
         "sleep",
         "12",
         "4",
+        &long_ms.to_string(),
     ]);
     let lines = json_lines(&ok(&o));
     let h = lines.iter().find(|v| v["type"] == "hist").unwrap();
@@ -224,7 +229,7 @@ fn function_latency_buckets_are_exact() {
         .iter()
         .map(|b| (b["low"].as_i64().unwrap(), b["count"].as_u64().unwrap()))
         .collect();
-    assert_eq!(b, vec![(0, 12), (20_000_000, 4)], "{h}");
+    assert_eq!(b, vec![(0, 12), (long_ms as i64 * 1_000_000, 4)], "{h}");
     // Log2 buckets: a 20 ms sleep never takes less, so all three sit at or
     // above [16M, 32M) ns (above only when the machine is overloaded).
     let o = run(&[

@@ -152,10 +152,11 @@ int main(int argc, char **argv)
 		}
 	} else if (!strcmp(argv[1], "sleep")) {
 		long m = argc > 3 ? atol(argv[3]) : 0;
+		long long_ms = argc > 4 ? atol(argv[4]) : 20;
 		for (long i = 0; i < n; i++)
 			nap(1);
 		for (long i = 0; i < m; i++)
-			nap(20);
+			nap(long_ms);
 	} else if (!strcmp(argv[1], "paced")) {
 		long us = argc > 3 ? atol(argv[3]) : 1000;
 		for (long i = 0; i < n; i++) {
