@@ -682,6 +682,17 @@ fn documented_examples_are_printed_form() {
                 "{file}: not as bpfscope prints it"
             );
             match v.get("type").and_then(|t| t.as_str()) {
+                // The profile tools' own lines (`annotate`, `diff`, `top`
+                // with --json), not records of the tracing verbs' stream.
+                Some("annotate") => {
+                    assert!(v.get("function").is_some() && v.get("lines").is_some())
+                }
+                Some("diff") => {
+                    assert!(v.get("function").is_some() && v.get("self_delta").is_some())
+                }
+                Some("top") => {
+                    assert!(v.get("functions").is_some() && v.get("refresh").is_some())
+                }
                 Some(t) => assert!(Record::TYPES.contains(&t), "{file}: unknown type {t}"),
                 // The untagged outputs: list lines and the profile document.
                 None => assert!(v.get("probe").is_some() || v.get("stacks").is_some()),
