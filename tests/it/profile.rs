@@ -749,8 +749,11 @@ fn samples_are_accounted_per_cpu_with_idle_time_as_idle() {
     let total = line("samples: ").unwrap_or_else(|| panic!("no totals: {err}"));
     let taken: u64 = total.split(' ').next().unwrap().parse().unwrap();
     let per_cpu = line("per CPU at 199 Hz: ").unwrap_or_else(|| panic!("no CPUs: {err}"));
-    let cpus: Vec<(u32, u64, bool)> = per_cpu
-        .split("; ")
+    // CPUs are separated by "; CPU " (a CPU's own note may hold "; ").
+    let cpus: Vec<(u32, u64, bool)> = format!("; {per_cpu}")
+        .split("; CPU ")
+        .skip(1)
+        .map(|p| format!("CPU {p}"))
         .map(|p| {
             let f: Vec<&str> = p.split(' ').collect();
             assert_eq!((f[0], f[3]), ("CPU", "taken"), "{p}");

@@ -523,7 +523,11 @@ fn go_split() -> Option<PathBuf> {
     };
     assert!(v.status.success());
     let tmp = &tmp_dir();
-    let out = tmp.join(format!("gosplit-stripped-{}", std::process::id()));
+    // One file per call: tests running side by side each remove theirs
+    // (a shared one vanished under the other test's profile).
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = tmp.join(format!("gosplit-stripped-{}-{n}", std::process::id()));
     let st = std::process::Command::new("go")
         .args(["build", "-ldflags=-s -w", "-o"])
         .arg(&out)
