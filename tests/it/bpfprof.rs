@@ -169,7 +169,13 @@ fn program_loaded_and_unloaded_mid_profile_is_named_and_annotated() {
     assert_eq!(a["tag"], tag.as_str());
     assert_eq!(a["unloaded"], true);
     let total = a["total"].as_u64().unwrap();
-    assert!(total >= in_prog, "{a}");
+    // The folded output names JIT code by tag, so it also holds the
+    // samples of another session's copy of this program (same code, same
+    // tag) when tests run side by side; the annotation is of this id only.
+    assert!(
+        total >= 5 && total <= in_prog,
+        "{in_prog} in the profile: {a}"
+    );
     let per_line = a["lines"].as_array().unwrap();
     let sum: u64 = per_line.iter().map(|l| l["count"].as_u64().unwrap()).sum();
     assert_eq!(sum, total);
