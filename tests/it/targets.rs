@@ -73,7 +73,10 @@ fn attach_failure_with_a_command_ends_at_once() {
             Command::new("/bin/sh").args(["-c", &script]),
             Duration::from_secs(20),
         );
-        if stderr(&o).contains("attaching") {
+        // In the 6.1 guest one limit's attach failed with EOPNOTSUPP, not
+        // EMFILE (the cause not yet known): a higher limit reaches EMFILE.
+        let e = stderr(&o);
+        if e.contains("attaching") && !e.contains("Operation not supported") {
             found = Some(o);
             break;
         }
