@@ -26,6 +26,9 @@ struct State {
     ksyms: HashMap<String, (u64, u32)>,
     /// Records the kernel dropped because a ring buffer was full.
     lost: u64,
+    /// Load and unload records read so far: a change says the set of
+    /// programs changed (a cache of it is stale).
+    events: u64,
     /// Loads whose program could not be read yet: (id, tag, first try).
     pending: Vec<(u32, Option<String>, Instant)>,
     /// Readable once a program was loaded (its info read, or given up on):
@@ -76,6 +79,7 @@ impl State {
                 let (Some(kind), Some(id)) = (u16_at(0), u32_at(4)) else {
                     return;
                 };
+                self.events += 1;
                 let tag = body.get(8..16).map(|t| {
                     let mut a = [0u8; 8];
                     a.copy_from_slice(t);
@@ -288,6 +292,12 @@ impl SideBand {
             .lock()
             .map(|s| s.progs.values().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Load and unload records read so far (grows whenever programs come
+    /// or go).
+    pub fn events(&self) -> u64 {
+        self.state.lock().map(|s| s.events).unwrap_or(0)
     }
 
     /// Records the kernel dropped so far.
