@@ -41,6 +41,16 @@ from agent_soak import RATE, kill_group, start_group, syscalls
 from common import BIN, Background, build, cc, need, need_root, workload
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+
+
+def no_stats_config():
+    """The same metric, with bpfscope_bpf_prog_* off: the agent then leaves
+    BPF run-time statistics off (two clock reads in every program run)."""
+    path = os.path.join(tempfile.mkdtemp(prefix="bpfscope-floor-"), "agent.toml")
+    with open(path, "w") as f:
+        f.write('[metrics]\nbpf_prog_series = 0\n\n[[metric]]\nname = "getppid"\n'
+                'spec = "count tracepoint:syscalls:sys_enter_getppid --by comm"\n')
+    return path
 SECS = float(os.environ.get("BENCH_SECS", "10"))
 TARGET = 0.3
 
@@ -71,6 +81,10 @@ def added_ns(loop):
         "bpfscope agent, one metric": lambda: Background(
             [BIN, "agent", "--listen", f"127.0.0.1:{free_port()}", "--profile-hz", "0",
              "--metric", "count tracepoint:syscalls:sys_enter_getppid --by comm"],
+            "Listening"),
+        "bpfscope agent, one metric, bpf_prog_series = 0": lambda: Background(
+            [BIN, "agent", "--config", no_stats_config(), "--listen",
+             f"127.0.0.1:{free_port()}", "--profile-hz", "0"],
             "Listening"),
     }
     base = {c: [] for c in configs}
@@ -142,6 +156,9 @@ def main():
     per = added["bpfscope agent, one metric"] / added["bpfscope count --by comm, raw tracepoint"]
     print(f"== the agent's cost per event / bpfscope count's on the same events: {per:.2f} "
           f"(target <= 1.3)")
+    per0 = (added["bpfscope agent, one metric, bpf_prog_series = 0"]
+            / added["bpfscope count --by comm, raw tracepoint"])
+    print(f"   the same with bpf_prog_series = 0 (no BPF run-time statistics): {per0:.2f}")
     low = min(classic, counted)
     print(f"  the cheapest way to count them is {low / TARGET:.2f} of the target "
           f"({'over' if low > TARGET else 'under'} it before sampling, process tracking and "

@@ -194,7 +194,8 @@ struct Agent {
     reloads_failed: u64,
     samples: SampleTotals,
     progs: ProgTotals,
-    _stats: Option<StatsGuard>,
+    /// BPF run-time statistics, on while bpfscope_bpf_prog_* is exported.
+    stats: Option<StatsGuard>,
     host: String,
 }
 
@@ -217,14 +218,10 @@ impl Agent {
             .map(|s| s.trim().to_string())
             .unwrap_or_default();
         // BPF run-time statistics for bpfscope_bpf_prog_* (what `bpf top`
-        // shows); restored when the agent ends.
-        let stats_guard = match StatsGuard::enable() {
-            Ok(g) => Some(g),
-            Err(e) => {
-                eprintln!("bpfscope: BPF program run times will read 0: {e:#}");
-                None
-            }
-        };
+        // shows); restored when the agent ends. They cost every BPF program
+        // on the host two clock reads a run, so bpf_prog_series = 0 leaves
+        // them off.
+        let stats_guard = stats_for(cfg.bpf_prog_series);
         let dispatch = match Dispatch::load() {
             Ok(d) => Some(Rc::new(RefCell::new(d))),
             Err(e) => {
@@ -251,7 +248,7 @@ impl Agent {
             reloads_failed: 0,
             samples: SampleTotals::default(),
             progs: ProgTotals::default(),
-            _stats: stats_guard,
+            stats: stats_guard,
             host,
             cfg,
         };
@@ -612,7 +609,9 @@ impl Agent {
                 ),
             ],
         ));
-        self.progs.update(self.cfg.bpf_prog_series);
+        if self.cfg.bpf_prog_series > 0 {
+            self.progs.update(self.cfg.bpf_prog_series);
+        }
         fams.extend(self.progs.families());
         fams.push(health::counter(
             "bpfscope_agent_bpf_prog_untracked_total",
@@ -797,6 +796,11 @@ impl Agent {
         let server_changed =
             s.listener.is_some() || new.token != self.cfg.token || new.http != self.cfg.http;
         let metrics_interval = new.metrics_interval;
+        match (new.bpf_prog_series > 0, self.stats.is_some()) {
+            (true, false) => self.stats = stats_for(new.bpf_prog_series),
+            (false, true) => self.stats = None,
+            _ => {}
+        }
         self.cfg = new;
         self.next_metrics = self.next_metrics.min(Instant::now() + metrics_interval);
         self.apply_limits();
@@ -869,5 +873,19 @@ impl Agent {
                 String::new()
             }
         );
+    }
+}
+
+/// BPF run-time statistics while `series` > 0 (restored when dropped).
+fn stats_for(series: usize) -> Option<StatsGuard> {
+    if series == 0 {
+        return None;
+    }
+    match StatsGuard::enable() {
+        Ok(g) => Some(g),
+        Err(e) => {
+            eprintln!("bpfscope: BPF program run times will read 0: {e:#}");
+            None
+        }
     }
 }

@@ -268,7 +268,7 @@ pub fn load(args: &AgentArgs) -> Result<Config, Error> {
         metrics_interval: Duration::from_secs_f64(interval),
         metrics,
         http,
-        bpf_prog_series: file.metrics.bpf_prog_series.unwrap_or(64).clamp(1, 4096),
+        bpf_prog_series: file.metrics.bpf_prog_series.unwrap_or(64).min(4096),
     })
 }
 
