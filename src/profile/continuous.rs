@@ -5,14 +5,12 @@
 //! Windows and on-demand profiles are merges of ticks, handed out as
 //! recordings with process, thread and cgroup in each stack.
 
-use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::mem::MaybeUninit;
-use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
-use libbpf_rs::{OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{OpenObject, RingBuffer};
 
 use crate::attach::target::Target;
 use crate::bpfmeta::guarded::GuardedSampler;
@@ -74,7 +72,7 @@ pub struct Profiler {
     pub cfg: ContinuousConfig,
     sampling: SamplingConfig,
     session: ProfileSession<'static>,
-    notes: Rc<RefCell<Vec<Note>>>,
+    notes: super::NoteQueue,
     ring: RingBuffer<'static>,
     snapshots: Snapshots,
     cache: StackCache,
@@ -155,16 +153,7 @@ impl Profiler {
                 None
             }
         };
-        let notes: Rc<RefCell<Vec<Note>>> = Rc::default();
-        let sink = notes.clone();
-        let mut builder = RingBufferBuilder::new();
-        builder.add(&session.skel.maps.procs, move |data: &[u8]| {
-            if let Some(n) = Note::parse(data) {
-                sink.borrow_mut().push(n);
-            }
-            0
-        })?;
-        let ring = builder.build().context("setting up the ring buffer")?;
+        let (notes, ring) = super::note_ring(&session)?;
         let n = session
             .attach(&sampling, false)
             .map_err(crate::error::refused)?;

@@ -4,14 +4,12 @@
 //! hold about one refresh of keys however long it runs. Processes and
 //! files are announced and handled between refreshes, as in `sample`.
 
-use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::mem::MaybeUninit;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use libbpf_rs::{OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{OpenObject, RingBuffer};
 
 use super::maps::Snapshots;
 use super::session::{KernelLost, ProfileSession, RawStack, StackCache};
@@ -33,7 +31,7 @@ pub struct Live<'obj> {
     sampling: SamplingConfig,
     session: ProfileSession<'obj>,
     ring: RingBuffer<'obj>,
-    notes: Rc<RefCell<Vec<Note>>>,
+    notes: super::NoteQueue,
     snapshots: Snapshots,
     cache: StackCache,
     epoch: u32,
@@ -62,16 +60,7 @@ impl<'obj> Live<'obj> {
             let next_id = super::preload_shared(&mut session, &mut snapshots);
             session.reserve_file_ids(next_id);
         }
-        let notes: Rc<RefCell<Vec<Note>>> = Rc::default();
-        let sink = notes.clone();
-        let mut builder = RingBufferBuilder::new();
-        builder.add(&session.skel.maps.procs, move |data: &[u8]| {
-            if let Some(n) = Note::parse(data) {
-                sink.borrow_mut().push(n);
-            }
-            0
-        })?;
-        let ring = builder.build().context("setting up the ring buffer")?;
+        let (notes, ring) = super::note_ring(&session)?;
         let n = session
             .attach(sampling, false)
             .map_err(crate::error::refused)?;

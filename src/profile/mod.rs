@@ -1034,3 +1034,24 @@ fn read_trim(p: &str) -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
 }
+
+/// Process announcements the sampling program queues, read off its `procs`
+/// ring buffer into a list a long-running profiler drains between reads.
+pub(crate) type NoteQueue = std::rc::Rc<RefCell<Vec<Note>>>;
+
+/// The ring buffer on `procs` and the list its records are parsed into.
+pub(crate) fn note_ring<'a>(
+    session: &ProfileSession<'_>,
+) -> Result<(NoteQueue, libbpf_rs::RingBuffer<'a>)> {
+    let notes: NoteQueue = NoteQueue::default();
+    let sink = notes.clone();
+    let mut builder = RingBufferBuilder::new();
+    builder.add(&session.skel.maps.procs, move |data: &[u8]| {
+        if let Some(n) = Note::parse(data) {
+            sink.borrow_mut().push(n);
+        }
+        0
+    })?;
+    let ring = builder.build().context("setting up the ring buffer")?;
+    Ok((notes, ring))
+}
