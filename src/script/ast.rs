@@ -74,6 +74,14 @@ pub enum Stmt {
     /// `break` and `continue` in a `while` loop.
     Break(Span),
     Continue(Span),
+    /// `for ($kv : @map) { stmts }`: each entry of a map, its key as
+    /// `$kv.0` and its value as `$kv.1` (bpftrace 0.19).
+    For {
+        var: String,
+        map: String,
+        body: Vec<Stmt>,
+        span: Span,
+    },
     /// `{ stmts }` as a statement: a scope for the `let`s inside it.
     Block {
         body: Vec<Stmt>,
@@ -179,6 +187,8 @@ pub enum ExprKind {
         name: String,
         args: Vec<Expr>,
     },
+    /// `(a, b, ...)`: a tuple of two or more members.
+    Tuple(Vec<Expr>),
     /// A type where one is taken: `sizeof(struct task_struct)`.
     TypeName(String),
     /// `(type)expr`, e.g. `(uint64)x`, `(struct task_struct *)curtask`.

@@ -457,6 +457,27 @@ pub struct Lower<'a> {
     /// The variables `let` declared in each block around the statement
     /// being lowered, innermost last: they go out of scope with it.
     scopes: Vec<Vec<String>>,
+    /// Variables that hold tuples, with their member counts: a tuple's
+    /// members are variables of their own, named `t.0`, `t.1`, ... (a
+    /// nested tuple's `t.1.0`), so a member is read as any variable is.
+    tuples: HashMap<String, usize>,
+}
+
+/// A tuple as evaluated: each member a value, or a tuple of its own.
+#[derive(Clone)]
+enum TVal {
+    One(Val),
+    Many(Vec<TVal>),
+}
+
+impl TVal {
+    /// The members in order, nested tuples flattened (a tuple as map keys).
+    fn flatten(&self, out: &mut Vec<Val>) {
+        match self {
+            TVal::One(v) => out.push(*v),
+            TVal::Many(m) => m.iter().for_each(|t| t.flatten(out)),
+        }
+    }
 }
 
 /// A loop being lowered: where `continue` goes, and the `break` jumps to
@@ -481,6 +502,7 @@ impl<'a> Lower<'a> {
             expanding: 0,
             loops: Vec::new(),
             scopes: Vec::new(),
+            tuples: HashMap::new(),
         }
     }
 
@@ -488,6 +510,7 @@ impl<'a> Lower<'a> {
     /// the block's own.
     pub fn block(&mut self, b: &ProbeBlock) -> Res<()> {
         self.vars.clear();
+        self.tuples.clear();
         self.next_var_reg = 0;
         self.next_var_str = 0;
         let mut skip = None;
@@ -560,9 +583,227 @@ impl<'a> Lower<'a> {
             Ok(())
         });
         for name in self.scopes.pop().unwrap_or_default() {
-            self.vars.remove(&name);
+            self.forget(&name);
         }
         r
+    }
+
+    /// A variable out of scope: itself, or a tuple and its members.
+    fn forget(&mut self, name: &str) {
+        self.vars.remove(name);
+        if self.tuples.remove(name).is_some() {
+            let members = format!("{name}.");
+            self.vars.retain(|n, _| !n.starts_with(&members));
+            self.tuples.retain(|n, _| !n.starts_with(&members));
+        }
+    }
+
+    /// The tuple an expression makes, if it makes one: a literal, a
+    /// tuple variable or a member of one that is a tuple itself.
+    fn tuple_of(&mut self, e: &Expr) -> Res<Option<TVal>> {
+        match &e.kind {
+            ExprKind::Tuple(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for x in items {
+                    out.push(match self.tuple_of(x)? {
+                        Some(t) => t,
+                        None => TVal::One(self.expr(x)?),
+                    });
+                }
+                Ok(Some(TVal::Many(out)))
+            }
+            _ => Ok(self
+                .tuple_path(e)
+                .filter(|p| self.tuples.contains_key(p))
+                .map(|p| self.tuple_var(&p))),
+        }
+    }
+
+    /// `$t.1.0` as the variable holding it (`t.1.0`); None for any other
+    /// expression.
+    fn tuple_path(&self, e: &Expr) -> Option<String> {
+        let (base, parts) = e.member_chain();
+        let ExprKind::Var(name) = &base.kind else {
+            return None;
+        };
+        let mut path = name.clone();
+        for (f, arrow) in parts {
+            if arrow || !f.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            path.push('.');
+            path.push_str(f);
+        }
+        Some(path)
+    }
+
+    fn tuple_var(&self, name: &str) -> TVal {
+        let n = self.tuples.get(name).copied().unwrap_or(0);
+        TVal::Many(
+            (0..n)
+                .map(|i| {
+                    let m = format!("{name}.{i}");
+                    match self.vars.get(&m) {
+                        Some(v) => TVal::One(*v),
+                        None => self.tuple_var(&m),
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// `$t = (a, b)`: each member into a variable of its own.
+    fn bind_tuple(&mut self, name: &str, t: TVal, span: Span) -> Res<()> {
+        let TVal::Many(members) = t else {
+            return err(
+                span,
+                format!("${name} holds a tuple; it cannot be assigned a value"),
+            );
+        };
+        match self.tuples.get(name) {
+            Some(&n) if n != members.len() => {
+                return err(
+                    span,
+                    format!(
+                        "${name} holds a tuple of {n} members; it cannot be assigned one of {}",
+                        members.len()
+                    ),
+                )
+            }
+            None if self.vars.contains_key(name) => {
+                return err(
+                    span,
+                    format!("${name} holds a value; it cannot be assigned a tuple"),
+                )
+            }
+            _ => {}
+        }
+        self.tuples.insert(name.to_string(), members.len());
+        for (i, m) in members.into_iter().enumerate() {
+            let member = format!("{name}.{i}");
+            match m {
+                TVal::One(v) => {
+                    if self.tuples.contains_key(&member) {
+                        return err(
+                            span,
+                            format!("${member} holds a tuple; it cannot be assigned a value"),
+                        );
+                    }
+                    self.set_var(&member, v, span)?
+                }
+                many => self.bind_tuple(&member, many, span)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// `for ($kv : @map) { ... }`: the map's entries one after another
+    /// (BS_VM_NEXT finds the n-th), its key as `$kv.0` (a tuple of the
+    /// key's parts when there are several) and its value as `$kv.1`.
+    fn for_each(&mut self, var: &str, map: &str, body: &[Stmt], span: Span) -> Res<()> {
+        let mname = name_or_at(map);
+        let Some(id) = self.sh.map_id(&mname) else {
+            return self.sh.undefined(&mname, span);
+        };
+        let m = &self.sh.maps[id as usize];
+        let MapKind::Plain(vty) = m.kind else {
+            return err(
+                span,
+                format!(
+                    "for ($kv : {mname}): {mname} holds {}; bpfscope run iterates maps of assigned values, not aggregations (print the map instead)",
+                    describe_kind(m.kind)
+                ),
+            );
+        };
+        if m.keys.is_empty() {
+            return err(
+                span,
+                format!("for ($kv : {mname}): {mname} has no keys to iterate"),
+            );
+        }
+        let keys: Vec<KeyPart> = m.keys.clone();
+        if self.vars.contains_key(var) || self.tuples.contains_key(var) {
+            return err(
+                span,
+                format!("for (${var} : {mname}): ${var} is already a variable here"),
+            );
+        }
+        // The entry number: a variable of its own, out of the script's names.
+        let counter = format!("for.{}", self.code.len());
+        let zero = self.int(0, span)?;
+        self.set_var(&counter, Val { lit: false, ..zero }, span)?;
+        let n = self.vars.get(&counter).map_or(0, |v| v.loc);
+        self.reset_tmps();
+        let top = self.code.len() as u32;
+        self.emit(insn(bs_vm_op::BS_VM_KEYCLR, 0, 0, 0).arg(id));
+        let vslot = self.slot(span)?;
+        let found = self.reg(span)?;
+        self.emit(insn(bs_vm_op::BS_VM_NEXT, vslot, found, n));
+        let done = self.emit(insn(bs_vm_op::BS_VM_JZ, 0, found, 0));
+        self.emit(
+            insn(bs_vm_op::BS_VM_ALU, n, n, 0)
+                .arg(bs_vm_alu::BS_ALU_ADD.0)
+                .flags(bs_vm_flags::BS_VMF_IMM.0 as u8)
+                .imm(1),
+        );
+        let mut parts = Vec::with_capacity(keys.len());
+        for k in &keys {
+            let (loc, text) = if k.ty.in_slot() {
+                (self.slot(span)?, 1)
+            } else {
+                (self.reg(span)?, 0)
+            };
+            let mut i = insn(bs_vm_op::BS_VM_KEYGET, loc, 0, 0).arg(k.off as u32);
+            i.arg2 = text;
+            self.emit(i);
+            parts.push(TVal::One(Val {
+                ty: k.ty,
+                loc,
+                lit: false,
+                bits: 64,
+            }));
+        }
+        let value = if vty.in_slot() {
+            Val {
+                ty: vty,
+                loc: vslot,
+                lit: false,
+                bits: 64,
+            }
+        } else {
+            let r = self.reg(span)?;
+            self.emit(insn(bs_vm_op::BS_VM_SVNUM, r, vslot, 0));
+            Val {
+                ty: vty,
+                loc: r,
+                lit: false,
+                bits: 64,
+            }
+        };
+        let key = if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            TVal::Many(parts)
+        };
+        self.scopes.push(vec![var.to_string()]);
+        let bound = self.bind_tuple(var, TVal::Many(vec![key, TVal::One(value)]), span);
+        self.reset_tmps();
+        self.loops.push(Loop {
+            top,
+            breaks: Vec::new(),
+        });
+        let r = bound.and_then(|_| self.stmts(body));
+        let lp = self.loops.pop();
+        for name in self.scopes.pop().unwrap_or_default() {
+            self.forget(&name);
+        }
+        r?;
+        self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0).arg(top));
+        self.patch(done);
+        for b in lp.map(|l| l.breaks).unwrap_or_default() {
+            self.patch(b);
+        }
+        Ok(())
     }
 
     /// `let $x [: type] [= value]`: declared in the innermost block.
@@ -697,6 +938,12 @@ impl<'a> Lower<'a> {
                 Ok(())
             }
             Stmt::Block { body, .. } => self.stmts(body),
+            Stmt::For {
+                var,
+                map,
+                body,
+                span,
+            } => self.for_each(var, map, body, *span),
             Stmt::Let {
                 name,
                 ty,
@@ -729,6 +976,18 @@ impl<'a> Lower<'a> {
         {
             if let Some(agg) = self.agg_fn(f, args, value.span)? {
                 return self.aggregate(name, keys, agg, args, target.span);
+            }
+        }
+        if op.is_none() {
+            if let Some(t) = self.tuple_of(value)? {
+                return match &target.kind {
+                    ExprKind::Var(name) => self.bind_tuple(name, t, span),
+                    ExprKind::Map { name, .. } => err(
+                        value.span,
+                        format!("tuples as map values are not supported by bpfscope run: keep each member in a map of its own ({}_0, {}_1, ...)", name_or_at(name), name_or_at(name)),
+                    ),
+                    _ => err(target.span, "only $variables and @maps can be assigned"),
+                };
             }
         }
         let v = match op {
@@ -947,8 +1206,17 @@ impl<'a> Lower<'a> {
 
     /// Key parts evaluated (before the key buffer is touched: a part may
     /// itself read a map).
+    /// A map's key parts; a tuple's members are parts of their own
+    /// (`@m[(a, b)]` is `@m[a, b]`).
     fn keys(&mut self, keys: &[Expr]) -> Res<Vec<Val>> {
-        keys.iter().map(|k| self.expr(k)).collect()
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            match self.tuple_of(k)? {
+                Some(t) => t.flatten(&mut out),
+                None => out.push(self.expr(k)?),
+            }
+        }
+        Ok(out)
     }
 
     /// The key of map `id` (the zeros past it are set by `finish_keys`,
@@ -1129,6 +1397,9 @@ impl<'a> Lower<'a> {
                 return Ok(());
             }
         }
+        if let Some(t) = self.tuple_of(first)? {
+            return self.print_tuple(&t, span);
+        }
         let v = self.expr(first)?;
         let arg = Arg {
             ty: v.ty.plain(),
@@ -1138,6 +1409,39 @@ impl<'a> Lower<'a> {
         let act = self.sh.action(Action::PrintValue { arg });
         self.emit_record(act, arg_len(v.ty) as u32);
         Ok(())
+    }
+
+    /// print((a, b)): as bpftrace, `(1, abc)` and nested tuples in
+    /// parentheses, through printf's formatting of each member.
+    fn print_tuple(&mut self, t: &TVal, span: Span) -> Res<()> {
+        fn layout(t: &TVal, fmt: &mut String, vals: &mut Vec<Val>) {
+            match t {
+                TVal::One(v) => {
+                    fmt.push_str(match v.ty {
+                        Ty::Int { signed: true } => "%ld",
+                        Ty::Int { signed: false } => "%lu",
+                        Ty::Ptr { .. } | Ty::IntPtr { .. } => "0x%lx",
+                        Ty::Buf => "%r",
+                        _ => "%s",
+                    });
+                    vals.push(*v);
+                }
+                TVal::Many(m) => {
+                    fmt.push('(');
+                    for (i, x) in m.iter().enumerate() {
+                        if i > 0 {
+                            fmt.push_str(", ");
+                        }
+                        layout(x, fmt, vals);
+                    }
+                    fmt.push(')');
+                }
+            }
+        }
+        let (mut fmt, mut vals) = (String::new(), Vec::new());
+        layout(t, &mut fmt, &mut vals);
+        fmt.push('\n');
+        self.printf_vals(&fmt, &vals, span)
     }
 
     fn printf(&mut self, args: &[Expr], span: Span) -> Res<()> {
@@ -1152,6 +1456,10 @@ impl<'a> Lower<'a> {
         for a in &args[1..] {
             vals.push(self.expr(a)?);
         }
+        self.printf_vals(fmt, &vals, span)
+    }
+
+    fn printf_vals(&mut self, fmt: &str, vals: &[Val], span: Span) -> Res<()> {
         let kinds: Vec<crate::render::bpftrace::ArgKind> =
             vals.iter().map(|v| arg_kind(v.ty)).collect();
         if let Err(e) = crate::render::bpftrace::check_format(fmt, &kinds) {
@@ -1159,7 +1467,7 @@ impl<'a> Lower<'a> {
         }
         let mut off = 0;
         let mut out = Vec::new();
-        for v in &vals {
+        for v in vals {
             self.put_arg(*v, off);
             out.push(Arg {
                 ty: v.ty.plain(),
@@ -1171,7 +1479,7 @@ impl<'a> Lower<'a> {
             return err(span, format!("printf's arguments take {off} bytes; at most {EVENT_MAX} fit (a string takes {STR_MAX})"));
         }
         let act = self.sh.action(Action::Printf {
-            fmt: fmt.clone(),
+            fmt: fmt.to_string(),
             args: out,
         });
         self.emit_record(act, off as u32);
@@ -1311,8 +1619,16 @@ impl<'a> Lower<'a> {
             ExprKind::Ident(name) => self.ident(name, e.span),
             ExprKind::Var(name) => match self.vars.get(name) {
                 Some(v) => Ok(*v),
+                None if self.tuples.contains_key(name) => err(
+                    e.span,
+                    format!("${name} is a tuple: print it, or take a member (${name}.0)"),
+                ),
                 None => err(e.span, format!("${name} is used before it is assigned")),
             },
+            ExprKind::Tuple(_) => err(
+                e.span,
+                "a tuple is not a value here: print it, assign it to a $variable, or use it as a map key",
+            ),
             ExprKind::Positional(0) => err(e.span, "positional parameters start at $1"),
             ExprKind::Positional(n) => {
                 let p = self.sh.params.get(*n as usize - 1).cloned();
@@ -1803,6 +2119,25 @@ impl<'a> Lower<'a> {
 
     /// `args->name`, `args.name`, and member paths from them.
     fn field(&mut self, e: &Expr) -> Res<Val> {
+        if let Some(path) = self.tuple_path(e) {
+            if let Some(v) = self.vars.get(&path) {
+                return Ok(*v);
+            }
+            if self.tuples.contains_key(&path) {
+                return err(
+                    e.span,
+                    format!("${path} is a tuple: print it, or take a member (${path}.0)"),
+                );
+            }
+            if let Some(owner) = path.rsplit_once('.').map(|p| p.0) {
+                if let Some(n) = self.tuples.get(owner) {
+                    return err(
+                        e.span,
+                        format!("${owner} is a tuple of {n} members: ${path} is not one of them"),
+                    );
+                }
+            }
+        }
         let (base, parts) = e.member_chain();
         let Some(path) = e.args_path() else {
             // A typed pointer's members: `$task->se.cfs_rq`.

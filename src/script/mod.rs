@@ -551,9 +551,10 @@ fn assigned_maps(program: &Program) -> std::collections::HashSet<String> {
                     walk(then, out);
                     walk(els, out);
                 }
-                Stmt::Unroll { body, .. } | Stmt::While { body, .. } | Stmt::Block { body, .. } => {
-                    walk(body, out)
-                }
+                Stmt::Unroll { body, .. }
+                | Stmt::While { body, .. }
+                | Stmt::Block { body, .. }
+                | Stmt::For { body, .. } => walk(body, out),
                 Stmt::Expr(_)
                 | Stmt::Return(_)
                 | Stmt::Break(_)
@@ -598,7 +599,9 @@ fn stmts_fields(body: &[Stmt], out: &mut BTreeSet<String>) {
                 stmts_fields(then, out);
                 stmts_fields(els, out);
             }
-            Stmt::Unroll { body, .. } | Stmt::Block { body, .. } => stmts_fields(body, out),
+            Stmt::Unroll { body, .. } | Stmt::Block { body, .. } | Stmt::For { body, .. } => {
+                stmts_fields(body, out)
+            }
             Stmt::Let { value, .. } => {
                 if let Some(v) = value {
                     expr_fields(v, out);
@@ -636,7 +639,9 @@ fn expr_fields(e: &Expr, out: &mut BTreeSet<String>) {
             expr_fields(then, out);
             expr_fields(els, out);
         }
-        ExprKind::Call { args, .. } => args.iter().for_each(|a| expr_fields(a, out)),
+        ExprKind::Call { args, .. } | ExprKind::Tuple(args) => {
+            args.iter().for_each(|a| expr_fields(a, out))
+        }
         _ => {}
     }
 }

@@ -498,7 +498,12 @@ impl<'s> Parser<'s> {
             }
             value = v;
         }
-        if self.byte(i) == Some(b'.') && self.byte(i + 1).is_some_and(|c| c.is_ascii_digit()) {
+        // After a '.', digits are a tuple member (`$t.0.1`), not a fraction.
+        let member = start > 0 && self.byte(start - 1) == Some(b'.');
+        if !member
+            && self.byte(i) == Some(b'.')
+            && self.byte(i + 1).is_some_and(|c| c.is_ascii_digit())
+        {
             let end = self.digits_end(i + 1);
             return fail(
                 start,
@@ -1028,7 +1033,11 @@ impl<'s> Parser<'s> {
             let s = self.stmt()?;
             let braced = matches!(
                 s,
-                Stmt::If { .. } | Stmt::Unroll { .. } | Stmt::While { .. } | Stmt::Block { .. }
+                Stmt::If { .. }
+                    | Stmt::Unroll { .. }
+                    | Stmt::While { .. }
+                    | Stmt::Block { .. }
+                    | Stmt::For { .. }
             );
             // A bare word followed by `{` or `:` is most likely the next
             // probe's attach point after a forgotten `}`.
@@ -1076,12 +1085,7 @@ impl<'s> Parser<'s> {
                     return Ok(Stmt::Return(t.span));
                 }
                 "let" => return self.let_stmt(),
-                "for" => {
-                    return fail(
-                        t.span.start,
-                        "for-each over maps ('for ($kv : @map) { ... }') is not supported by bpfscope run: print the map, or keep the keys in a map of their own",
-                    )
-                }
+                "for" => return self.for_stmt(),
                 "break" => {
                     self.next()?;
                     return Ok(Stmt::Break(t.span));
@@ -1286,6 +1290,29 @@ impl<'s> Parser<'s> {
         let (body, sp) = self.braced_body("the while condition")?;
         Ok(Stmt::While {
             cond,
+            body,
+            span: span(kw.span.start, sp.end),
+        })
+    }
+
+    /// `for ($kv : @map) { ... }`
+    fn for_stmt(&mut self) -> PResult<Stmt> {
+        let kw = self.next()?;
+        self.expect("(", "after 'for'")?;
+        let v = self.next()?;
+        let Tok::Var(var) = v.tok else {
+            return Err(self.found(&v, "a $variable after 'for ('", " (for ($kv : @map))"));
+        };
+        self.expect(":", "after the for variable (for ($kv : @map))")?;
+        let m = self.next()?;
+        let Tok::Map(map) = m.tok else {
+            return Err(self.found(&m, "a @map after ':'", " (for ($kv : @map))"));
+        };
+        self.expect(")", "after the map of 'for'")?;
+        let (body, sp) = self.braced_body("the for header")?;
+        Ok(Stmt::For {
+            var,
+            map,
             body,
             span: span(kw.span.start, sp.end),
         })
@@ -1625,13 +1652,18 @@ impl<'s> Parser<'s> {
             }
             Tok::Punct("(") => {
                 let inner = self.expr()?;
-                let c = self.peek()?;
-                if c.is(",") {
-                    return Err(self.found(
-                        &c,
-                        "')'",
-                        " (tuples are not supported; for map keys write '@m[a, b]')",
-                    ));
+                if self.peek()?.is(",") {
+                    // A tuple: `(a, b, ...)`.
+                    let mut items = vec![inner];
+                    while self.peek()?.is(",") {
+                        self.next()?;
+                        items.push(self.expr()?);
+                    }
+                    let close = self.expect(")", "to close the tuple")?;
+                    return Ok(Expr {
+                        kind: ExprKind::Tuple(items),
+                        span: span(start, close.span.end),
+                    });
                 }
                 let close = self.expect(")", "to close the parenthesis")?;
                 // The parentheses are part of the expression's text.
@@ -1824,6 +1856,7 @@ mod tests {
             ExprKind::Call { name, args } if args.is_empty() => format!("({name})"),
             ExprKind::Call { name, args } => format!("({name} {})", list(args.iter().map(sx))),
             ExprKind::Cast { ty, expr } => format!("(cast '{ty}' {})", sx(expr)),
+            ExprKind::Tuple(items) => format!("(tuple {})", list(items.iter().map(sx))),
             ExprKind::TypeName(t) => format!("(type '{t}')"),
         }
     }
@@ -1853,6 +1886,9 @@ mod tests {
             Stmt::Break(_) => "break".into(),
             Stmt::Continue(_) => "continue".into(),
             Stmt::Block { body, .. } => format!("(block {})", sx_block(body)),
+            Stmt::For { var, map, body, .. } => {
+                format!("(for ${var} @{map} {})", sx_block(body))
+            }
             Stmt::Let {
                 name, ty, value, ..
             } => format!(
@@ -1875,6 +1911,7 @@ mod tests {
             | Stmt::Break(span)
             | Stmt::Continue(span)
             | Stmt::Block { span, .. }
+            | Stmt::For { span, .. }
             | Stmt::Let { span, .. } => *span,
         }
     }
@@ -1909,7 +1946,7 @@ mod tests {
         );
         let kids: Vec<&Expr> = match &e.kind {
             ExprKind::Map { keys, .. } => keys.iter().collect(),
-            ExprKind::Call { args, .. } => args.iter().collect(),
+            ExprKind::Call { args, .. } | ExprKind::Tuple(args) => args.iter().collect(),
             ExprKind::Field { base, .. } => vec![base],
             ExprKind::Index { base, index } => vec![base, index],
             ExprKind::Unary { expr, .. } | ExprKind::Cast { expr, .. } => vec![expr],
@@ -1940,7 +1977,7 @@ mod tests {
                     check_stmt_spans(src, s, sp);
                 }
             }
-            Stmt::Unroll { body, .. } | Stmt::Block { body, .. } => {
+            Stmt::Unroll { body, .. } | Stmt::Block { body, .. } | Stmt::For { body, .. } => {
                 for s in body {
                     check_stmt_spans(src, s, sp);
                 }
@@ -2271,6 +2308,14 @@ mod tests {
             ]
         );
         assert_eq!(body("return"), ["return"]);
+        assert_eq!(
+            body("for ($kv : @m) { print($kv.0) } $t = (1, (\"a\", $x)); @k[(1, 2)] = 1"),
+            [
+                "(for $kv @m [(print (. $kv 0))])",
+                "(= $t (tuple 1 (tuple \"a\" $x)))",
+                "(= @k[(tuple 1 2)] 1)",
+            ]
+        );
         assert_eq!(body(""), Vec::<String>::new());
         assert_eq!(body(";; exit();;"), ["(exit)"]);
     }
@@ -2553,8 +2598,10 @@ tracepoint:sched:sched_switch
             ),
             ("#include linux\nBEGIN { }", "1:10: expected <file> or \"file\" after #include, found 'l'"),
             ("BEGIN { /* x", "1:9: unterminated comment: expected '*/', found end of input"),
-            ("BEGIN { $x = (1, 2); }", "1:16: expected ')', found ',' (tuples are not supported; for map keys write '@m[a, b]')"),
-            ("BEGIN { for ($kv : @m) { } }", "1:9: for-each over maps ('for ($kv : @map) { ... }') is not supported by bpfscope run: print the map, or keep the keys in a map of their own"),
+            ("BEGIN { $x = (1, 2; }", "1:19: expected ')' to close the tuple, found ';'"),
+            ("BEGIN { for (kv : @m) { } }", "1:14: expected a $variable after 'for (', found 'kv' (for ($kv : @map))"),
+            ("BEGIN { for ($kv in @m) { } }", "1:18: expected ':' after the for variable (for ($kv : @map)), found 'in'"),
+            ("BEGIN { for ($kv : $m) { } }", "1:20: expected a @map after ':', found '$m' (for ($kv : @map))"),
             ("BEGIN { let x = 1; }", "1:13: expected a $variable after 'let', found 'x'"),
             ("BEGIN { let $x: = 1; }", "1:17: expected a type after 'let $x:', found '='"),
             ("BEGIN { $x = @y++; }", "1:16: expected an operator or the end of the expression, found '++' ('++' and '--' are statements, as in '@x++;')"),

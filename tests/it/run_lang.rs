@@ -903,13 +903,104 @@ fn let_and_block_scopes_as_later_bpftrace() {
             "BEGIN { let $x = 1; if (1) { let $x = 2; } }",
             "-e:1:30: $x is already declared",
         ),
+    ] {
+        let a = ours(script, &["--dry-run"], &[]);
+        assert_eq!(a.status.code(), Some(2), "{script}");
+        assert!(stderr(&a).contains(want), "{script}: {}", stderr(&a));
+    }
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn tuples_as_bpftrace() {
+    // bpftrace 0.17 has tuples in variables, members and print().
+    require_root();
+    if let Some(out) = same(
+        "BEGIN { $t = (5, \"q\", -7); print($t); printf(\"%d %s %d\\n\", $t.0, $t.1, $t.2); $n = (1, (2, \"in\")); print($n); printf(\"%s\\n\", $n.1.1); print((3, \"lit\")); $t = (6, \"r\", 8); print($t); exit(); }",
+        &[],
+        &[],
+    ) {
+        assert!(out.contains("(5, q, -7)\n5 q -7\n(1, (2, in))\nin\n(3, lit)\n(6, r, 8)\n"), "{out}");
+    }
+    // Tuples as map keys came after 0.17: `@m[(a, b)]` is the map keyed
+    // by both, the same entries as `@m[a, b]`.
+    let a = ours(
+        "BEGIN { @m[(1, \"a\")] = 7; @m[2, \"b\"] = 8; $k = (2, \"b\"); @m[$k] += 1; exit(); }",
+        &[],
+        &[],
+    );
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert!(
+        stdout(&a).contains("@m[1, a]: 7\n@m[2, b]: 9\n"),
+        "{}",
+        stdout(&a)
+    );
+    for (script, want) in [
         (
-            "BEGIN { @a[1] = 1; for ($kv : @a) { print($kv); } }",
-            "-e:1:20: for-each over maps ('for ($kv : @map) { ... }') is not supported by bpfscope run",
+            "BEGIN { @v = (1, 2); }",
+            "-e:1:14: tuples as map values are not supported by bpfscope run",
+        ),
+        (
+            "BEGIN { $t = (1, 2); $x = $t + 1; }",
+            "-e:1:27: $t is a tuple: print it, or take a member ($t.0)",
+        ),
+        (
+            "BEGIN { $t = (1, 2); print($t.2); }",
+            "-e:1:28: $t is a tuple of 2 members: $t.2 is not one of them",
+        ),
+        (
+            "BEGIN { $t = (1, \"a\"); $t = (\"b\", 2); }",
+            "$t.0 holds an integer; it cannot be assigned a string",
+        ),
+        (
+            "BEGIN { $t = (1, 2); $t = (1, 2, 3); }",
+            "$t holds a tuple of 2 members; it cannot be assigned one of 3",
         ),
     ] {
         let a = ours(script, &["--dry-run"], &[]);
         assert_eq!(a.status.code(), Some(2), "{script}");
         assert!(stderr(&a).contains(want), "{script}: {}", stderr(&a));
     }
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn for_each_visits_every_entry_once() {
+    // bpftrace 0.17 has no for-each (0.19 added it): the script checks
+    // itself. 300 entries filled by an interval probe, then summed and
+    // counted in the kernel; string keys and values; a key of two parts
+    // as a tuple; break and continue; an aggregation refused by name.
+    require_root();
+    let a = ours(
+        "interval:ms:2 { @m[@i] = @i * 10; @i++; if (@i == 300) { $s = 0; $n = 0; for ($kv : @m) { if ($kv.0 % 2) { continue; } $s += $kv.1; $n++; } printf(\"sum %d n %d\\n\", $s, $n); $b = 0; for ($kv : @m) { $b++; if ($b == 5) { break; } } printf(\"broke at %d\\n\", $b); clear(@m); delete(@i); exit(); } }",
+        &[],
+        &[],
+    );
+    assert!(a.status.success(), "{}", stderr(&a));
+    // Even keys 0, 2, ..., 298: 150 of them, sum 10 * 2 * (0 + ... + 149).
+    assert!(
+        stdout(&a).contains("sum 223500 n 150\nbroke at 5\n"),
+        "{}",
+        stdout(&a)
+    );
+    let a = ours(
+        "BEGIN { @s[\"x\"] = \"y\"; @k[1, \"a\"] = 5; @k[2, \"b\"] = 6; for ($kv : @s) { print($kv); } $t = 0; for ($e : @k) { $t += $e.0.0 * $e.1; @copy[$e.0] = $e.1; } printf(\"%d\\n\", $t); clear(@s); clear(@k); exit(); }",
+        &[],
+        &[],
+    );
+    assert!(a.status.success(), "{}", stderr(&a));
+    let out = stdout(&a);
+    assert!(out.contains("(x, y)\n17\n"), "{out}");
+    assert!(out.contains("@copy[1, a]: 5\n@copy[2, b]: 6\n"), "{out}");
+    let a = ours(
+        "BEGIN { @c[1] = count(); for ($kv : @c) { } }",
+        &["--dry-run"],
+        &[],
+    );
+    assert_eq!(a.status.code(), Some(2));
+    assert!(
+        stderr(&a).contains("-e:1:26: for ($kv : @c): @c holds count() results"),
+        "{}",
+        stderr(&a)
+    );
 }

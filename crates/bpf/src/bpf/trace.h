@@ -210,6 +210,12 @@ enum bs_vm_op {
 	 * was one, 0 past the last.
 	 */
 	BS_VM_NEXT = 36,
+	/*
+	 * for-each's key members: r[dst] = the 8 bytes of key data at arg, or
+	 * (arg2 1) sv[dst] = the 64 bytes there.
+	 */
+	BS_VM_KEYGET = 37,
+	BS_VM_SVNUM = 38,  /* r[dst] = sv[a]'s first 8 bytes (for-each's number value) */
 };
 
 enum bs_vm_alu {

@@ -638,6 +638,19 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 			break;
 		BS_R(in->a) = bs_vm_next(s, BS_SV(in->dst), BS_R(in->b));
 		break;
+	case BS_VM_KEYGET:
+		if (!BS_ON(BS_VM_KEYGET))
+			break;
+		if (in->arg2)
+			bs_copy64(BS_SV(in->dst), BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1)));
+		else
+			BS_R(in->dst) = *(u64 *)(BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1)));
+		break;
+	case BS_VM_SVNUM:
+		if (!BS_ON(BS_VM_SVNUM))
+			break;
+		BS_R(in->dst) = *(u64 *)BS_SV(in->a);
+		break;
 	default:
 		break;
 	}
