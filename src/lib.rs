@@ -20,6 +20,7 @@ pub mod cmd;
 pub mod collect;
 pub mod error;
 pub mod filter;
+pub mod lang;
 pub mod probe;
 pub mod profile;
 pub mod render;

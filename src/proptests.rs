@@ -32,7 +32,11 @@ fn arb_name() -> impl Strategy<Value = String> {
         Just("comm".to_string()),
         Just("count".to_string()),
         Just("args.pid".to_string()),
-        "[a-z_][a-z0-9_]{0,6}",
+        // Words that start statements name no value in the language.
+        "[a-z_][a-z0-9_]{0,6}".prop_filter("a keyword", |n| !matches!(
+            n.as_str(),
+            "if" | "else" | "unroll" | "while" | "return" | "break" | "continue" | "let" | "for"
+        )),
     ]
 }
 
@@ -91,7 +95,8 @@ fn print(e: &Expr, parent: u8) -> String {
             name, op, value, ..
         } => (3, format!("{name} {op} {}", lit(value))),
         Expr::Truthy { name, .. } => (3, name.clone()),
-        Expr::Not(x) => (3, format!("!{}", print(x, 3))),
+        // `!` binds tighter than a comparison, as in C: `!(pid == 1)`.
+        Expr::Not(x) => (3, format!("!{}", print(x, 4))),
         Expr::And(a, b) => (2, format!("{} && {}", print(a, 2), print(b, 3))),
         Expr::Or(a, b) => (1, format!("{} || {}", print(a, 1), print(b, 2))),
     };

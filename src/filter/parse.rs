@@ -1,17 +1,22 @@
-//! Filter expression grammar:
+//! Filter expressions. The text is parsed by the language's own parser
+//! (`crate::lang`, C's and bpftrace's precedence), and what the in-kernel
+//! filter runs is taken from the tree:
 //!
 //! ```text
-//! expr    := and ('||' and)*
-//! and     := unary ('&&' unary)*
-//! unary   := '!' unary | '(' expr ')' | cmp
-//! cmp     := NAME [op literal] | literal op NAME
+//! filter  := filter '||' filter | filter '&&' filter | '!' filter | '(' filter ')'
+//!          | NAME op literal | literal op NAME | NAME
 //! op      := '==' | '!=' | '<' | '<=' | '>' | '>='
-//! literal := integer (decimal, 0x hex, optional '-') | "string" (with \" and \\)
+//! literal := integer (decimal, 0x hex, 0 octal, 1e6, '_' separators,
+//!            optional '-') | "string" (the script language's escapes)
 //! NAME    := identifier, optionally prefixed with `args.`, or a member
 //!            path through a BTF-typed argument: `skb->dev->name`, `f.a.b`
 //! ```
+//!
+//! `!` binds tighter than a comparison: `!(pid == 1)`, not `!pid == 1`.
 
 use std::fmt;
+
+use crate::lang::ast::{BinOp, Expr as SExpr, ExprKind as SKind, UnOp};
 
 /// A syntax error with the 1-based column where it was found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,37 +87,6 @@ pub enum Expr {
     Or(Box<Expr>, Box<Expr>),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Tok {
-    Name(String),
-    Int(i128),
-    Str(String),
-    Op(CmpOp),
-    And,
-    Or,
-    Not,
-    LParen,
-    RParen,
-    End,
-}
-
-impl Tok {
-    fn describe(&self) -> String {
-        match self {
-            Tok::Name(n) => format!("'{n}'"),
-            Tok::Int(i) => format!("'{i}'"),
-            Tok::Str(s) => format!("\"{s}\""),
-            Tok::Op(o) => format!("'{o}'"),
-            Tok::And => "'&&'".into(),
-            Tok::Or => "'||'".into(),
-            Tok::Not => "'!'".into(),
-            Tok::LParen => "'('".into(),
-            Tok::RParen => "')'".into(),
-            Tok::End => "end of filter".into(),
-        }
-    }
-}
-
 fn err<T>(msg: impl Into<String>, column: usize) -> Result<T, ParseError> {
     Err(ParseError {
         msg: msg.into(),
@@ -120,273 +94,180 @@ fn err<T>(msg: impl Into<String>, column: usize) -> Result<T, ParseError> {
     })
 }
 
-/// Splits the input into (token, column) pairs.
-fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
-    let chars: Vec<char> = src.chars().collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        let col = i + 1;
-        let next = chars.get(i + 1).copied();
-        if c.is_whitespace() {
-            i += 1;
-            continue;
-        }
-        let two = |t: Tok, out: &mut Vec<(Tok, usize)>| out.push((t, col));
-        match (c, next) {
-            ('=', Some('=')) => {
-                two(Tok::Op(CmpOp::Eq), &mut out);
-                i += 2;
-            }
-            ('!', Some('=')) => {
-                two(Tok::Op(CmpOp::Ne), &mut out);
-                i += 2;
-            }
-            ('<', Some('=')) => {
-                two(Tok::Op(CmpOp::Le), &mut out);
-                i += 2;
-            }
-            ('>', Some('=')) => {
-                two(Tok::Op(CmpOp::Ge), &mut out);
-                i += 2;
-            }
-            ('&', Some('&')) => {
-                two(Tok::And, &mut out);
-                i += 2;
-            }
-            ('|', Some('|')) => {
-                two(Tok::Or, &mut out);
-                i += 2;
-            }
-            ('<', _) => {
-                out.push((Tok::Op(CmpOp::Lt), col));
-                i += 1;
-            }
-            ('>', _) => {
-                out.push((Tok::Op(CmpOp::Gt), col));
-                i += 1;
-            }
-            ('!', _) => {
-                out.push((Tok::Not, col));
-                i += 1;
-            }
-            ('(', _) => {
-                out.push((Tok::LParen, col));
-                i += 1;
-            }
-            (')', _) => {
-                out.push((Tok::RParen, col));
-                i += 1;
-            }
-            ('=', _) => return err("'=' is assignment; use '==' to compare", col),
-            ('&', _) => return err("'&' is not supported; use '&&'", col),
-            ('|', _) => return err("'|' is not supported; use '||'", col),
-            ('"', _) => {
-                let mut s = String::new();
-                let mut j = i + 1;
-                loop {
-                    match chars.get(j) {
-                        None => return err("unterminated string", col),
-                        Some('"') => break,
-                        Some('\\') => match chars.get(j + 1) {
-                            Some(e @ ('"' | '\\')) => {
-                                s.push(*e);
-                                j += 2;
-                            }
-                            Some('n') => {
-                                s.push('\n');
-                                j += 2;
-                            }
-                            _ => return err("unknown escape in string", j + 1),
-                        },
-                        Some(ch) => {
-                            s.push(*ch);
-                            j += 1;
-                        }
-                    }
-                }
-                out.push((Tok::Str(s), col));
-                i = j + 1;
-            }
-            (c, _)
-                if c.is_ascii_digit() || (c == '-' && next.is_some_and(|n| n.is_ascii_digit())) =>
-            {
-                let neg = c == '-';
-                let mut j = if neg { i + 1 } else { i };
-                let start = j;
-                while j < chars.len() && (chars[j].is_ascii_alphanumeric() || chars[j] == '_') {
-                    j += 1;
-                }
-                let text: String = chars[start..j].iter().filter(|&&c| c != '_').collect();
-                let parsed = if let Some(h) = text.strip_prefix("0x").or(text.strip_prefix("0X")) {
-                    i128::from_str_radix(h, 16)
-                } else {
-                    text.parse::<i128>()
-                };
-                let v = match parsed {
-                    Ok(v) if v <= u64::MAX as i128 => v,
-                    _ => return err(format!("bad number '{}'", &text), col),
-                };
-                let v = if neg { -v } else { v };
-                if v < i64::MIN as i128 {
-                    return err(format!("number '-{text}' is out of range"), col);
-                }
-                out.push((Tok::Int(v), col));
-                i = j;
-            }
-            (c, _) if c.is_ascii_alphabetic() || c == '_' => {
-                let mut j = i;
-                // A name, or a member path through BTF-typed arguments: a->b.c
-                while j < chars.len() {
-                    let c = chars[j];
-                    if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
-                        j += 1;
-                    } else if c == '-' && chars.get(j + 1) == Some(&'>') {
-                        j += 2;
-                    } else {
-                        break;
-                    }
-                }
-                let word: String = chars[i..j].iter().collect();
-                // bpftrace spells tracepoint fields args.NAME; that form is kept
-                // so it can name a field that shadows a builtin.
-                let bare = word.strip_prefix("args.").unwrap_or(&word);
-                if !crate::probe::btf::is_field_path(bare) {
-                    return err(format!("bad name '{word}'"), col);
-                }
-                out.push((Tok::Name(word), col));
-                i = j;
-            }
-            (c, _) => return err(format!("unexpected character '{c}'"), col),
-        }
-    }
-    out.push((Tok::End, chars.len() + 1));
-    Ok(out)
-}
-
-struct Parser {
-    toks: Vec<(Tok, usize)>,
-    pos: usize,
-}
-
-impl Parser {
-    fn peek(&self) -> &(Tok, usize) {
-        // lex() always ends the list with Tok::End and parsing never steps past it.
-        &self.toks[self.pos.min(self.toks.len() - 1)]
-    }
-
-    fn bump(&mut self) -> (Tok, usize) {
-        let t = self.peek().clone();
-        if self.pos < self.toks.len() - 1 {
-            self.pos += 1;
-        }
-        t
-    }
-
-    fn expr(&mut self) -> Result<Expr, ParseError> {
-        let mut lhs = self.and()?;
-        while self.peek().0 == Tok::Or {
-            self.bump();
-            let rhs = self.and()?;
-            lhs = Expr::Or(Box::new(lhs), Box::new(rhs));
-        }
-        Ok(lhs)
-    }
-
-    fn and(&mut self) -> Result<Expr, ParseError> {
-        let mut lhs = self.unary()?;
-        while self.peek().0 == Tok::And {
-            self.bump();
-            let rhs = self.unary()?;
-            lhs = Expr::And(Box::new(lhs), Box::new(rhs));
-        }
-        Ok(lhs)
-    }
-
-    fn unary(&mut self) -> Result<Expr, ParseError> {
-        let (tok, col) = self.bump();
-        match tok {
-            Tok::Not => Ok(Expr::Not(Box::new(self.unary()?))),
-            Tok::LParen => {
-                let e = self.expr()?;
-                let (t, c) = self.bump();
-                if t != Tok::RParen {
-                    return err(format!("expected ')' but found {}", t.describe()), c);
-                }
-                Ok(e)
-            }
-            Tok::Name(name) => {
-                if let Tok::Op(op) = self.peek().0 {
-                    self.bump();
-                    let value = self.literal()?;
-                    Ok(Expr::Cmp {
-                        name,
-                        column: col,
-                        op,
-                        value,
-                    })
-                } else {
-                    Ok(Expr::Truthy { name, column: col })
-                }
-            }
-            Tok::Int(_) | Tok::Str(_) => {
-                let value = match tok {
-                    Tok::Int(i) => Literal::Int(i),
-                    Tok::Str(s) => Literal::Str(s),
-                    _ => unreachable!("matched above"),
-                };
-                let (t, c) = self.bump();
-                let Tok::Op(op) = t else {
-                    return err(
-                        format!(
-                            "expected a comparison after the constant, found {}",
-                            t.describe()
-                        ),
-                        c,
-                    );
-                };
-                let (t, c) = self.bump();
-                let Tok::Name(name) = t else {
-                    return err(format!("expected a field name, found {}", t.describe()), c);
-                };
-                Ok(Expr::Cmp {
-                    name,
-                    column: c,
-                    op: op.flipped(),
-                    value,
-                })
-            }
-            t => err(
-                format!("expected a field, '!' or '(' but found {}", t.describe()),
-                col,
-            ),
-        }
-    }
-
-    fn literal(&mut self) -> Result<Literal, ParseError> {
-        let (t, c) = self.bump();
-        match t {
-            Tok::Int(i) => Ok(Literal::Int(i)),
-            Tok::Str(s) => Ok(Literal::Str(s)),
-            t => err(
-                format!("expected a number or a \"string\", found {}", t.describe()),
-                c,
-            ),
-        }
-    }
-}
-
-/// Parses a filter expression.
+/// Parses a filter expression. The text is read by the script language's
+/// parser (`lang::parse::parse_expr`: one lexer, one operator table for
+/// `--filter` and `bpfscope run`), then narrowed to what a filter runs in
+/// the kernel: comparisons of a field with a literal, `!`, `&&`, `||`.
 pub fn parse(src: &str) -> Result<Expr, ParseError> {
-    let toks = lex(src)?;
-    let mut p = Parser { toks, pos: 0 };
-    let e = p.expr()?;
-    let (t, c) = p.bump();
-    if t != Tok::End {
-        return err(format!("unexpected {}", t.describe()), c);
+    let e = crate::lang::parse::parse_expr(src).map_err(|e| ParseError {
+        msg: e.msg,
+        column: column_of_line_col(src, e.line, e.col),
+    })?;
+    narrow(src, &e)
+}
+
+/// The 1-based character column of a (line, column) position the script
+/// parser gives (a filter is one line, but may be given with newlines).
+fn column_of_line_col(src: &str, line: usize, col: usize) -> usize {
+    src.split('\n')
+        .take(line.saturating_sub(1))
+        .map(|l| l.chars().count() + 1)
+        .sum::<usize>()
+        + col
+}
+
+/// The 1-based character column of a byte offset.
+fn column(src: &str, at: usize) -> usize {
+    src.get(..at).map_or(at, |s| s.chars().count()) + 1
+}
+
+fn narrow(src: &str, e: &SExpr) -> Result<Expr, ParseError> {
+    match &e.kind {
+        SKind::Binary {
+            op: BinOp::LAnd,
+            lhs,
+            rhs,
+        } => Ok(Expr::And(
+            Box::new(narrow(src, lhs)?),
+            Box::new(narrow(src, rhs)?),
+        )),
+        SKind::Binary {
+            op: BinOp::LOr,
+            lhs,
+            rhs,
+        } => Ok(Expr::Or(
+            Box::new(narrow(src, lhs)?),
+            Box::new(narrow(src, rhs)?),
+        )),
+        SKind::Unary {
+            op: UnOp::Not,
+            expr,
+        } => Ok(Expr::Not(Box::new(narrow(src, expr)?))),
+        SKind::Binary { op, lhs, rhs } => {
+            let Some(op) = cmp_op(*op) else {
+                return err(
+                    format!(
+                        "'{}' is not supported in a filter (comparisons joined by && || !; `bpfscope run` takes any expression)",
+                        &src[e.span.start..e.span.end]
+                    ),
+                    column(src, e.span.start),
+                );
+            };
+            if let SKind::Unary { op: UnOp::Not, .. } = &lhs.kind {
+                // C's (and bpftrace's) precedence: `!a == 1` is `(!a) == 1`.
+                return err(
+                    format!(
+                        "'{}' compares the negation '!' makes; write '!(a == b)' to negate a comparison",
+                        &src[e.span.start..e.span.end]
+                    ),
+                    column(src, lhs.span.start),
+                );
+            }
+            match (name(lhs), name(rhs)) {
+                (Some(n), None) => Ok(Expr::Cmp {
+                    name: n,
+                    column: column(src, lhs.span.start),
+                    op,
+                    value: literal(src, rhs)?,
+                }),
+                (None, Some(n)) => Ok(Expr::Cmp {
+                    name: n,
+                    column: column(src, rhs.span.start),
+                    op: op.flipped(),
+                    value: literal(src, lhs)?,
+                }),
+                (Some(_), Some(_)) => err(
+                    "a filter compares a field with a literal, not two fields",
+                    column(src, rhs.span.start),
+                ),
+                (None, None) => {
+                    // The side that is not a literal (or the left one).
+                    let odd = if literal(src, lhs).is_ok() { rhs } else { lhs };
+                    err(
+                        format!(
+                            "'{}' is not a field: a filter compares a field with a literal (`bpfscope run` takes any expression)",
+                            &src[odd.span.start..odd.span.end]
+                        ),
+                        column(src, odd.span.start),
+                    )
+                }
+            }
+        }
+        _ => match name(e) {
+            Some(n) => Ok(Expr::Truthy {
+                name: n,
+                column: column(src, e.span.start),
+            }),
+            None => err(
+                format!(
+                    "expected a field, a comparison, '!' or '(', found '{}'",
+                    &src[e.span.start..e.span.end]
+                ),
+                column(src, e.span.start),
+            ),
+        },
     }
-    Ok(e)
+}
+
+fn cmp_op(op: BinOp) -> Option<CmpOp> {
+    Some(match op {
+        BinOp::Eq => CmpOp::Eq,
+        BinOp::Ne => CmpOp::Ne,
+        BinOp::Lt => CmpOp::Lt,
+        BinOp::Le => CmpOp::Le,
+        BinOp::Gt => CmpOp::Gt,
+        BinOp::Ge => CmpOp::Ge,
+        _ => return None,
+    })
+}
+
+/// A field as a filter names it: `pid`, `args.count`, `skb->dev->name`.
+fn name(e: &SExpr) -> Option<String> {
+    let (base, parts) = e.member_chain();
+    let SKind::Ident(base) = &base.kind else {
+        return None;
+    };
+    let mut out = base.clone();
+    for (f, arrow) in parts {
+        out.push_str(if arrow { "->" } else { "." });
+        out.push_str(f);
+    }
+    let bare = out.strip_prefix("args.").unwrap_or(&out);
+    crate::probe::btf::is_field_path(bare).then_some(out)
+}
+
+fn literal(src: &str, e: &SExpr) -> Result<Literal, ParseError> {
+    match &e.kind {
+        SKind::Int(v) => Ok(Literal::Int(i128::from(*v))),
+        SKind::Unary {
+            op: UnOp::Neg,
+            expr,
+        } => match &expr.kind {
+            SKind::Int(v) if i128::from(*v) <= -(i64::MIN as i128) => {
+                Ok(Literal::Int(-i128::from(*v)))
+            }
+            SKind::Int(_) => err(
+                format!(
+                    "number '{}' is out of range",
+                    &src[e.span.start..e.span.end]
+                ),
+                column(src, e.span.start),
+            ),
+            _ => not_literal(src, e),
+        },
+        SKind::Str(s) => Ok(Literal::Str(s.clone())),
+        _ => not_literal(src, e),
+    }
+}
+
+fn not_literal<T>(src: &str, e: &SExpr) -> Result<T, ParseError> {
+    err(
+        format!(
+            "expected a number or a \"string\", found '{}'",
+            &src[e.span.start..e.span.end]
+        ),
+        column(src, e.span.start),
+    )
 }
 
 #[cfg(test)]
@@ -443,7 +324,11 @@ mod tests {
             8
         );
         assert_eq!(parse("pid # 3").unwrap_err().column, 5);
-        assert_eq!(parse("skb-> == 1").unwrap_err().column, 1);
+        assert_eq!(parse("skb-> == 1").unwrap_err().column, 7);
+        assert_eq!(parse("!pid == 0").unwrap_err().column, 1);
+        assert_eq!(parse("pid + 1 == 3").unwrap_err().column, 1);
+        assert_eq!(parse("pid == comm").unwrap_err().column, 8);
+        assert_eq!(parse("count(pid)").unwrap_err().column, 1);
     }
 
     #[test]

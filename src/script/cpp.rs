@@ -76,7 +76,7 @@ impl HeaderMacros {
                 if n == 0 || rest.as_bytes().get(n) == Some(&b'(') {
                     continue;
                 }
-                let body = super::parse::clean_macro_body(&rest[n..]);
+                let body = crate::lang::parse::clean_macro_body(&rest[n..]);
                 // The first definition wins, as the first #if branch usually does.
                 self.defs.entry(rest[..n].to_string()).or_insert(body);
             }

@@ -4,11 +4,12 @@
 //! an attach plan the tracing session loads like any other. No compiler
 //! runs: the kernel side is the same precompiled programs as the verbs'.
 
-pub mod ast;
 pub mod cpp;
 pub mod lower;
-pub mod parse;
 pub mod trigger;
+
+// The language's front end is shared with --filter (crate::lang).
+pub use crate::lang::{ast, parse};
 
 use std::collections::BTreeSet;
 
