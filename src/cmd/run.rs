@@ -21,7 +21,8 @@ use crate::cli::RunSettings;
 use crate::collect::aggregate::AggVal;
 use crate::collect::{stacks, Lost, StopReason, Stopper};
 use crate::render::bpftrace::{self as fmt, Agg, MapData, Value};
-use crate::script::lower::{Action, AggFn, Arg, Lowered, MapKind, Trigger, Ty, JOIN_MAX, STR_MAX};
+use crate::script::ir::{Action, Arg, Lowered, Trigger, JOIN_MAX, STR_MAX};
+use crate::script::types::{AggFn, MapKind, Ty};
 use crate::script::{self, trigger};
 use bpfscope_bpf::abi::{bs_event_hdr, bs_key_hdr, bs_limits, bs_note};
 use bpfscope_sys::pod;
@@ -66,15 +67,8 @@ pub fn run(s: RunSettings) -> Result<()> {
     }
     if s.dry_run {
         if s.verbose {
-            for p in &low.probes {
-                eprintln!("{}:", p.probe.name);
-                for (i, x) in p.code.iter().enumerate() {
-                    eprintln!(
-                        "  {i:3}: op {:2} dst {:2} a {:2} b {:2} flags {:#04x} arg {} arg2 {} imm {}",
-                        x.op, x.dst, x.a, x.b, x.flags, x.arg, x.arg2, x.imm
-                    );
-                }
-            }
+            // The generated code, as the golden files hold it.
+            eprint!("{}", crate::script::disasm::listing(low));
         }
         return Ok(());
     }

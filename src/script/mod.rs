@@ -1,12 +1,19 @@
 //! `bpfscope run`'s front end: a bpftrace-language script parsed
 //! (`parse`), its attach points resolved into probes, each probe's blocks
-//! lowered into script-machine code (`lower`), and the whole turned into
+//! lowered into script-machine code (`types`, `resources`, `codegen`: three passes), and the whole turned into
 //! an attach plan the tracing session loads like any other. No compiler
 //! runs: the kernel side is the same precompiled programs as the verbs'.
 
+pub mod codegen;
 pub mod cpp;
-pub mod lower;
+pub mod disasm;
+pub mod ir;
+pub mod resources;
 pub mod trigger;
+pub mod types;
+
+#[cfg(test)]
+mod golden;
 
 // The language's front end is shared with --filter (crate::lang).
 pub use crate::lang::{ast, parse};
@@ -21,7 +28,8 @@ use crate::error::Error;
 use crate::probe::{self, Probe, ProbeKind, ProbeSpec};
 use crate::usage;
 use ast::{Expr, ExprKind, ProbeBlock, Program, Span, Stmt};
-use lower::{LowerError, Lowered, LoweredProbe, Shared, Trigger};
+use ir::{LowerError, Lowered, LoweredProbe, Trigger};
+use resources::Shared;
 
 /// A script ready to load: the attach plan, and what user space needs to
 /// read its maps and records.
@@ -169,9 +177,8 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
         };
         ctxs.push((probe, path, trig, blocks.clone()));
     }
-    // Two passes: the first learns every map's type from its writes, so a
-    // probe that reads a map before the probe that writes it (in script
-    // order) still reads it with its type.
+    // Pass 1, types: every map's key and value types, from every probe,
+    // to a fixed point (a probe may read what a later one writes).
     let defined = assigned_maps(&program);
     let mut defines = std::collections::HashMap::new();
     for d in &program.defines {
@@ -180,32 +187,32 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
         defines.insert(d.name.clone(), e);
     }
     let macros = cpp::HeaderMacros::read(&program.includes);
-    let mut seed = Shared::new(params.clone());
-    seed.defined = defined.clone();
-    seed.defines = defines.clone();
-    seed.macros = macros.clone();
-    seed.unsafe_ok = opts.allow_unsafe;
-    for (probe, path, _, blocks) in &ctxs {
-        let pc = lower::ProbeCtx { probe, path };
-        let mut l = lower::Lower::new(&mut seed, &pc);
-        for &b in blocks {
-            let _ = l.block(&program.probes[b]);
-        }
-    }
-    let mut sh = Shared::new(params);
-    sh.maps = seed.maps;
-    sh.defined = defined;
-    sh.defines = defines;
-    sh.macros = macros;
-    sh.unsafe_ok = opts.allow_unsafe;
+    let shared = || {
+        let mut sh = Shared::new(params.clone());
+        sh.defined = defined.clone();
+        sh.defines = defines.clone();
+        sh.macros = macros.clone();
+        sh.unsafe_ok = opts.allow_unsafe;
+        sh
+    };
+    let probes: Vec<types::ProbeBlocks<'_>> = ctxs
+        .iter()
+        .map(|(probe, path, _, blocks)| types::ProbeBlocks {
+            probe,
+            path,
+            blocks: blocks.iter().map(|&b| &program.probes[b]).collect(),
+        })
+        .collect();
+    let maps = types::infer(&probes, &shared);
+    // Passes 2 and 3, resources and code: the maps as typed, then each
+    // probe's code, its errors now the script's.
+    let mut sh = shared();
+    sh.maps = maps;
     let mut lowered = Vec::new();
-    for (probe, path, trig, blocks) in ctxs {
-        let pc = lower::ProbeCtx {
-            probe: &probe,
-            path: &path,
-        };
-        let mut l = lower::Lower::new(&mut sh, &pc);
-        for &b in &blocks {
+    for (probe, path, trig, blocks) in &ctxs {
+        let pc = codegen::ProbeCtx { probe, path };
+        let mut l = codegen::Lower::new(&mut sh, &pc);
+        for &b in blocks {
             l.block(&program.probes[b])
                 .map_err(|e| usage!("{}", e.render(src)))?;
         }
@@ -213,7 +220,7 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
         lowered.push(LoweredProbe {
             probe: probe.clone(),
             path: path.clone(),
-            trigger: trig,
+            trigger: *trig,
             code,
         });
     }
@@ -222,9 +229,9 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
         .iter()
         .map(|m| m.key_len())
         .max()
-        .unwrap_or(lower::KEY_ID_LEN);
+        .unwrap_or(ir::KEY_ID_LEN);
     for p in &mut lowered {
-        lower::finish_keys(&mut p.code, &sh.maps, key_size);
+        resources::finish_keys(&mut p.code, &sh.maps, key_size);
     }
     let lowered = Lowered {
         probes: lowered,
@@ -675,7 +682,7 @@ fn plan_of(l: &Lowered, keys_max: u32) -> Result<Plan, Error> {
             event: Vec::new(),
         });
     }
-    lower::check_size(code.len()).map_err(Error::Usage)?;
+    resources::check_size(code.len()).map_err(Error::Usage)?;
     let mut keys = Vec::new();
     if l.stacks.0 {
         keys.push(stack_slot(false));
@@ -703,11 +710,11 @@ fn plan_of(l: &Lowered, keys_max: u32) -> Result<Plan, Error> {
 
 /// A map's kernel map: `keys_max` keys, each with its buckets for a
 /// histogram (every bucket of a key is an entry of its own).
-fn vm_map(m: &lower::MapDef, keys_max: u32) -> crate::attach::plan::VmMap {
-    use lower::{AggFn, MapKind};
+fn vm_map(m: &types::MapDef, keys_max: u32) -> crate::attach::plan::VmMap {
+    use types::{AggFn, MapKind};
     let (agg, per_key) = match m.kind {
         MapKind::Plain(_) => (false, 1),
-        MapKind::Agg(AggFn::Hist, _) => (true, lower::LOG2_BUCKETS),
+        MapKind::Agg(AggFn::Hist, _) => (true, ir::LOG2_BUCKETS),
         MapKind::Agg(AggFn::Lhist { min, max, step }, _) => (true, ((max - min) / step) as u32 + 2),
         MapKind::Agg(..) => (true, 1),
     };

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::lower::{Lowered, Trigger};
+use super::ir::{Lowered, Trigger};
 
 /// Probe indexes of the triggers of one kind, in script order.
 pub fn of(low: &Lowered, which: Trigger) -> Vec<usize> {

@@ -1,0 +1,224 @@
+//! The types of a script's values and maps, and the first pass over a
+//! script: every map's key and value types, learned from its uses in every
+//! probe and repeated until nothing changes (`infer`), so that a probe may
+//! read a map a later probe writes.
+
+use super::ir::*;
+use crate::attach::plan::Path;
+use crate::lang::ast::*;
+use crate::probe::Probe;
+
+/// A value's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ty {
+    Int {
+        signed: bool,
+    },
+    Str,
+    /// A stack id in the kernel or user stack map, printed with at most
+    /// `limit` frames, in bpftrace's mode or perf's (`kstack(perf, 8)`).
+    Stack {
+        user: bool,
+        limit: u8,
+        perf: bool,
+    },
+    /// A user id, shown as the user's name (`username`).
+    User,
+    /// An IP address (ntop()), in a string slot: the family, then the bytes.
+    Inet,
+    /// Bytes (buf()), in a string slot: their count, then them; printed
+    /// with `\xNN` escapes.
+    Buf,
+    /// A kernel address shown as its symbol (ksym()).
+    KSym,
+    /// A user address and its process, in a string slot (usym()): named
+    /// in user space.
+    USym,
+    /// An address of a struct whose BTF type id is `btf` (a cast, or a
+    /// typed pointer member): its members can be read.
+    Ptr {
+        btf: u32,
+    },
+    /// An address of integers (`(uint16 *)p`): `*p` and `p[i]` read them.
+    IntPtr {
+        bits: u8,
+        signed: bool,
+    },
+}
+
+impl Ty {
+    /// Integers and addresses: what arithmetic, conditions and %d take.
+    pub fn is_num(self) -> bool {
+        matches!(self, Ty::Int { .. } | Ty::Ptr { .. } | Ty::IntPtr { .. })
+    }
+
+    /// Held in a string slot (64 bytes) rather than a register.
+    pub fn in_slot(self) -> bool {
+        matches!(self, Ty::Str | Ty::Inet | Ty::Buf | Ty::USym)
+    }
+
+    /// As a plain integer (a typed pointer is an unsigned address).
+    pub(crate) fn plain(self) -> Ty {
+        match self {
+            Ty::Ptr { .. } | Ty::IntPtr { .. } => Ty::Int { signed: false },
+            t => t,
+        }
+    }
+}
+
+/// What made a map's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggFn {
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+    Stats,
+    Hist,
+    Lhist { min: i64, max: i64, step: i64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapKind {
+    /// Plain assignments of this type.
+    Plain(Ty),
+    Agg(AggFn, /* signed value */ bool),
+}
+
+/// One key part: its type and offset in the key data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyPart {
+    pub ty: Ty,
+    pub off: usize,
+    pub len: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MapDef {
+    /// With its '@'.
+    pub name: String,
+    pub kind: MapKind,
+    pub keys: Vec<KeyPart>,
+}
+
+impl MapDef {
+    pub fn key_len(&self) -> usize {
+        self.keys.last().map_or(KEY_ID_LEN, |k| k.off + k.len)
+    }
+}
+
+pub(crate) fn cannot<T>(op: BinOp, a: Ty, b: Ty, span: Span) -> Res<T> {
+    err(
+        span,
+        format!(
+            "{op:?} of {} and {} is not possible",
+            describe_ty(a),
+            describe_ty(b)
+        ),
+    )
+}
+
+pub(crate) fn same_ty(a: Ty, b: Ty) -> bool {
+    (a.is_num() && b.is_num()) || a == b
+}
+
+pub(crate) fn describe_ty(t: Ty) -> &'static str {
+    match t {
+        Ty::Int { .. } => "an integer",
+        Ty::Str => "a string",
+        Ty::Stack { user: false, .. } => "a kernel stack",
+        Ty::Stack { user: true, .. } => "a user stack",
+        Ty::Ptr { .. } | Ty::IntPtr { .. } => "a pointer",
+        Ty::User => "a user name",
+        Ty::Inet => "an IP address",
+        Ty::Buf => "a buffer",
+        Ty::KSym => "a kernel symbol",
+        Ty::USym => "a user symbol",
+    }
+}
+
+pub(crate) fn describe_keys(k: &[Ty]) -> String {
+    if k.is_empty() {
+        return "none".into();
+    }
+    k.iter()
+        .map(|t| describe_ty(*t))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(crate) fn describe_kind(k: MapKind) -> String {
+    match k {
+        MapKind::Plain(t) => describe_ty(t).to_string(),
+        MapKind::Agg(f, _) => format!("{f:?}() results").to_lowercase(),
+    }
+}
+
+/// An integer type's bits and signedness: bpftrace's names (`uint32`) and
+/// C's (`unsigned int`, `u16`, `__s64`).
+pub(crate) fn int_type(t: &str) -> Option<(u32, bool)> {
+    Some(match t {
+        "int8" | "s8" | "__s8" | "char" | "signed char" | "int8_t" => (8, true),
+        "int16" | "s16" | "__s16" | "short" | "short int" | "int16_t" => (16, true),
+        "int32" | "s32" | "__s32" | "int" | "signed int" | "signed" | "int32_t" => (32, true),
+        "int64" | "s64" | "__s64" | "long" | "long int" | "long long" | "long long int"
+        | "int64_t" | "ssize_t" => (64, true),
+        "uint8" | "u8" | "__u8" | "unsigned char" | "uint8_t" | "bool" => (8, false),
+        "uint16" | "u16" | "__u16" | "__be16" | "__le16" | "unsigned short" | "uint16_t" => {
+            (16, false)
+        }
+        "uint32" | "u32" | "__u32" | "__be32" | "__le32" | "unsigned int" | "unsigned"
+        | "uint32_t" => (32, false),
+        "uint64" | "u64" | "__u64" | "__be64" | "__le64" | "unsigned long"
+        | "unsigned long long" | "uint64_t" | "size_t" => (64, false),
+        _ => return None,
+    })
+}
+
+/// One attach point's probe and the blocks that run on it, in order.
+pub struct ProbeBlocks<'a> {
+    pub probe: &'a Probe,
+    pub path: &'a Path,
+    pub blocks: Vec<&'a ProbeBlock>,
+}
+
+/// The types pass: every probe's blocks are walked with the maps known so
+/// far (code generation's own walk, its code and errors thrown away), each
+/// walk declaring the maps its statements write, until a walk declares
+/// nothing new. First strictly: a statement that reads a map no walk has
+/// typed yet is skipped, so `@y = @x` waits for the probe that writes @x,
+/// wherever it is. Then, for maps only their own statements could type
+/// (`@n = @n + 1`), an untyped map reads as an integer, as bpftrace's do.
+pub fn infer(
+    probes: &[ProbeBlocks<'_>],
+    shared: &dyn Fn() -> super::resources::Shared,
+) -> Vec<MapDef> {
+    let mut maps: Vec<MapDef> = Vec::new();
+    for strict in [true, false] {
+        // Declarations only add maps or widen their types, so each phase
+        // ends; the bound is a guard, far above any script's map count.
+        for _ in 0..4096 {
+            let mut sh = shared();
+            sh.maps = maps.clone();
+            sh.typing = true;
+            sh.strict = strict;
+            for p in probes {
+                let pc = super::codegen::ProbeCtx {
+                    probe: p.probe,
+                    path: p.path,
+                };
+                let mut l = super::codegen::Lower::new(&mut sh, &pc);
+                for b in &p.blocks {
+                    // Errors are said by code generation, with every map typed.
+                    let _ = l.block(b);
+                }
+            }
+            if sh.maps == maps {
+                break;
+            }
+            maps = sh.maps;
+        }
+    }
+    maps
+}
