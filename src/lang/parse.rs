@@ -2781,12 +2781,211 @@ tracepoint:sched:sched_switch
         "0",
     ];
 
+    /// A program built from the grammar's productions: its text (every
+    /// compound expression parenthesized, so precedence cannot matter) and
+    /// the S-expression the parser must read back.
+    #[derive(Debug, Clone)]
+    struct Gen {
+        text: String,
+        sx: String,
+    }
+
+    fn g(text: impl Into<String>, sx: impl Into<String>) -> Gen {
+        Gen {
+            text: text.into(),
+            sx: sx.into(),
+        }
+    }
+
+    fn arb_gexpr() -> impl Strategy<Value = Gen> {
+        let leaf = prop_oneof![
+            (0u64..100_000).prop_map(|v| g(v.to_string(), v.to_string())),
+            "[a-z]{1,6}".prop_map(|s| g(format!("\"{s}\""), format!("{s:?}"))),
+            prop::sample::select(vec!["pid", "comm", "nsecs", "tid", "cpu", "retval"])
+                .prop_map(|n| g(n, n)),
+            "[a-z]{1,4}".prop_map(|n| g(format!("${n}"), format!("${n}"))),
+            (1u32..9).prop_map(|n| g(format!("${n}"), format!("${n}"))),
+            "[a-z]{1,4}".prop_map(|n| g(format!("@{n}"), format!("@{n}"))),
+        ];
+        leaf.prop_recursive(4, 48, 3, |inner| {
+            let ops = prop::sample::select(vec![
+                "+", "-", "*", "/", "%", "&", "|", "^", "<<", ">>", "==", "!=", "<", "<=", ">",
+                ">=", "&&", "||",
+            ]);
+            prop_oneof![
+                (ops, inner.clone(), inner.clone()).prop_map(|(o, a, b)| g(
+                    format!("({} {o} {})", a.text, b.text),
+                    format!("({o} {} {})", a.sx, b.sx)
+                )),
+                (prop::sample::select(vec!["-", "!", "~"]), inner.clone())
+                    .prop_map(|(o, a)| g(format!("({o}{})", a.text), format!("({o} {})", a.sx))),
+                (inner.clone(), inner.clone(), inner.clone()).prop_map(|(c, a, b)| g(
+                    format!("({} ? {} : {})", c.text, a.text, b.text),
+                    format!("(? {} {} {})", c.sx, a.sx, b.sx)
+                )),
+                ("[a-z]{1,4}", prop::collection::vec(inner.clone(), 1..3)).prop_map(|(m, ks)| g(
+                    format!(
+                        "@{m}[{}]",
+                        ks.iter()
+                            .map(|k| k.text.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    format!(
+                        "@{m}[{}]",
+                        ks.iter()
+                            .map(|k| k.sx.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )
+                )),
+                (
+                    prop::sample::select(vec!["str", "ntop", "bswap", "ksym"]),
+                    inner.clone()
+                )
+                    .prop_map(|(f, a)| g(format!("{f}({})", a.text), format!("({f} {})", a.sx))),
+                prop::collection::vec(inner.clone(), 2..4).prop_map(|xs| g(
+                    format!(
+                        "({})",
+                        xs.iter()
+                            .map(|x| x.text.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    format!(
+                        "(tuple {})",
+                        xs.iter()
+                            .map(|x| x.sx.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )
+                )),
+                (inner.clone(), "[a-z]{1,5}")
+                    .prop_map(|(b, f)| g(format!("{}->{f}", b.text), format!("(-> {} {f})", b.sx))),
+                (
+                    prop::sample::select(vec!["uint8", "int64", "struct task_struct *"]),
+                    inner
+                )
+                    .prop_map(|(t, a)| g(
+                        format!("(({t}){})", a.text),
+                        format!("(cast '{t}' {})", a.sx)
+                    )),
+            ]
+        })
+    }
+
+    fn arb_gstmts() -> impl Strategy<Value = Gen> {
+        let simple = prop_oneof![
+            arb_gexpr().prop_map(|e| g(format!("print({})", e.text), format!("(print {})", e.sx))),
+            ("[a-z]{1,4}", arb_gexpr())
+                .prop_map(|(v, e)| g(format!("${v} = {}", e.text), format!("(= ${v} {})", e.sx))),
+            ("[a-z]{1,4}", arb_gexpr(), arb_gexpr()).prop_map(|(m, k, e)| g(
+                format!("@{m}[{}] += {}", k.text, e.text),
+                format!("(+= @{m}[{}] {})", k.sx, e.sx)
+            )),
+            ("[a-z]{1,4}", arb_gexpr()).prop_map(|(m, k)| g(
+                format!("@{m}[{}] = count()", k.text),
+                format!("(= @{m}[{}] (count))", k.sx)
+            )),
+            Just(g("exit()", "(exit)")),
+        ];
+        let block = |b: Vec<Gen>| -> (String, String) {
+            (
+                format!(
+                    "{{ {} }}",
+                    b.iter()
+                        .map(|s| s.text.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                format!(
+                    "[{}]",
+                    b.iter()
+                        .map(|s| s.sx.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
+            )
+        };
+        simple.prop_recursive(3, 24, 3, move |inner| {
+            let body = prop::collection::vec(inner, 0..3);
+            prop_oneof![
+                (arb_gexpr(), body.clone(), body.clone()).prop_map(move |(c, t, e)| {
+                    let (tt, ts) = block(t);
+                    let (et, es) = block(e);
+                    g(
+                        format!("if ({}) {tt} else {et}", c.text),
+                        format!("(if {} {ts} {es})", c.sx),
+                    )
+                }),
+                (arb_gexpr(), body.clone()).prop_map(move |(c, b)| {
+                    let (bt, bs) = block(b);
+                    g(
+                        format!("while ({}) {bt}", c.text),
+                        format!("(while {} {bs})", c.sx),
+                    )
+                }),
+                ("[a-z]{1,4}", "[a-z]{1,4}", body).prop_map(move |(v, m, b)| {
+                    let (bt, bs) = block(b);
+                    g(
+                        format!("for (${v} : @{m}) {bt}"),
+                        format!("(for ${v} @{m} {bs})"),
+                    )
+                }),
+            ]
+        })
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
         #[test]
         fn arbitrary_text_does_not_panic(s in "\\PC{0,80}") {
             let _ = parse(&s);
+        }
+
+        /// Programs of the grammar's own productions parse to the tree
+        /// they were made from.
+        #[test]
+        fn generated_programs_parse_to_their_tree(stmts in prop::collection::vec(arb_gstmts(), 1..4)) {
+            let text = format!(
+                "BEGIN {{ {} }}",
+                stmts.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join("; ")
+            );
+            let p = parse(&text).map_err(|e| TestCaseError::fail(format!("{e}\nin: {text}")))?;
+            let got: Vec<String> = p.probes[0].body.iter().map(sx_stmt).collect();
+            let want: Vec<String> = stmts.iter().map(|s| s.sx.clone()).collect();
+            prop_assert_eq!(got, want, "{}", text);
+        }
+
+        /// With a byte dropped or one of the grammar's tokens put in, a
+        /// generated program parses or fails in one line whose position is
+        /// inside the text (or just past its end).
+        #[test]
+        fn mutated_programs_fail_at_a_position(
+            stmt in arb_gstmts(),
+            at in any::<prop::sample::Index>(),
+            tok in prop::sample::select(VOCAB),
+            drop in any::<bool>(),
+        ) {
+            let mut text = format!("BEGIN {{ {} }}", stmt.text);
+            let mut i = at.index(text.len());
+            while !text.is_char_boundary(i) {
+                i -= 1;
+            }
+            if drop {
+                text.remove(i);
+            } else {
+                text.insert_str(i, tok);
+            }
+            if let Err(e) = parse(&text) {
+                let msg = e.to_string();
+                prop_assert!(!msg.contains('\n'), "{}", msg);
+                let lines: Vec<&str> = text.split('\n').collect();
+                prop_assert!(e.line >= 1 && e.line <= lines.len(), "{}: {}", text, msg);
+                let width = lines[e.line - 1].chars().count();
+                prop_assert!(e.col >= 1 && e.col <= width + 1, "{:?}: {}", text, msg);
+            }
         }
 
         #[test]
