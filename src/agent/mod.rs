@@ -359,9 +359,16 @@ impl Agent {
             }
             if now >= self.next_window {
                 self.next_window = now + self.cfg.profile.window;
-                self.close_window();
-                // The window's counts are news too (not only every metrics interval).
-                self.publish();
+                // Catch-up ticks after a late loop (an emulated CPU, a
+                // stalled host) can leave less than a second read out since
+                // the last window: pushed alone, whole seconds would give it
+                // the same start and end. It joins the next window instead.
+                let read = self.profiler.as_ref().map(|p| p.read_until_ns());
+                if read.is_none_or(|r| r.saturating_sub(self.window_start_ns) >= 1_000_000_000) {
+                    self.close_window();
+                    // The window's counts are news too (not only every metrics interval).
+                    self.publish();
+                }
             }
         }
     }

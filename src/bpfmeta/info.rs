@@ -228,6 +228,103 @@ pub fn own_prog_ids() -> Vec<u32> {
         .collect()
 }
 
+/// What the perf events with BPF programs attached are, per program id, as
+/// `bpfscope bpf list` names them (`uprobe:/bin/bash+0x8a2b0`,
+/// `kprobe:vfs_read`, `tracepoint:sched_switch`): asked of each process's
+/// perf event descriptors (BPF_TASK_FD_QUERY, Linux 4.17), as `bpftool
+/// perf` does. For kernels whose link info says nothing of a perf event
+/// link's event (before 6.6); the link's owner holds the event's
+/// descriptor. Sampling events (perf_event programs) are not told.
+pub fn perf_event_attachments() -> std::collections::HashMap<u32, Vec<String>> {
+    let mut out: std::collections::HashMap<u32, Vec<String>> = Default::default();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let is_perf = std::fs::read_link(fd.path())
+                .is_ok_and(|t| t.as_os_str() == "anon_inode:[perf_event]");
+            let Some(fd) = fd.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            if !is_perf {
+                continue;
+            }
+            if let Some((id, what)) = task_fd_query(pid, fd) {
+                let v = out.entry(id).or_default();
+                if !v.contains(&what) {
+                    v.push(what);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The program attached to process `pid`'s perf event descriptor `fd`
+/// and what the event is.
+fn task_fd_query(pid: i32, fd: i32) -> Option<(u32, String)> {
+    let mut buf = [0u8; 4096];
+    let mut len = buf.len() as u32;
+    let (mut id, mut kind, mut offset, mut addr) = (0u32, 0u32, 0u64, 0u64);
+    // SAFETY: buf is len bytes long and outlives the call; the other
+    // out-pointers are to live locals.
+    let rc = unsafe {
+        libbpf_sys::bpf_task_fd_query(
+            pid,
+            fd,
+            0,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+            &mut id,
+            &mut kind,
+            &mut offset,
+            &mut addr,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    // The kernel writes the name NUL-terminated, and len without the NUL.
+    let name = CStr::from_bytes_until_nul(&buf)
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let what = match kind {
+        libbpf_sys::BPF_FD_TYPE_TRACEPOINT => format!("tracepoint:{name}"),
+        libbpf_sys::BPF_FD_TYPE_RAW_TRACEPOINT => format!("raw_tp:{name}"),
+        libbpf_sys::BPF_FD_TYPE_KPROBE | libbpf_sys::BPF_FD_TYPE_KRETPROBE => {
+            let k = if kind == libbpf_sys::BPF_FD_TYPE_KPROBE {
+                "kprobe"
+            } else {
+                "kretprobe"
+            };
+            if name.is_empty() {
+                format!("{k}:{addr:#x}")
+            } else if offset == 0 {
+                format!("{k}:{name}")
+            } else {
+                format!("{k}:{name}+{offset:#x}")
+            }
+        }
+        libbpf_sys::BPF_FD_TYPE_UPROBE | libbpf_sys::BPF_FD_TYPE_URETPROBE => {
+            let k = if kind == libbpf_sys::BPF_FD_TYPE_UPROBE {
+                "uprobe"
+            } else {
+                "uretprobe"
+            };
+            format!("{k}:{name}+{offset:#x}")
+        }
+        _ => return None,
+    };
+    Some((id, what))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -247,6 +247,19 @@ fn attach_points() -> HashMap<u32, Vec<String>> {
         };
         out.entry(link.prog_id).or_default().push(what);
     }
+    // Before 6.6 a perf event link's info has no event: its kind reads as
+    // 0. The events themselves say what they are, asked through the
+    // descriptors their owners hold.
+    let untold = "perf_event:0";
+    if out.values().flatten().any(|w| w == untold) {
+        let events = crate::bpfmeta::info::perf_event_attachments();
+        for (id, v) in out.iter_mut() {
+            if let Some(told) = events.get(id).filter(|_| v.iter().any(|w| w == untold)) {
+                v.retain(|w| w != untold);
+                v.extend(told.iter().cloned());
+            }
+        }
+    }
     out
 }
 

@@ -35,10 +35,42 @@ pub struct MappedFile {
     /// that bpfscope can still symbolize it in-process after the process
     /// exited and the file was deleted or replaced (e.g. a rebuild).
     pub open: Option<File>,
+    /// A copy of `open` in memory, made when the descriptor could not be
+    /// opened again by its /proc/self/fd path (see `open_path`).
+    copy: std::sync::OnceLock<Option<File>>,
 }
 
 /// Open files kept for in-process symbolization; past this, paths only.
 const MAX_OPEN: usize = 256;
+
+/// The (device, inode) key the vDSO's image is known by.
+pub fn vdso_key() -> (String, u64) {
+    ("vdso".into(), 1)
+}
+
+/// The whole of an open file, copied into an anonymous memory file.
+fn copy_to_memory(f: &File) -> Option<File> {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    use std::os::unix::fs::FileExt;
+    // SAFETY: the name is a NUL-terminated literal; flags are valid.
+    let fd = unsafe { libc::memfd_create(c"bpfscope-mapped".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: memfd_create returned a new descriptor that nothing else owns.
+    let mut copy = unsafe { File::from_raw_fd(fd) };
+    // From the start, whatever the descriptor's offset is.
+    let (mut buf, mut at) = (vec![0u8; 1 << 20], 0u64);
+    loop {
+        let n = f.read_at(&mut buf, at).ok()?;
+        if n == 0 {
+            return Some(copy);
+        }
+        copy.write_all(&buf[..n]).ok()?;
+        at += n as u64;
+    }
+}
 
 /// Every process's executable mappings and the files behind them.
 #[derive(Debug, Default)]
@@ -117,7 +149,20 @@ impl Snapshots {
 
     fn mapping(&mut self, pid: u32, m: &MapsEntry) -> Option<Mapping> {
         // Most mappings are not executable: skip them before any allocation.
-        if !m.executable() || !m.is_file() {
+        if !m.executable() {
+            return None;
+        }
+        // The vDSO is one image in every process: bpfscope's own, read at
+        // the start (unwind::load_vdso), its offsets those of the mapping.
+        if m.path == "[vdso]" {
+            return Some(Mapping {
+                start: m.start,
+                end: m.end,
+                offset: 0,
+                file: self.known(&vdso_key())?,
+            });
+        }
+        if !m.is_file() {
             return None;
         }
         let via = format!("/proc/{pid}/map_files/{}", m.range_name());
@@ -159,6 +204,7 @@ impl Snapshots {
             build_id,
             segments,
             open,
+            copy: Default::default(),
         });
         self.by_inode.insert(key, self.files.len() - 1);
         self.files.len() - 1
@@ -218,9 +264,16 @@ impl Snapshots {
     }
 
     /// A path to the file opened while it was mapped, valid in this process only.
+    /// Some file systems (9p) cannot open a deleted file again by its
+    /// /proc/self/fd path, though its open descriptor still reads it: the
+    /// file is then copied through that descriptor into memory, once.
     pub fn open_path(f: &MappedFile) -> Option<String> {
-        f.open
-            .as_ref()
-            .map(|o| format!("/proc/self/fd/{}", o.as_raw_fd()))
+        let o = f.open.as_ref()?;
+        let path = format!("/proc/self/fd/{}", o.as_raw_fd());
+        if File::open(&path).is_ok() {
+            return Some(path);
+        }
+        let copy = f.copy.get_or_init(|| copy_to_memory(o)).as_ref()?;
+        Some(format!("/proc/self/fd/{}", copy.as_raw_fd()))
     }
 }

@@ -301,7 +301,7 @@ pub fn load_vdso(
     let via = tmp.to_string_lossy().into_owned();
     let done = register(
         &note,
-        ("vdso".into(), 1),
+        super::maps::vdso_key(),
         &via,
         "[vdso]",
         maps,

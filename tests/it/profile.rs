@@ -600,16 +600,24 @@ fn pid_and_cgroup_targets() {
     require_root();
     let dir = scratch("targets");
     let w = split();
-    // -p: only that process, even with another busy one beside it.
-    let t = secs(4).to_string();
-    let mut target = Command::new(&w).args(["sp_pid", &t]).spawn().unwrap();
-    let mut other = Command::new(&w).args(["sp_other", &t]).spawn().unwrap();
+    // -p: only that process, even with another busy one beside it. Both
+    // spin until killed (Gated's drop): an emulated guest's profiler can
+    // take longer to load and attach than a fixed run of theirs lasts.
+    let spin = |name: &str| {
+        let mut c = Command::new(&w);
+        c.args([name, "600"]);
+        let mut g = Gated::spawn(c);
+        g.go();
+        g
+    };
+    let target = spin("sp_pid");
+    let other = spin("sp_other");
     std::thread::sleep(Duration::from_millis(200));
     let out = dir.join("pid.folded");
     ok(&run(&[
         "profile",
         "-p",
-        &target.id().to_string(),
+        &target.pid(),
         "-F",
         "499",
         "--duration",
@@ -624,12 +632,11 @@ fn pid_and_cgroup_targets() {
     // --cgroup: only tasks in that cgroup (v2).
     let Some(root2) = cgroup2_mount() else {
         skip("cgroup part: no cgroup2 mount");
-        let _ = (target.wait(), other.wait());
         return;
     };
     let cg = root2.join(format!("bpfscope-test-{}", std::process::id()));
     std::fs::create_dir_all(&cg).unwrap();
-    std::fs::write(cg.join("cgroup.procs"), other.id().to_string()).unwrap();
+    std::fs::write(cg.join("cgroup.procs"), other.pid()).unwrap();
     let out = dir.join("cg.folded");
     let o = run(&[
         "profile",
@@ -642,7 +649,8 @@ fn pid_and_cgroup_targets() {
         "-o",
         out.to_str().unwrap(),
     ]);
-    let _ = (target.wait(), other.wait());
+    // The cgroup can only be removed once empty.
+    drop((target, other));
     let _ = std::fs::remove_dir(&cg);
     ok(&o);
     let lines = folded(&out);
@@ -1068,16 +1076,25 @@ fn annotate_finds_the_hot_line_and_its_instructions() {
     // 3 s at 499 Hz is ~1500 when the CPU is ours; a busy machine gives less.
     assert!(samples > 200, "{out}");
     let lines = a["lines"].as_array().unwrap();
-    assert_eq!(lines[0]["line"].as_u64(), Some(hot), "{lines:?}");
     assert!(lines[0]["file"].as_str().unwrap().ends_with("hotline.c"));
-    assert!(lines[0]["source"].as_str().unwrap().contains("/* HOT */"));
-    let hot_n = lines[0]["count"].as_u64().unwrap();
-    assert!(hot_n * 10 >= samples * 7, "hot line {hot_n} of {samples}");
-    let cold_n = lines
-        .iter()
-        .find(|l| l["line"].as_u64() == Some(cold))
-        .map_or(0, |l| l["count"].as_u64().unwrap());
-    assert!(cold_n * 5 < hot_n, "cold {cold_n} hot {hot_n}");
+    // The busiest line, whichever it is, has the count of its instructions.
+    let (top, top_n) = (
+        lines[0]["line"].as_u64(),
+        lines[0]["count"].as_u64().unwrap(),
+    );
+    // Under emulation every sample of the loop lands on its first line:
+    // interrupts are taken only between translated blocks, and the loop's
+    // body is one block.
+    if !skip_if_emulated("samples of the loop all land at the start of its translated block") {
+        assert_eq!(top, Some(hot), "{lines:?}");
+        assert!(lines[0]["source"].as_str().unwrap().contains("/* HOT */"));
+        assert!(top_n * 10 >= samples * 7, "hot line {top_n} of {samples}");
+        let cold_n = lines
+            .iter()
+            .find(|l| l["line"].as_u64() == Some(cold))
+            .map_or(0, |l| l["count"].as_u64().unwrap());
+        assert!(cold_n * 5 < top_n, "cold {cold_n} hot {top_n}");
+    }
     let ins = a["instructions"].as_array().unwrap();
     let on_ins: u64 = ins.iter().map(|i| i["count"].as_u64().unwrap()).sum();
     assert_eq!(on_ins + a["undecoded"].as_u64().unwrap(), samples);
@@ -1092,13 +1109,12 @@ fn annotate_finds_the_hot_line_and_its_instructions() {
     assert!(ins
         .iter()
         .any(|i| i["text"].as_str().unwrap().starts_with("imul")));
-    // Most samples sit on the hot line's instructions.
-    let on_hot: u64 = ins
+    let on_top: u64 = ins
         .iter()
-        .filter(|i| i["line"].as_u64() == Some(hot))
+        .filter(|i| i["line"].as_u64() == top)
         .map(|i| i["count"].as_u64().unwrap())
         .sum();
-    assert_eq!(on_hot, hot_n);
+    assert_eq!(on_top, top_n);
     // The text form, and a function that was not sampled.
     let text = ok(&run(&["annotate", rec.to_str().unwrap(), "hot_loop"]));
     assert!(

@@ -99,8 +99,12 @@ fn python_split_and_lines_under_each_cpython() {
     }
     let dir = scratch_dir("runtimes-split");
     let s = script("pysplit.py");
+    // Emulated, an interpreter's start and exit are ten times slower while
+    // the workload's 3 s stay 3 s: pyenv's 3.9 spent 261 of 707 samples
+    // there on 6.12. Four times the run keeps them under a sixth.
+    let run = if emulated() { "12" } else { "3" };
     for (minor, py) in &all {
-        let lines = profile_python(py, &dir, &s, &["3"]);
+        let lines = profile_python(py, &dir, &s, &[run]);
         let what = format!("{} (3.{minor})", py.display());
         let total: u64 = lines.iter().map(|(_, n)| n).sum();
         let (mut heavy, mut light, mut with_py) = (0u64, 0u64, 0u64);
@@ -110,6 +114,18 @@ fn python_split_and_lines_under_each_cpython() {
                 continue;
             }
             with_py += n;
+            // The module at its first instruction (RESUME, on line 0 from
+            // 3.12: a collection ran there) or its imports (lines 7 and 8),
+            // alone: emulated, its start takes long enough to be sampled.
+            let start = [
+                "<module> (pysplit.py:0)",
+                "<module> (pysplit.py:7)",
+                "<module> (pysplit.py:8)",
+            ];
+            if start.contains(&frames[0].as_str()) {
+                assert_eq!(frames.len(), 1, "{what}: {stack:?}");
+                continue;
+            }
             // Outer first: the module, main at its call of heavy or light,
             // then that function at its call of work, then work's loop.
             assert_eq!(frames[0], "<module> (pysplit.py:29)", "{what}: {stack:?}");
@@ -393,6 +409,11 @@ fn node_without_a_perf_map_is_said() {
         skip("node is not installed (scripts/install-deps installs nodejs)");
         return;
     }
+    // Code in anonymous memory is told by the process's mappings, which the
+    // kernel side reads with the task_vma iterator, as for unwind tables.
+    if !unwinds_here() {
+        return;
+    }
     let dir = scratch_dir("runtimes-node-nomap");
     let out = dir.join("node.folded");
     let js = script("jssplit.js");
@@ -660,11 +681,19 @@ fn debian_gofmt_is_named_from_gopclntab() {
     );
     let lines = folded(&out);
     let total: u64 = lines.iter().map(|(_, n)| n).sum();
+    // Without unwind tables (frame pointers only) a Go thread's walk reads
+    // one stale frame past runtime.mstart, its first: clone enters it with
+    // the parent's frame pointer. That root frame alone is expected there.
+    let tables = unwinds_here();
+    let stale_root = |s: &[String], i: usize| {
+        !tables && i == 1 && s.get(2).is_some_and(|f| f == "runtime.mstart")
+    };
     let unnamed: u64 = lines
         .iter()
         .filter(|(s, _)| {
             s.iter()
-                .any(|f| f == "[unknown]" || f.starts_with("gofmt+0x"))
+                .enumerate()
+                .any(|(i, f)| (f == "[unknown]" || f.starts_with("gofmt+0x")) && !stale_root(s, i))
         })
         .map(|(_, n)| n)
         .sum();
@@ -723,5 +752,8 @@ fn lang_none_keeps_the_interpreters_own_frames() {
         })
         .map(|(_, n)| n)
         .sum();
-    assert!(eval > 200, "{eval}\n{lines:?}");
+    // Debian's python has no frame pointers: the eval loop is reached as
+    // a caller only with unwind tables; without, only where it is the leaf.
+    let floor = if unwinds_here() { 200 } else { 0 };
+    assert!(eval > floor, "{eval}\n{lines:?}");
 }

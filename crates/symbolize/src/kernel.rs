@@ -134,7 +134,15 @@ pub fn symbolize_live(addrs: &[u64]) -> Vec<Option<(String, u64)>> {
 pub fn addresses_hidden() -> Option<String> {
     use std::io::{BufRead, BufReader};
     let f = std::fs::File::open("/proc/kallsyms").ok();
-    let first = f.and_then(|f| BufReader::new(f).lines().next()?.ok());
+    // The first text symbol's line: the per-CPU symbols before it (type
+    // A) really are at 0 on x86_64 kernels before 6.15
+    // (`0000000000000000 A fixed_percpu_data`), visible or not.
+    let first = f.and_then(|f| {
+        BufReader::new(f)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| matches!(l.split_whitespace().nth(1), Some("t" | "T")))
+    });
     let sysctl = |name: &str| {
         std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
             .ok()
@@ -150,7 +158,8 @@ pub fn addresses_hidden() -> Option<String> {
     )
 }
 
-/// The one-line reason for `addresses_hidden`, from the first kallsyms line.
+/// The one-line reason for `addresses_hidden`, from the first text
+/// symbol's kallsyms line (None: no such line could be read).
 /// With kptr_restrict 0 the kernel still hides them from users without
 /// CAP_SYSLOG unless perf_event_paranoid is at most 1.
 fn hidden_reason(
@@ -197,11 +206,11 @@ mod tests {
     #[test]
     fn hidden_addresses_are_explained() {
         assert_eq!(
-            hidden_reason(Some("0000000000000000 A fixed_percpu_data"), Some(1), Some(2), false).as_deref(),
+            hidden_reason(Some("0000000000000000 T startup_64"), Some(1), Some(2), false).as_deref(),
             Some("kernel addresses are hidden (/proc/kallsyms shows zeros: kernel.kptr_restrict=1 hides them from a user without CAP_SYSLOG); run as root")
         );
         assert_eq!(
-            hidden_reason(Some("0000000000000000 A fixed_percpu_data"), Some(2), Some(2), true).as_deref(),
+            hidden_reason(Some("0000000000000000 T startup_64"), Some(2), Some(2), true).as_deref(),
             Some("kernel addresses are hidden (/proc/kallsyms shows zeros: kernel.kptr_restrict=2 hides them from root); lower kernel.kptr_restrict")
         );
         assert_eq!(

@@ -585,6 +585,13 @@ static __always_inline int bp_fp_step(struct bp_unwind *u)
 	}
 	next_bp = pair[0];
 	ra = pair[1] & BP_ADDR_MASK;
+	/* Not a user address (user space ends below 2^57 with 5-level page
+	 * tables): the chain ran into code without frame pointers and read
+	 * something else. Kept, its high bits would read as a frame's flags. */
+	if (ra >> 57) {
+		bs_count(&lost, BP_UNW_END_FP);
+		return 1;
+	}
 	u->fp_frames++;
 	u->sp = u->bp + 16;
 #if defined(__TARGET_ARCH_arm64)
