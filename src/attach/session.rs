@@ -1091,9 +1091,12 @@ fn inner_map(agg: bool, name: &str, key_size: u32, entries: u32) -> Result<MapHa
 }
 
 /// A script's maps, each a kernel map of its own, put in its outer array
-/// at its id.
+/// at its id. One batch per outer array: each update of an array of maps
+/// waits for an RCU grace period (about 15 ms here), once per batch.
 fn create_vm_maps(skel: &TraceSkel<'_>, vm: &VmImage, key_size: u32) -> Result<Vec<MapHandle>> {
     let mut out = Vec::with_capacity(vm.maps.len());
+    // (keys, fds) for vm_aggs and vm_vals.
+    let mut batches: [(Vec<u8>, Vec<u8>); 2] = Default::default();
     for (id, m) in vm.maps.iter().enumerate() {
         // Named after the script's map where bpftool shows it (15 bytes).
         let name: String = m
@@ -1109,16 +1112,26 @@ fn create_vm_maps(skel: &TraceSkel<'_>, vm: &VmImage, key_size: u32) -> Result<V
                     m.name, m.entries
                 )
             })?;
-        let outer = if m.agg {
-            &skel.maps.vm_aggs
-        } else {
-            &skel.maps.vm_vals
-        };
         let fd = h.as_fd().as_raw_fd() as u32;
-        outer
-            .update(&(id as u32).to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
-            .with_context(|| format!("adding the kernel map of {}", m.name))?;
+        let (keys, fds) = &mut batches[usize::from(!m.agg)];
+        keys.extend_from_slice(&(id as u32).to_ne_bytes());
+        fds.extend_from_slice(&fd.to_ne_bytes());
         out.push(h);
+    }
+    for ((keys, fds), outer) in batches.iter().zip([&skel.maps.vm_aggs, &skel.maps.vm_vals]) {
+        let n = (keys.len() / 4) as u32;
+        if n == 0 {
+            continue;
+        }
+        let batched = outer.update_batch(keys, fds, n, MapFlags::ANY, MapFlags::ANY);
+        if batched.is_err() {
+            // A kernel without batch updates of arrays of maps: one by one.
+            for (k, v) in keys.chunks(4).zip(fds.chunks(4)) {
+                outer
+                    .update(k, v, MapFlags::ANY)
+                    .context("adding a script map's kernel map to its array")?;
+            }
+        }
     }
     Ok(out)
 }
