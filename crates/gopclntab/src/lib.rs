@@ -979,6 +979,16 @@ fn find_pclntab<'d>(file: &object::File<'d>, img: &Image<'d>) -> Option<(u64, &'
             }
         }
     }
+    // The symbol search reads the whole symbol table: only for files a Go
+    // linker made (its sections say so), not every large C++ or Rust
+    // library without a table (libLLVM's is 24 MB of names).
+    let from_go = file.sections().any(|s| {
+        s.name()
+            .is_ok_and(|n| n.starts_with(".go") || n.starts_with(".note.go") || n.contains(".go."))
+    });
+    if !from_go {
+        return None;
+    }
     let sym = |n: &str| {
         file.symbols()
             .find(|s| s.name() == Ok(n))
