@@ -987,7 +987,10 @@ fn made_by_go(file: &object::File) -> bool {
             n.ends_with("gopclntab")
                 || n.ends_with("gosymtab")
                 || n.ends_with(".go.buildinfo")
-                || matches!(n, ".note.go.buildid" | ".noptrdata" | ".typelink" | ".itablink")
+                || matches!(
+                    n,
+                    ".note.go.buildid" | ".noptrdata" | ".typelink" | ".itablink"
+                )
         })
     })
 }
