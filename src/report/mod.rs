@@ -137,8 +137,8 @@ const NAMES_KEEP: u64 = 10;
 /// in it, and all files' together within this many bytes of their symbol
 /// tables (least recently sampled let go first): a compiler's library
 /// has 24 MB of names, and a whole system maps several.
-const HELD_KEEP: u64 = 3;
-const HELD_BUDGET: u64 = 24 << 20;
+const HELD_KEEP: u64 = 10;
+const HELD_BUDGET: u64 = 32 << 20;
 
 impl NameCache {
     /// After a live run's profile: lets go of the names, files and
@@ -426,6 +426,9 @@ fn user_locations(
             continue;
         };
         file.last = now;
+        if let Some(h) = file.held.as_mut() {
+            h.last = now;
+        }
         if !todo.is_empty() && file.held.is_none() && !streaming {
             let w = file.weight;
             cache.make_room(w);
