@@ -91,6 +91,10 @@ pub fn run(s: TopSettings) -> Result<()> {
         live.pump()?;
         let rec = live.refresh()?;
         let (profile, _) = report::recording_cached(&rec, &mut resolver, &mut cache);
+        drop(rec);
+        // What symbolizing freed (a file's symbol index let go) goes back
+        // to the system, not to glibc's free lists.
+        crate::profile::continuous::give_back_memory();
         let now = Instant::now();
         slices.push_back(Slice {
             at: now,

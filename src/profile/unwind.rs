@@ -214,7 +214,12 @@ fn register(
             let compiled = bpfscope_unwind::compile(Path::new(&open_path))
                 .or_else(|_| bpfscope_unwind::compile(Path::new(path)));
             tables.stats.compile += t0.elapsed();
-            match compiled {
+            // A large library's compile frees tens of MB that glibc would
+            // keep (the resident set stayed at the start-up peak).
+            let large = compiled
+                .as_ref()
+                .is_ok_and(|t| t.entries().len() >= TRIM_AFTER_ENTRIES);
+            let placed = match compiled {
                 Ok(t) if !t.entries().is_empty() => {
                     match tables.place(maps.entries, t.entries())? {
                         Some(start) => {
@@ -236,7 +241,11 @@ fn register(
                     tables.stats.without_table += 1;
                     None
                 }
+            };
+            if large {
+                super::continuous::give_back_memory();
             }
+            placed
         }
     };
     match placed {
@@ -264,6 +273,9 @@ fn register(
         }
     }
 }
+
+/// Tables of this many entries and more took tens of MB to compile.
+const TRIM_AFTER_ENTRIES: usize = 100_000;
 
 /// The vDSO's file id: the kernel side hands out ids from 2 (user space
 /// sets its counter to 1 before sampling starts).

@@ -93,19 +93,86 @@ pub struct BinaryReport {
 
 /// Names already found, kept across the profiles of one live run (`top`
 /// symbolizes each refresh's stacks; most of their frames were named
-/// before).
+/// before), per file; or, for one report, each file's state let go as
+/// soon as its offsets are named.
 #[derive(Default)]
 pub struct NameCache {
-    /// (build id, call site) -> the functions there, outer first.
-    user: HashMap<(Vec<u8>, u64), Vec<FuncLine>>,
-    /// Symbol files by build id (None: none found).
-    found: HashMap<Vec<u8>, Option<(PathBuf, Origin)>>,
-    /// Unwind tables (function bounds) of stripped files, by build id.
-    tables: HashMap<Vec<u8>, Option<(bpfscope_unwind::Functions, PathBuf)>>,
+    files: HashMap<Vec<u8>, FileNames>,
     /// One report, not a live run: each file's symbolizer state and unwind
     /// table are let go once its offsets are named (memory bounded by
     /// the largest file).
     streaming: bool,
+    /// Profiles symbolized so far: the clock of `FileNames::last`.
+    refresh: u64,
+}
+
+/// What a live run keeps of one file (by build id).
+struct FileNames {
+    /// Its symbol file (None: none found).
+    found: Option<(PathBuf, Origin)>,
+    /// Call site -> the functions there, outer first, and the refresh it
+    /// was last sampled in.
+    names: HashMap<u64, (Vec<FuncLine>, u64)>,
+    /// The file's own symbolizer state, while the budget allows.
+    held: Option<Held>,
+    /// Its unwind table's function bounds (for code no symbol names),
+    /// once needed: 16 bytes a function, where reading them again costs
+    /// the file's .eh_frame (8 MB for a compiler's library).
+    table: Option<Option<(bpfscope_unwind::Functions, PathBuf)>>,
+    /// What holding it costs, roughly: `elf::symbol_bytes` of the symbol file.
+    weight: u64,
+    last: u64,
+}
+
+struct Held {
+    /// None in one report: it names with the caller's resolver.
+    resolver: Option<Resolver>,
+    last: u64,
+}
+
+/// A live run's names of a file not sampled for this many refreshes go,
+/// and so does the file when none of its code was.
+const NAMES_KEEP: u64 = 10;
+/// A file's symbolizer state is kept this many refreshes without samples
+/// in it, and all files' together within this many bytes of their symbol
+/// tables (least recently sampled let go first): a compiler's library
+/// has 24 MB of names, and a whole system maps several.
+const HELD_KEEP: u64 = 10;
+const HELD_BUDGET: u64 = 32 << 20;
+
+impl NameCache {
+    /// After a live run's profile: lets go of the names, files and
+    /// symbolizer states not sampled lately.
+    fn age(&mut self) {
+        let now = self.refresh;
+        self.files.retain(|_, f| {
+            f.names.retain(|_, (_, last)| *last + NAMES_KEEP > now);
+            if f.held.as_ref().is_some_and(|h| h.last + HELD_KEEP <= now) {
+                f.held = None;
+            }
+            f.last + NAMES_KEEP > now
+        });
+    }
+
+    /// Before holding `need` more bytes: lets go of the least recently
+    /// used symbolizer states until all fit the budget.
+    fn make_room(&mut self, need: u64) {
+        let mut held: Vec<(u64, u64, &mut FileNames)> = self
+            .files
+            .values_mut()
+            .filter_map(|f| Some((f.held.as_ref()?.last, f.weight, f)))
+            .collect();
+        let mut total: u64 = need + held.iter().map(|(_, w, _)| w).sum::<u64>();
+        // Least recently sampled first, the largest first among equals.
+        held.sort_by_key(|(last, w, _)| (*last, std::cmp::Reverse(*w)));
+        for (_, w, f) in held {
+            if total <= HELD_BUDGET {
+                break;
+            }
+            f.held = None;
+            total -= w;
+        }
+    }
 }
 
 /// Symbolizes a recording into a profile.
@@ -318,58 +385,100 @@ fn user_locations(
             }
         }
     }
+    cache.refresh += 1;
+    let now = cache.refresh;
     let mut reports = Vec::new();
     for (i, offs) in per_bin.iter_mut().enumerate() {
         offs.sort_unstable();
         offs.dedup();
         let b = &rec.binaries[i];
-        let found = cache
-            .found
-            .entry(b.build_id.clone())
-            .or_insert_with(|| {
-                resolver
-                    .find(&b.build_id, &b.paths)
-                    .map(|f| (f.path, f.origin))
-            })
-            .clone();
+        if !cache.files.contains_key(&b.build_id) {
+            let found = resolver
+                .find(&b.build_id, &b.paths)
+                .map(|f| (f.path, f.origin));
+            let weight = match (&found, cache.streaming) {
+                (Some((path, _)), false) => bpfscope_symbolize::elf::symbol_bytes(path),
+                _ => 0,
+            };
+            cache.files.insert(
+                b.build_id.clone(),
+                FileNames {
+                    found,
+                    names: HashMap::new(),
+                    held: None,
+                    table: None,
+                    weight,
+                    last: now,
+                },
+            );
+        }
         // Only offsets not named before are looked up.
-        let todo: Vec<u64> = offs
-            .iter()
-            .copied()
-            .filter(|&o| !cache.user.contains_key(&(b.build_id.clone(), o)))
-            .collect();
-        let results = match &found {
-            Some((path, _)) if !todo.is_empty() => resolver.offsets(path, &b.segments, &todo),
-            _ => vec![None; todo.len()],
+        let todo: Vec<u64> = match cache.files.get(&b.build_id) {
+            Some(f) => offs
+                .iter()
+                .copied()
+                .filter(|o| !f.names.contains_key(o))
+                .collect(),
+            None => Vec::new(),
         };
-        let mut new_lines: Vec<Vec<FuncLine>> = results
-            .into_iter()
-            .map(|r| r.map(|r| r.lines).unwrap_or_default())
-            .collect();
-        if new_lines.iter().any(Vec::is_empty) {
-            let table = cache
-                .tables
-                .entry(b.build_id.clone())
-                .or_insert_with(|| unwind_table(b, found.as_ref().map(|f| f.0.as_path())));
-            if let Some((t, path)) = table {
-                name_by_unwind_tables(b, t, path, &todo, &mut new_lines);
+        let streaming = cache.streaming;
+        let Some(file) = cache.files.get_mut(&b.build_id) else {
+            continue;
+        };
+        file.last = now;
+        if let Some(h) = file.held.as_mut() {
+            h.last = now;
+        }
+        if !todo.is_empty() && file.held.is_none() && !streaming {
+            let w = file.weight;
+            cache.make_room(w);
+        }
+        let Some(file) = cache.files.get_mut(&b.build_id) else {
+            continue;
+        };
+        let found = file.found.clone();
+        if !todo.is_empty() {
+            let held = file.held.get_or_insert_with(|| Held {
+                resolver: (!streaming).then(|| resolver.sibling()),
+                last: now,
+            });
+            held.last = now;
+            // One report names with the caller's resolver (released below);
+            // a live run with the file's own.
+            let r = held.resolver.as_mut().unwrap_or(&mut *resolver);
+            let results = match &found {
+                Some((path, _)) => r.offsets(path, &b.segments, &todo),
+                None => vec![None; todo.len()],
+            };
+            let mut new_lines: Vec<Vec<FuncLine>> = results
+                .into_iter()
+                .map(|r| r.map(|r| r.lines).unwrap_or_default())
+                .collect();
+            if new_lines.iter().any(Vec::is_empty) {
+                let table = file
+                    .table
+                    .get_or_insert_with(|| unwind_table(b, found.as_ref().map(|f| f.0.as_path())));
+                if let Some((t, path)) = table {
+                    name_by_unwind_tables(b, t, path, &todo, &mut new_lines);
+                }
             }
-        }
-        for (o, l) in todo.iter().zip(new_lines) {
-            cache.user.insert((b.build_id.clone(), *o), l);
-        }
-        if cache.streaming {
-            cache.tables.remove(&b.build_id);
-            resolver.release();
+            for (o, l) in todo.iter().zip(new_lines) {
+                file.names.insert(*o, (l, now));
+            }
+            if streaming {
+                file.held = None;
+                file.table = None;
+                resolver.release();
+            }
         }
         let lines: Vec<Vec<FuncLine>> = offs
             .iter()
-            .map(|&o| {
-                cache
-                    .user
-                    .get(&(b.build_id.clone(), o))
-                    .cloned()
-                    .unwrap_or_default()
+            .map(|o| match file.names.get_mut(o) {
+                Some((l, last)) => {
+                    *last = now;
+                    l.clone()
+                }
+                None => Vec::new(),
             })
             .collect();
         let symbolized = lines.iter().filter(|l| !l.is_empty()).count();
@@ -394,6 +503,9 @@ fn user_locations(
                 lines: l,
             });
         }
+    }
+    if !cache.streaming {
+        cache.age();
     }
     reports
 }

@@ -353,6 +353,15 @@ impl GoTable {
         if file.format() != object::BinaryFormat::Elf {
             return None;
         }
+        // Files with section headers and none of a Go linker's are not Go:
+        // said before `Image` reads every dynamic relocation (a C++ or Rust
+        // library has tens of MB of them).
+        let loaded = file
+            .sections()
+            .any(|s| s.address() != 0 && s.data().is_ok_and(|d| !d.is_empty()));
+        if loaded && !made_by_go(&file) {
+            return None;
+        }
         let img = Image::new(&file);
         let hint = || text_hint(&file);
         let (tab_vaddr, mut t) = match find_pclntab(&file, &img) {
@@ -969,6 +978,23 @@ fn text_hint(file: &object::File) -> Option<u64> {
         .or_else(|| file.section_by_name(".text").map(|s| s.address()))
 }
 
+/// A Go linker's sections (`.gopclntab`, `.go.buildinfo`,
+/// `.note.go.buildid`, `.gosymtab`...), which every Go ELF file with
+/// section headers has.
+fn made_by_go(file: &object::File) -> bool {
+    file.sections().any(|s| {
+        s.name().is_ok_and(|n| {
+            n.ends_with("gopclntab")
+                || n.ends_with("gosymtab")
+                || n.ends_with(".go.buildinfo")
+                || matches!(
+                    n,
+                    ".note.go.buildid" | ".noptrdata" | ".typelink" | ".itablink"
+                )
+        })
+    })
+}
+
 /// Finds the pclntab by section name, else by the `runtime.pclntab` symbol.
 fn find_pclntab<'d>(file: &object::File<'d>, img: &Image<'d>) -> Option<(u64, &'d [u8])> {
     // PIE builds name it .data.rel.ro.gopclntab.
@@ -978,6 +1004,12 @@ fn find_pclntab<'d>(file: &object::File<'d>, img: &Image<'d>) -> Option<(u64, &'
                 return Some((s.address(), d));
             }
         }
+    }
+    // The symbol search reads the whole symbol table: only for files a Go
+    // linker made, not every large C++ or Rust library without a table
+    // (libLLVM's is 24 MB of names).
+    if !made_by_go(file) {
+        return None;
     }
     let sym = |n: &str| {
         file.symbols()

@@ -69,6 +69,40 @@ pub fn inspect(path: &Path) -> Result<ElfSummary, ElfError> {
     })
 }
 
+/// Bytes of the sections a symbolizer reads and keeps mapped or indexed
+/// (symbol and string tables, debug information): what holding the file
+/// open for lookups costs in memory, to within a factor of about one.
+pub fn symbol_bytes(path: &Path) -> u64 {
+    use object::read::elf::{FileHeader, SectionHeader};
+    // Section headers only: a parse of the whole file reads its symbol
+    // tables (4 MB for a compiler's library).
+    let Ok(f) = File::open(path) else {
+        return 0;
+    };
+    let cache = ReadCache::new(f);
+    let data = &cache;
+    let Ok(header) = object::elf::FileHeader64::<object::Endianness>::parse(data) else {
+        return 0;
+    };
+    let Ok(endian) = header.endian() else {
+        return 0;
+    };
+    let Ok(sections) = header.sections(endian, data) else {
+        return 0;
+    };
+    sections
+        .iter()
+        .filter(|s| {
+            sections.section_name(endian, s).is_ok_and(|n| {
+                matches!(n, b".symtab" | b".strtab" | b".dynsym" | b".dynstr")
+                    || n.starts_with(b".debug_")
+                    || n.starts_with(b".zdebug_")
+            })
+        })
+        .map(|s| s.sh_size(endian))
+        .sum()
+}
+
 /// A separate debug file (objcopy --only-keep-debug, distribution -dbg
 /// packages) keeps the program headers' addresses but not their file
 /// offsets. Linkers lay segments out in order, each at the first file

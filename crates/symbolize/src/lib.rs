@@ -212,6 +212,20 @@ impl Resolver {
         }
     }
 
+    /// A resolver of its own for one file's offsets, with the same debug
+    /// directories and inlining (no debuginfod: `find` is this one's
+    /// job): a live view keeps one per file and lets go of each on its
+    /// own, where `release` would let go of every file at once.
+    pub fn sibling(&self) -> Resolver {
+        Resolver {
+            symbolizer: symbolizer(&self.debug_dirs, self.inlined),
+            debug_dirs: self.debug_dirs.clone(),
+            debuginfod: None,
+            inlined: self.inlined,
+            unreadable: Vec::new(),
+        }
+    }
+
     /// Lets go of every file the symbolizer has opened and parsed (its
     /// mappings and indexes): a report symbolizes one file after another,
     /// so its peak memory is that of the largest file, not of all of them.
@@ -354,8 +368,13 @@ impl Resolver {
             .collect();
         vaddrs.sort_unstable();
         vaddrs.dedup();
-        let parts = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let results = if vaddrs.len() >= PARALLEL_MIN && parts > 1 {
+        // Asked only for large batches: it reads cgroup files each time.
+        let parts = if vaddrs.len() >= PARALLEL_MIN {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            1
+        };
+        let results = if parts > 1 {
             let chunk = vaddrs.len().div_ceil(parts);
             let (dirs, inlined) = (&self.debug_dirs, self.inlined);
             std::thread::scope(|sc| {

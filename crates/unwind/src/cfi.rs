@@ -14,6 +14,7 @@ use crate::rule::{
     Arch, Cfa, ReturnAddress, Rule, SavedRbp, REG_RBP, REG_RSP, REG_SP, REG_X29, SIGCONTEXT_RBP,
     SIGCONTEXT_RIP, SIGCONTEXT_RSP,
 };
+use crate::table::Rows;
 use crate::Stats;
 
 /// Why a row became `Cfa::Unsupported`.
@@ -62,7 +63,7 @@ pub(crate) fn collect<R, S>(
     bases: &BaseAddresses,
     admit: &dyn Fn(u64, u64) -> Admit,
     stats: &mut Stats,
-    rows: &mut Vec<Row>,
+    rows: &mut Rows,
     ranges: &mut Vec<(u64, u64)>,
     failed: &mut Vec<(u64, u64)>,
 ) where
@@ -148,7 +149,9 @@ pub(crate) fn collect<R, S>(
         if signal {
             stats.signal_fdes += 1;
         }
-        rows.extend_from_slice(&fde_rows);
+        for r in &fde_rows {
+            rows.push(r, stats);
+        }
         ranges.push((start, end));
     }
 }

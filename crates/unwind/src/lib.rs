@@ -123,6 +123,7 @@ pub use table::{
 };
 
 use cfi::{Admit, Row};
+use table::Rows;
 
 /// A compiled table (see the crate documentation for its layout).
 #[derive(Clone, Debug)]
@@ -255,10 +256,41 @@ pub fn compile(path: &Path) -> Result<UnwindTable, UnwindError> {
         source,
     })?;
     let cache = ReadCache::new(file);
-    compile_data(&cache, path)
+    let collected = collect_rows(&cache, path)?;
+    // The sections read (a compiler's .eh_frame is 8 MB) go before the
+    // entries are made.
+    drop(cache);
+    let Collected {
+        arch,
+        rows,
+        stats,
+        mut invalid_cfi,
+    } = collected;
+    let (base, entries, stats) =
+        table::build(rows, stats).map_err(|(low, high)| UnwindError::AddressSpan {
+            path: path.to_owned(),
+            low,
+            high,
+        })?;
+    invalid_cfi.sort_unstable();
+    Ok(UnwindTable {
+        arch,
+        base,
+        entries,
+        stats,
+        invalid_cfi,
+    })
 }
 
-fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable, UnwindError> {
+/// A file's rows, before they are merged into entries.
+struct Collected {
+    arch: Arch,
+    rows: Rows,
+    stats: Stats,
+    invalid_cfi: Vec<(u64, u64)>,
+}
+
+fn collect_rows<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<Collected, UnwindError> {
     let parse_err = |source| UnwindError::Parse {
         path: path.to_owned(),
         source,
@@ -347,7 +379,7 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
     }
 
     let mut stats = Stats::default();
-    let mut rows: Vec<Row> = Vec::new();
+    let mut rows = Rows::new(arch, code.iter().map(|c| c.0).min());
     let mut ranges: Vec<(u64, u64)> = Vec::new();
     let mut invalid_cfi: Vec<(u64, u64)> = Vec::new();
     // DW_CFA_AARCH64_negate_ra_state (pointer authentication) shares its
@@ -414,10 +446,10 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         for r in go {
             if in_code(r.start, r.end) && !fde.meets(r.start, r.end) {
                 stats.go_rows += 1;
-                rows.push(r);
+                rows.push(&r, &mut stats);
             }
         }
-        ranges.extend(rows.iter().map(|r| (r.start, r.end)));
+        ranges.extend(rows.ranges());
     }
 
     // Stubs that only jump (.plt.sec, .plt.got) with no FDE of their own
@@ -456,13 +488,16 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         };
         if exec && start < end && !covered.meets(start, end) {
             stats.synthesized_plt += 1;
-            rows.push(Row {
-                start,
-                end,
-                rule: stub_rule,
-                unsupported: None,
-                rbp_dropped: false,
-            });
+            rows.push(
+                &Row {
+                    start,
+                    end,
+                    rule: stub_rule,
+                    unsupported: None,
+                    rbp_dropped: false,
+                },
+                &mut stats,
+            );
         }
     }
 
@@ -473,28 +508,23 @@ fn compile_data<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<UnwindTable,
         {
             if start < end && !covered.meets(start, end) {
                 stats.synthesized_sigreturn += 1;
-                rows.push(Row {
-                    start,
-                    end,
-                    rule: Rule::sigcontext(true),
-                    unsupported: None,
-                    rbp_dropped: false,
-                });
+                rows.push(
+                    &Row {
+                        start,
+                        end,
+                        rule: Rule::sigcontext(true),
+                        unsupported: None,
+                        rbp_dropped: false,
+                    },
+                    &mut stats,
+                );
             }
         }
     }
 
-    let (base, entries, stats) =
-        table::build(rows, stats, arch).map_err(|(low, high)| UnwindError::AddressSpan {
-            path: path.to_owned(),
-            low,
-            high,
-        })?;
-    invalid_cfi.sort_unstable();
-    Ok(UnwindTable {
+    Ok(Collected {
         arch,
-        base,
-        entries,
+        rows,
         stats,
         invalid_cfi,
     })
