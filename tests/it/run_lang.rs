@@ -350,11 +350,17 @@ fn stacks_keep_their_limit_and_start_at_the_traced_code() {
     assert_eq!(k.len(), 2, "{a:#?}");
     assert_eq!(u.len(), 2, "{a:#?}");
     assert_eq!(p.len(), 1, "{a:#?}");
+    // The function, or a copy the compiler specialized (6.1's
+    // `syscall_trace_enter.constprop.0`).
+    let traced = |f: &str| {
+        f.strip_prefix("syscall_trace_enter")
+            .is_some_and(|r| r.starts_with('+') || r.starts_with('.'))
+    };
     assert!(
-        p[0].starts_with('\t') && p[0].contains(" syscall_trace_enter+"),
+        p[0].starts_with('\t') && p[0].split_whitespace().nth(1).is_some_and(traced),
         "{p:?}"
     );
-    assert!(k[0].trim().starts_with("syscall_trace_enter+"), "{k:?}");
+    assert!(traced(k[0].trim()), "{k:?}");
     assert_eq!(k[..], kf[..2]);
     assert!(uf.iter().all(|f| f.contains('+')), "{uf:?}");
     assert!(a.contains(&"]: 3".to_string()), "{a:#?}");

@@ -163,17 +163,31 @@ struct bs_strstr {
 
 static int bs_strstr_at(u64 i, struct bs_strstr *c)
 {
-	u32 at = i;
-
-	for (int k = 0; k < BS_STR_MAX; k++) {
+	for (u64 k = 0; k < BS_STR_MAX; k++) {
 		char n = c->needle[k];
+		u64 at = i + k;
 
 		if (!n) {
 			c->found = 1;
 			return 1;
 		}
-		if (at + k >= BS_STR_MAX || c->hay[(at + k) & (BS_STR_MAX - 1)] != n)
-			return c->hay[at & (BS_STR_MAX - 1)] ? 0 : 1;
+		if (at >= BS_STR_MAX)
+			return 1;
+		/*
+		 * 64-bit and masked after a barrier: 6.1's verifier lost the
+		 * bound of a 32-bit sum ("value -2147483648 makes map_value
+		 * pointer be out of bounds").
+		 */
+		asm volatile("" : "+r"(at));
+		at &= BS_STR_MAX - 1;
+		if (c->hay[at] != n) {
+			u64 h = i;
+
+			/* Masked for the verifier, which cannot derive i <= at. */
+			asm volatile("" : "+r"(h));
+			h &= BS_STR_MAX - 1;
+			return c->hay[h] ? 0 : 1;
+		}
 	}
 	return 0;
 }
