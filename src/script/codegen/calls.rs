@@ -363,12 +363,7 @@ impl<'a> Lower<'a> {
             }
         }
         self.emit(i);
-        Ok(Val {
-            ty: Ty::Inet,
-            loc: slot,
-            lit: false,
-            bits: 64,
-        })
+        Ok(Val::at(Ty::Inet, slot))
     }
 
     /// A record field that is an array of bytes (`__u8 saddr[4]`): the
@@ -447,12 +442,7 @@ impl<'a> Lower<'a> {
             (None, None) => return err(span, "buf() of an address needs a length: buf(ptr, len)"),
         }
         self.emit(i);
-        Ok(Val {
-            ty: Ty::Buf,
-            loc: slot,
-            lit: false,
-            bits: 64,
-        })
+        Ok(Val::at(Ty::Buf, slot))
     }
 
     /// sizeof(TYPE) or sizeof(expr), in bytes.
@@ -666,12 +656,7 @@ impl<'a> Lower<'a> {
                             None => {}
                         }
                         self.emit(i);
-                        Ok(Val {
-                            ty: Ty::Str,
-                            loc: slot,
-                            lit: false,
-                            bits: 64,
-                        })
+                        Ok(Val::at(Ty::Str, slot))
                     }
                     t => err(
                         a.span,
@@ -838,12 +823,7 @@ impl<'a> Lower<'a> {
                 }
                 let slot = self.slot(span)?;
                 self.emit(insn(bs_vm_op::BS_VM_USYM, slot, v.loc, 0));
-                Ok(Val {
-                    ty: Ty::USym,
-                    loc: slot,
-                    lit: false,
-                    bits: 64,
-                })
+                Ok(Val::at(Ty::USym, slot))
             }
             "buf" => self.buf(args, span),
             // Address spaces: bpfscope reads user memory, then kernel, either way.

@@ -84,12 +84,7 @@ impl<'a> Lower<'a> {
         let idx = self.sh.strs.intern(s);
         let slot = self.slot(span)?;
         self.emit(insn(bs_vm_op::BS_VM_CSTR, slot, 0, 0).arg(idx));
-        Ok(Val {
-            ty: Ty::Str,
-            loc: slot,
-            lit: false,
-            bits: 64,
-        })
+        Ok(Val::at(Ty::Str, slot))
     }
 
     pub(super) fn read_src(&mut self, src: bs_src, ty: Ty, span: Span) -> Res<Val> {
@@ -97,21 +92,11 @@ impl<'a> Lower<'a> {
         if ty == Ty::Str {
             let slot = self.slot(span)?;
             self.emit(insn(bs_vm_op::BS_VM_SRCSTR, slot, 0, 0).arg(idx));
-            return Ok(Val {
-                ty,
-                loc: slot,
-                lit: false,
-                bits: 64,
-            });
+            return Ok(Val::at(ty, slot));
         }
         let r = self.reg(span)?;
         self.emit(insn(bs_vm_op::BS_VM_SRC, r, 0, 0).arg(idx));
-        Ok(Val {
-            ty,
-            loc: r,
-            lit: false,
-            bits: 64,
-        })
+        Ok(Val::at(ty, r))
     }
 
     pub(super) fn expr(&mut self, e: &Expr) -> Res<Val> {

@@ -201,12 +201,7 @@ impl<'a> Lower<'a> {
                     Some(id) => Ty::Ptr { btf: id },
                     None => Ty::Int { signed: false },
                 };
-                Val {
-                    ty,
-                    loc: r,
-                    lit: false,
-                    bits: 64,
-                }
+                Val::at(ty, r)
             }
             Shape::KernelStr | Shape::UserStr => {
                 read(self, 8, false);
@@ -220,12 +215,7 @@ impl<'a> Lower<'a> {
             Shape::CharArray(n) => {
                 let slot = self.slot(span)?;
                 self.emit(insn(bs_vm_op::BS_VM_STRPTR, slot, r, 0).imm(i64::from(n)));
-                Val {
-                    ty: Ty::Str,
-                    loc: slot,
-                    lit: false,
-                    bits: 64,
-                }
+                Val::at(Ty::Str, slot)
             }
             Shape::Array { len, .. } => {
                 return err(

@@ -202,20 +202,10 @@ impl<'a> Lower<'a> {
         if ty.in_slot() {
             let slot = self.slot(span)?;
             self.emit(insn(bs_vm_op::BS_VM_MGETSTR, slot, 0, 0));
-            return Ok(Val {
-                ty,
-                loc: slot,
-                lit: false,
-                bits: 64,
-            });
+            return Ok(Val::at(ty, slot));
         }
         let r = self.reg(span)?;
         self.emit(insn(bs_vm_op::BS_VM_MGET, r, 0, 0));
-        Ok(Val {
-            ty,
-            loc: r,
-            lit: false,
-            bits: 64,
-        })
+        Ok(Val::at(ty, r))
     }
 }

@@ -43,6 +43,18 @@ struct Val {
     bits: u8,
 }
 
+impl Val {
+    /// A value read or computed at `loc`: not a literal, all 64 bits.
+    fn at(ty: Ty, loc: u8) -> Val {
+        Val {
+            ty,
+            loc,
+            lit: false,
+            bits: 64,
+        }
+    }
+}
+
 /// Where a probe block's reads come from.
 pub struct ProbeCtx<'a> {
     pub probe: &'a Probe,
@@ -198,10 +210,33 @@ impl<'a> Lower<'a> {
             }
             r
         });
+        self.pop_scope();
+        r
+    }
+
+    /// Ends the innermost block's scope: its `let`s are forgotten.
+    fn pop_scope(&mut self) {
         for name in self.scopes.pop().unwrap_or_default() {
             self.forget(&name);
         }
-        r
+    }
+
+    /// A loop's body, then the jump back to `top` (where `continue` goes);
+    /// `done`, the loop's exit test, and each `break` land after it.
+    fn loop_body(&mut self, top: u32, done: usize, body: &[Stmt]) -> Res<()> {
+        self.loops.push(Loop {
+            top,
+            breaks: Vec::new(),
+        });
+        let r = self.stmts(body);
+        let lp = self.loops.pop();
+        r?;
+        self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0).arg(top));
+        self.patch(done);
+        for b in lp.map(|l| l.breaks).unwrap_or_default() {
+            self.patch(b);
+        }
+        Ok(())
     }
 
     /// `let $x [: type] [= value]`: declared in the innermost block.
@@ -300,19 +335,7 @@ impl<'a> Lower<'a> {
                 let r = self.truth(v, *span)?;
                 let j = self.emit(insn(bs_vm_op::BS_VM_JZ, 0, r, 0));
                 self.reset_tmps();
-                self.loops.push(Loop {
-                    top,
-                    breaks: Vec::new(),
-                });
-                let body = self.stmts(body);
-                let lp = self.loops.pop();
-                body?;
-                self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0).arg(top));
-                self.patch(j);
-                for b in lp.map(|l| l.breaks).unwrap_or_default() {
-                    self.patch(b);
-                }
-                Ok(())
+                self.loop_body(top, j, body)
             }
             Stmt::Break(span) | Stmt::Continue(span) => {
                 let brk = matches!(s, Stmt::Break(_));

@@ -171,29 +171,14 @@ impl<'a> Lower<'a> {
             let mut i = insn(bs_vm_op::BS_VM_KEYGET, loc, 0, 0).arg(k.off as u32);
             i.arg2 = text;
             self.emit(i);
-            parts.push(TVal::One(Val {
-                ty: k.ty,
-                loc,
-                lit: false,
-                bits: 64,
-            }));
+            parts.push(TVal::One(Val::at(k.ty, loc)));
         }
         let value = if vty.in_slot() {
-            Val {
-                ty: vty,
-                loc: vslot,
-                lit: false,
-                bits: 64,
-            }
+            Val::at(vty, vslot)
         } else {
             let r = self.reg(span)?;
             self.emit(insn(bs_vm_op::BS_VM_SVNUM, r, vslot, 0));
-            Val {
-                ty: vty,
-                loc: r,
-                lit: false,
-                bits: 64,
-            }
+            Val::at(vty, r)
         };
         let key = if parts.len() == 1 {
             parts.remove(0)
@@ -201,23 +186,13 @@ impl<'a> Lower<'a> {
             TVal::Many(parts)
         };
         self.scopes.push(vec![var.to_string()]);
-        let bound = self.bind_tuple(var, TVal::Many(vec![key, TVal::One(value)]), span);
-        self.reset_tmps();
-        self.loops.push(Loop {
-            top,
-            breaks: Vec::new(),
-        });
-        let r = bound.and_then(|_| self.stmts(body));
-        let lp = self.loops.pop();
-        for name in self.scopes.pop().unwrap_or_default() {
-            self.forget(&name);
-        }
-        r?;
-        self.emit(insn(bs_vm_op::BS_VM_JMP, 0, 0, 0).arg(top));
-        self.patch(done);
-        for b in lp.map(|l| l.breaks).unwrap_or_default() {
-            self.patch(b);
-        }
-        Ok(())
+        let r = self
+            .bind_tuple(var, TVal::Many(vec![key, TVal::One(value)]), span)
+            .and_then(|_| {
+                self.reset_tmps();
+                self.loop_body(top, done, body)
+            });
+        self.pop_scope();
+        r
     }
 }
