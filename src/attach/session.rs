@@ -106,12 +106,11 @@ impl<'obj> Session<'obj> {
             .context("opening the BPF object")?;
         let shape = Shape::of(plan);
         specialize(&mut open, plan, s, &shape)?;
-        let templates = size_maps(&mut open, plan, s, &shape)?;
+        let vm_maps = size_maps(&mut open, plan, s, &shape)?;
         let progs = Programs::for_plan(plan, &s.target, features);
         let template = progs.template(features)?;
         progs.select(&mut open, template.as_ref())?;
-        let skel = load_object(open, s.verbose)?;
-        drop(templates);
+        let skel = load_filling(open, s.verbose, vm_maps.as_ref())?;
         let images = [
             progs
                 .fentry
@@ -120,7 +119,7 @@ impl<'obj> Session<'obj> {
                 .fexit
                 .then(|| ProgImage::of(skel.object(), &skel.progs.bpfscope_fexit)),
         ];
-        let mut session = Session {
+        let session = Session {
             skel,
             links: Vec::new(),
             uprobe_multi: progs.umulti,
@@ -131,12 +130,9 @@ impl<'obj> Session<'obj> {
             template,
             template_used: [false; 2],
             routed_syscalls: false,
-            vm_maps: Vec::new(),
+            vm_maps: vm_maps.map(|m| m.inner).unwrap_or_default(),
             shape,
         };
-        if let Some(vm) = &plan.vm {
-            session.vm_maps = create_vm_maps(&session.skel, vm, start_size(plan))?;
-        }
         session.fill(plan)?;
         Ok(session)
     }
@@ -997,15 +993,16 @@ fn ringbuf_bytes(s: &LoadConfig) -> u32 {
 }
 
 /// Sizes the maps for this plan: what it does not use takes one entry.
-/// Returns the inner map templates of a script's maps, to hold until load.
+/// Returns a script's maps, made here so that their arrays fill while the
+/// object loads.
 fn size_maps(
     open: &mut OpenTraceSkel<'_>,
     plan: &Plan,
     s: &LoadConfig,
     shape: &Shape,
-) -> Result<Vec<MapHandle>> {
+) -> Result<Option<VmMaps>> {
     let maps = &mut open.maps;
-    let mut templates = Vec::new();
+    let mut vm_maps = None;
     if let Some(n) = shape.slot_buckets {
         // Keyless: the slots hold the aggregates, the hash map is not used.
         maps.slots.set_max_entries(2 * n)?;
@@ -1036,13 +1033,16 @@ fn size_maps(
         maps.vm_srcs
             .set_max_entries((vm.srcs.len() as u32).max(1))?;
         let nmaps = (vm.maps.len() as u32).max(1);
-        for (agg, outer) in [(true, &mut maps.vm_aggs), (false, &mut maps.vm_vals)] {
-            outer.set_max_entries(nmaps)?;
-            let t = inner_template(agg, start_size(plan))
-                .context("creating the script maps' template")?;
-            outer.set_inner_map_fd(t.as_fd())?;
-            templates.push(t);
+        let made = VmMaps::create(vm, start_size(plan))?;
+        for (outer, (h, _, _)) in [&mut maps.vm_aggs, &mut maps.vm_vals]
+            .into_iter()
+            .zip(&made.outer)
+        {
+            outer
+                .reuse_fd(h.as_fd())
+                .context("handing the script maps' arrays to the object")?;
         }
+        vm_maps = Some(made);
         maps.vm_full.set_max_entries(nmaps)?;
         maps.vm_cut
             .set_max_entries((plan.probes.len() as u32).max(1))?;
@@ -1053,7 +1053,7 @@ fn size_maps(
     if matches!(s.target, Target::All) {
         maps.tracked.set_max_entries(1)?;
     }
-    Ok(templates)
+    Ok(vm_maps)
 }
 
 /// The inner template of a script's array of maps (vm_aggs, vm_vals):
@@ -1091,49 +1091,108 @@ fn inner_map(agg: bool, name: &str, key_size: u32, entries: u32) -> Result<MapHa
 }
 
 /// A script's maps, each a kernel map of its own, put in its outer array
-/// at its id. One batch per outer array: each update of an array of maps
-/// waits for an RCU grace period (about 15 ms here), once per batch.
-fn create_vm_maps(skel: &TraceSkel<'_>, vm: &VmImage, key_size: u32) -> Result<Vec<MapHandle>> {
-    let mut out = Vec::with_capacity(vm.maps.len());
-    // (keys, fds) for vm_aggs and vm_vals.
-    let mut batches: [(Vec<u8>, Vec<u8>); 2] = Default::default();
-    for (id, m) in vm.maps.iter().enumerate() {
-        // Named after the script's map where bpftool shows it (15 bytes).
-        let name: String = m
-            .name
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .take(12)
-            .collect();
-        let h =
-            inner_map(m.agg, &format!("bs_{name}"), key_size, m.entries).with_context(|| {
-                format!(
-                    "creating the kernel map of {} ({} entries)",
-                    m.name, m.entries
-                )
-            })?;
-        let fd = h.as_fd().as_raw_fd() as u32;
-        let (keys, fds) = &mut batches[usize::from(!m.agg)];
-        keys.extend_from_slice(&(id as u32).to_ne_bytes());
-        fds.extend_from_slice(&fd.to_ne_bytes());
-        out.push(h);
-    }
-    for ((keys, fds), outer) in batches.iter().zip([&skel.maps.vm_aggs, &skel.maps.vm_vals]) {
-        let n = (keys.len() / 4) as u32;
-        if n == 0 {
-            continue;
+/// (vm_aggs or vm_vals) at its id. Each update of an array of maps waits
+/// for an RCU grace period (about 15 ms here): the arrays are made before
+/// the object loads and filled, one batch each, while it loads.
+struct VmMaps {
+    /// Each script map's kernel map, in id order.
+    inner: Vec<MapHandle>,
+    /// vm_aggs and vm_vals, each with the ids and map fds it is filled with.
+    outer: Vec<(MapHandle, Vec<u8>, Vec<u8>)>,
+}
+
+impl VmMaps {
+    fn create(vm: &VmImage, key_size: u32) -> Result<VmMaps> {
+        let nmaps = (vm.maps.len() as u32).max(1);
+        let mut outer = Vec::with_capacity(2);
+        for (agg, name) in [(true, "vm_aggs"), (false, "vm_vals")] {
+            // The kernel keeps the template's shape: it may go once the
+            // array exists.
+            let t = inner_template(agg, key_size).context("creating the script maps' template")?;
+            let opts = libbpf_sys::bpf_map_create_opts {
+                sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as libbpf_sys::size_t,
+                inner_map_fd: t.as_fd().as_raw_fd() as u32,
+                ..Default::default()
+            };
+            let h = MapHandle::create(MapType::ArrayOfMaps, Some(name), 4, 4, nmaps, &opts)
+                .context("creating the script maps' array")?;
+            outer.push((h, Vec::new(), Vec::new()));
         }
-        let batched = outer.update_batch(keys, fds, n, MapFlags::ANY, MapFlags::ANY);
-        if batched.is_err() {
-            // A kernel without batch updates of arrays of maps: one by one.
-            for (k, v) in keys.chunks(4).zip(fds.chunks(4)) {
-                outer
-                    .update(k, v, MapFlags::ANY)
-                    .context("adding a script map's kernel map to its array")?;
+        let mut inner = Vec::with_capacity(vm.maps.len());
+        for (id, m) in vm.maps.iter().enumerate() {
+            // Named after the script's map where bpftool shows it (15 bytes).
+            let name: String = m
+                .name
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .take(12)
+                .collect();
+            let h = inner_map(m.agg, &format!("bs_{name}"), key_size, m.entries).with_context(
+                || {
+                    format!(
+                        "creating the kernel map of {} ({} entries)",
+                        m.name, m.entries
+                    )
+                },
+            )?;
+            let fd = h.as_fd().as_raw_fd() as u32;
+            let (_, keys, fds) = &mut outer[usize::from(!m.agg)];
+            keys.extend_from_slice(&(id as u32).to_ne_bytes());
+            fds.extend_from_slice(&fd.to_ne_bytes());
+            inner.push(h);
+        }
+        Ok(VmMaps { inner, outer })
+    }
+}
+
+/// Puts the script maps in one outer array.
+fn fill_outer((outer, keys, fds): &(MapHandle, Vec<u8>, Vec<u8>)) -> Result<()> {
+    let n = (keys.len() / 4) as u32;
+    if n == 0 {
+        return Ok(());
+    }
+    if outer
+        .update_batch(keys, fds, n, MapFlags::ANY, MapFlags::ANY)
+        .is_err()
+    {
+        // A kernel without batch updates of arrays of maps: one by one.
+        for (k, v) in keys.chunks(4).zip(fds.chunks(4)) {
+            outer
+                .update(k, v, MapFlags::ANY)
+                .context("adding a script map's kernel map to its array")?;
+        }
+    }
+    Ok(())
+}
+
+/// Loads the object while other threads fill the script maps' arrays:
+/// their grace periods pass during the verifier's work instead of after it
+/// (a 6-map script: 65 ms to its end before, 45 ms now, paired medians).
+fn load_filling<'obj>(
+    open: OpenTraceSkel<'obj>,
+    verbose: bool,
+    vm_maps: Option<&VmMaps>,
+) -> Result<TraceSkel<'obj>> {
+    let outers = vm_maps.map(|m| m.outer.as_slice()).unwrap_or_default();
+    std::thread::scope(|sc| {
+        let fills: Vec<_> = outers
+            .iter()
+            .map(|o| sc.spawn(move || fill_outer(o)))
+            .collect();
+        let skel = load_object(open, verbose);
+        let mut filled = Ok(());
+        for f in fills {
+            let r = f
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("filling a script map array failed")));
+            if filled.is_ok() {
+                filled = r;
             }
         }
-    }
-    Ok(out)
+        let skel = skel?;
+        filled?;
+        Ok(skel)
+    })
 }
 
 /// The programs a plan needs loaded; the others are not loaded at all.
