@@ -5,6 +5,8 @@
 #[allow(
     clippy::all,
     clippy::pedantic,
+    clippy::unwrap_used,
+    clippy::expect_used,
     missing_docs,
     dead_code,
     unused_imports,
@@ -18,6 +20,8 @@ pub mod trace {
 #[allow(
     clippy::all,
     clippy::pedantic,
+    clippy::unwrap_used,
+    clippy::expect_used,
     missing_docs,
     dead_code,
     unused_imports,
@@ -31,6 +35,8 @@ pub mod profile {
 #[allow(
     clippy::all,
     clippy::pedantic,
+    clippy::unwrap_used,
+    clippy::expect_used,
     missing_docs,
     dead_code,
     unused_imports,

@@ -1,3 +1,5 @@
+// Allowed here: a failed check panics: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 // SPDX-License-Identifier: GPL-2.0
 //! Real-binary tests: the crate's answers on stripped Go binaries against
 //! independent truth from the unstripped build.

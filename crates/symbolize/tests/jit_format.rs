@@ -1,3 +1,5 @@
+// Allowed here: a failed check panics: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 // Format-level tests on hand-built inputs: perf map syntax, overlap rules,
 // jitdump records in both byte orders, and garbage that must not panic.
 

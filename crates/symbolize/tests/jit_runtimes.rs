@@ -1,3 +1,5 @@
+// Allowed here: a failed check panics: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 // Tests against real runtimes on this machine (Node, OpenJDK). Each test
 // prints a reason and returns if its runtime is missing.
 

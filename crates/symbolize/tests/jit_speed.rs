@@ -1,3 +1,5 @@
+// Allowed here: a failed check panics: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 // Parse and lookup speed on a Node-sized perf map (run with --release for
 // meaningful numbers; debug builds only print).
 

@@ -1,3 +1,5 @@
+// Allowed here: a failed check panics: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 // SPDX-License-Identifier: GPL-2.0
 //! Checks pylines::line_for against line numbers CPython itself computes,
 //! for every 2-byte code unit of every code object pylines/lines.py dumps,

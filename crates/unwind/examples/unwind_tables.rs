@@ -9,6 +9,9 @@
 //! `--dir DIR` adds every ELF file directly in DIR (a wider sample than
 //! what happens to run).
 
+// Allowed here: an example stops at its first error.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};

@@ -6,6 +6,9 @@
 //!
 //! Tests that need a tool that is missing print `SKIP <reason>` and return.
 
+// Allowed here: a failed check panics: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
