@@ -212,26 +212,31 @@ impl Resolver {
     }
 
     /// As `resolve_all` for one spec, except that a spec nothing matches is
-    /// no error: Ok(Err(what resolve_all would have said)), so a script can
-    /// skip it as bpftrace does. A binary that does not exist is an error.
-    pub fn resolve_optional(
-        &mut self,
-        spec: &ProbeSpec,
-    ) -> Result<Result<Resolved, String>, Error> {
+    /// no error but None, so a script can skip it as bpftrace does
+    /// (`why_missing` says why). A binary that does not exist is an error.
+    pub fn resolve_optional(&mut self, spec: &ProbeSpec) -> Result<Option<Resolved>, Error> {
         let before = self.skipped.len();
         let matched = self.matches(spec)?;
         if matched.is_empty() && self.skipped.len() == before {
-            return Ok(Err(self.unknown(spec).to_string()));
+            return Ok(None);
         }
         let mut seen = BTreeSet::new();
         let probes = matched
             .into_iter()
             .filter(|p| seen.insert(p.name.clone()))
             .collect();
-        Ok(Ok(Resolved {
+        Ok(Some(Resolved {
             probes,
             skipped: self.skipped[before..].to_vec(),
         }))
+    }
+
+    /// What `resolve_all` says of a spec nothing matches, with the nearest
+    /// names. Asked only when shown: scoring every symbol of a large
+    /// library took a quarter of a script's start (sslsnoop.bt skips 14
+    /// libcrypto functions).
+    pub fn why_missing(&mut self, spec: &ProbeSpec) -> String {
+        self.unknown(spec).to_string()
     }
 
     fn kfuncs(&mut self) -> Result<Rc<kfunc::Catalog>, Error> {

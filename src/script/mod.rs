@@ -60,7 +60,7 @@ enum Point {
     },
     /// Nothing matched (a function a library does not have, a tracepoint
     /// this kernel lacks): skipped with a warning, as bpftrace does.
-    Missing(String),
+    Missing(ProbeSpec),
 }
 
 /// What a script is compiled with besides its text.
@@ -89,8 +89,8 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
     // Attach points in order of first appearance, each with the blocks naming it.
     let mut points: Vec<(String, PointDef, Vec<usize>, Span)> = Vec::new();
     for (bi, block) in program.probes.iter().enumerate() {
-        // This block's attach points nothing matched: (position, spec, why).
-        let mut missing: Vec<(Span, &str, String)> = Vec::new();
+        // This block's attach points nothing matched: (position, spec, parsed).
+        let mut missing: Vec<(Span, &str, ProbeSpec)> = Vec::new();
         for (spec, span) in &block.specs {
             match point(spec, &mut resolver).map_err(|e| at(*span, e))? {
                 (Point::Probes(ps), sk) => {
@@ -128,13 +128,13 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
                     bi,
                     *span,
                 ),
-                (Point::Missing(why), _) => missing.push((*span, spec, why)),
+                (Point::Missing(ps), _) => missing.push((*span, spec, ps)),
             }
         }
-        if let Some((span, _, why)) = missing.first() {
+        if let Some((span, _, ps)) = missing.first() {
             let (l, c) = parse::line_col(src, span.start);
             warnings.push(match missing.len() {
-                1 => format!("{l}:{c}: skipped: {why}"),
+                1 => format!("{l}:{c}: skipped: {}", resolver.why_missing(ps)),
                 n => format!(
                     "{l}:{c}: skipped {n} attach points nothing matches: {}",
                     missing.iter().map(|m| m.1).collect::<Vec<_>>().join(", ")
@@ -534,13 +534,13 @@ fn perf_point(
 fn resolve(spec: &str, r: &mut probe::Resolver) -> Result<(Point, Vec<(String, String)>), String> {
     let ps = ProbeSpec::parse(spec).map_err(|e| e.to_string())?;
     match r.resolve_optional(&ps).map_err(|e| e.to_string())? {
-        Err(why) => Ok((Point::Missing(why), Vec::new())),
-        Ok(got) if got.probes.is_empty() => {
+        None => Ok((Point::Missing(ps), Vec::new())),
+        Some(got) if got.probes.is_empty() => {
             // Everything matched was skipped: say why, as attaching would.
             let (name, why) = got.skipped.first().cloned().unwrap_or_default();
             Err(format!("{name}: {why}"))
         }
-        Ok(got) => Ok((Point::Probes(got.probes), got.skipped)),
+        Some(got) => Ok((Point::Probes(got.probes), got.skipped)),
     }
 }
 
