@@ -708,24 +708,25 @@ fn plan_of(l: &Lowered, keys_max: u32) -> Result<Plan, Error> {
     })
 }
 
-/// A map's kernel map: `keys_max` keys, each with its buckets for a
-/// histogram (every bucket of a key is an entry of its own).
+/// A map's kernel map: `keys_max` entries, as bpftrace's, where each
+/// bucket of a histogram's key is an entry (bpftrace's key is the map's
+/// key and the bucket). A keyless map holds its one key's buckets.
 fn vm_map(m: &types::MapDef, keys_max: u32) -> crate::attach::plan::VmMap {
     use types::{AggFn, MapKind};
-    let (agg, per_key) = match m.kind {
+    let (agg, buckets) = match m.kind {
         MapKind::Plain(_) => (false, 1),
         MapKind::Agg(AggFn::Hist, _) => (true, ir::LOG2_BUCKETS),
         MapKind::Agg(AggFn::Lhist { min, max, step }, _) => (true, ((max - min) / step) as u32 + 2),
         MapKind::Agg(..) => (true, 1),
     };
-    // A keyless map holds one key's buckets: sized for them, not for
-    // keys_max keys (cpuwalk's keyless lhist of 1,002 buckets took 49 ms
-    // and 64 MB of hash buckets to create at 4,104,192 entries).
-    let keys = if m.keys.is_empty() { 1 } else { keys_max };
+    // Sized for every key's every bucket (keys_max x 66 for a log2
+    // histogram), a map cost its hash buckets' 8 MB and 10 ms of the start
+    // each; cpuwalk's keyless lhist of 1,002 buckets took 49 ms and 64 MB.
+    let entries = if m.keys.is_empty() { buckets } else { keys_max };
     crate::attach::plan::VmMap {
         name: m.name.clone(),
         agg,
-        entries: keys.saturating_mul(per_key).max(1),
+        entries: entries.max(1),
     }
 }
 

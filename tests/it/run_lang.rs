@@ -182,6 +182,22 @@ fn each_map_has_its_own_capacity() {
         assert_eq!(tcount("@a["), 100, "{theirs}");
         assert!(theirs.contains("@b: 1\n"), "{theirs}");
     }
+    // As in bpftrace, each bucket a histogram's key uses is an entry: 30
+    // entries hold 30 keys of one bucket each.
+    let script = "BEGIN { $i = 0; while ($i < 40) { @h[$i] = hist(1 << $i); $i++; } exit(); }";
+    let env = [("BPFTRACE_MAP_KEYS_MAX", "30")];
+    let a = ours(script, &[], &env);
+    assert!(a.status.success(), "{}", stderr(&a));
+    let out = stdout(&a);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("@h[")).count(),
+        30,
+        "{out}"
+    );
+    assert!(stderr(&a).contains("10 updates of @h"), "{}", stderr(&a));
+    if let Some(b) = theirs(script, &[], &env) {
+        assert_eq!(stdout(&b), out);
+    }
     // The default is bpftrace's 4096: the 4097th key is refused.
     let a = ours(
         "BEGIN { $i = 0; while ($i < 4097) { @a[$i] = 1; $i++; } @b = count(); exit(); }",
