@@ -195,7 +195,7 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
         sh.unsafe_ok = opts.allow_unsafe;
         sh
     };
-    let probes: Vec<types::ProbeBlocks<'_>> = ctxs
+    let mut probes: Vec<types::ProbeBlocks<'_>> = ctxs
         .iter()
         .map(|(probe, path, _, blocks)| types::ProbeBlocks {
             probe,
@@ -203,6 +203,23 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
             blocks: blocks.iter().map(|&b| &program.probes[b]).collect(),
         })
         .collect();
+    // A block none of whose attach points exist still declares its maps,
+    // which print at the end as bpftrace's do (`@: 0` for a count); its
+    // code is typed, never lowered.
+    let attached: std::collections::HashSet<usize> =
+        ctxs.iter().flat_map(|c| c.3.iter().copied()).collect();
+    let orphan_probe = synthetic("(skipped)");
+    let orphans: Vec<&ProbeBlock> = (0..program.probes.len())
+        .filter(|b| !attached.contains(b))
+        .map(|b| &program.probes[b])
+        .collect();
+    if !orphans.is_empty() {
+        probes.push(types::ProbeBlocks {
+            probe: &orphan_probe,
+            path: &Path::Trigger,
+            blocks: orphans,
+        });
+    }
     let maps = types::infer(&probes, &shared);
     // Passes 2 and 3, resources and code: the maps as typed, then each
     // probe's code, its errors now the script's.

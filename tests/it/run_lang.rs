@@ -1026,3 +1026,23 @@ fn for_each_visits_every_entry_once() {
         stderr(&a)
     );
 }
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn a_block_whose_attach_points_are_all_missing_still_prints_its_maps() {
+    // bpftrace skips the block but keeps its maps: a count prints `@: 0`.
+    require_root();
+    let script =
+        "uprobe:libc:bpfscope_no_such_function { @ = count(); @k[pid] = 1; } BEGIN { exit(); }";
+    let a = ours(script, &[], &[]);
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert!(stdout(&a).contains("\n@: 0\n"), "{}", stdout(&a));
+    assert!(
+        stderr(&a).contains("skipped: no probe matches"),
+        "{}",
+        stderr(&a)
+    );
+    if let Some(b) = theirs(script, &[], &[]) {
+        assert_eq!(stdout(&a), stdout(&b));
+    }
+}
