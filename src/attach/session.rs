@@ -979,6 +979,13 @@ fn specialize(
     ro.fast_slots = u32::from(shape.slot_buckets.is_some());
     ro.slot_buckets = shape.slot_buckets.unwrap_or(1);
     ro.fast_key = shape.builtin_key;
+    if let Some(f) = shape.comm_filter {
+        ro.fast_comm_op = if f.negate { 2 } else { 1 };
+        ro.fast_comm = f.words;
+        ro.fast_comm_mask = f.masks;
+        // The filter machine is left out of the programs.
+        ro.max_filter_ops = 0;
+    }
     Ok(())
 }
 

@@ -8,7 +8,7 @@
 //! (`BPFSCOPE_GENERIC`, tests and before/after figures).
 
 use anyhow::{bail, Result};
-use bpfscope_bpf::abi::{bs_agg, bs_bench_stage, bs_cfg_flags, bs_src_kind};
+use bpfscope_bpf::abi::{bs_agg, bs_bench_stage, bs_cfg_flags, bs_op, bs_src_kind};
 
 use crate::attach::plan::{Plan, Role};
 
@@ -37,6 +37,42 @@ pub struct Shape {
     /// The enum bs_src_kind of the one key part when it is a builtin
     /// (BS_SRC_NONE: key parts through the general readers).
     pub builtin_key: u32,
+    /// Every probe's filter is `comm == "X"` (or `!=`): compared as two
+    /// words in place of the filter machine.
+    pub comm_filter: Option<CommFilter>,
+}
+
+/// `comm == "X"` or `comm != "X"` as two masked words: the bytes of X and
+/// its NUL must match, what follows the NUL in the task's comm is not
+/// compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CommFilter {
+    pub negate: bool,
+    pub words: [u64; 2],
+    pub masks: [u64; 2],
+}
+
+impl CommFilter {
+    /// None for a string comm cannot hold (15 bytes and its NUL).
+    fn of(pattern: &[u8], negate: bool) -> Option<CommFilter> {
+        if pattern.len() >= 16 || pattern.contains(&0) {
+            return None;
+        }
+        let mut bytes = [0u8; 16];
+        bytes[..pattern.len()].copy_from_slice(pattern);
+        let mut mask = [0u8; 16];
+        mask[..=pattern.len()].fill(0xff);
+        let word = |b: &[u8; 16], i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i * 8..i * 8 + 8]);
+            u64::from_ne_bytes(w)
+        };
+        Some(CommFilter {
+            negate,
+            words: [word(&bytes, 0), word(&bytes, 1)],
+            masks: [word(&mask, 0), word(&mask, 1)],
+        })
+    }
 }
 
 impl Shape {
@@ -73,7 +109,11 @@ impl Shape {
             bs_src_kind::BS_SRC_CGROUP => "cgroup key in place",
             _ => "general keys",
         };
-        format!("plain {agg}, {key}")
+        let filter = match self.comm_filter {
+            Some(_) => ", comm filter as two words",
+            None => "",
+        };
+        format!("plain {agg}, {key}{filter}")
     }
 }
 
@@ -115,7 +155,36 @@ fn shape_of(plan: &Plan) -> Shape {
         agg,
         slot_buckets,
         builtin_key: builtin_key(plan),
+        comm_filter: comm_filter(plan),
     }
+}
+
+/// The filter every probe has, when it is one comparison of comm with a
+/// constant string.
+fn comm_filter(plan: &Plan) -> Option<CommFilter> {
+    let mut found: Option<(u8, u32)> = None;
+    for p in &plan.probes {
+        if p.cfg.nfilter != 1 {
+            return None;
+        }
+        let op = &p.cfg.filter[0];
+        let this = (op.op, op.str_idx);
+        let string_op =
+            op.op == bs_op::BS_OP_STR_EQ.0 as u8 || op.op == bs_op::BS_OP_STR_NE.0 as u8;
+        if !string_op
+            || u32::from(op.src.kind) != bs_src_kind::BS_SRC_COMM.0
+            || found.is_some_and(|f| f != this)
+        {
+            return None;
+        }
+        found = Some(this);
+    }
+    let (op, idx) = found?;
+    let pattern = plan.strs.strs.get(idx as usize)?;
+    CommFilter::of(
+        &crate::filter::raw::encode(pattern),
+        op == bs_op::BS_OP_STR_NE.0 as u8,
+    )
 }
 
 /// The builtin every probe reads as the plan's one key part, if any.
@@ -196,6 +265,23 @@ mod tests {
         assert_eq!(
             e,
             "BPFSCOPE_BENCH_STAGE=nope: not a stage; unset it, or use one of entry, dispatch, config, target, filter, key"
+        );
+    }
+
+    #[test]
+    fn comm_filter_words() {
+        let f = CommFilter::of(b"umaskloop", false).unwrap();
+        assert_eq!(f.words[0], u64::from_ne_bytes(*b"umaskloo"));
+        assert_eq!(f.words[1], u64::from_ne_bytes(*b"p\0\0\0\0\0\0\0"));
+        // Bytes 0..=9 compared: the pattern and its NUL.
+        let m = u64::from_ne_bytes([0xff, 0xff, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(f.masks, [u64::MAX, m]);
+        assert!(CommFilter::of(b"0123456789abcdef", false).is_none());
+        let empty = CommFilter::of(b"", true).unwrap();
+        assert!(empty.negate);
+        assert_eq!(
+            empty.masks,
+            [u64::from_ne_bytes([0xff, 0, 0, 0, 0, 0, 0, 0]), 0]
         );
     }
 

@@ -1214,7 +1214,7 @@ fn shape_output(args: &[&str], generic: bool) -> (Vec<Value>, String) {
 #[ignore = "needs root and BPF"]
 fn specialized_shapes_equal_the_general_path() {
     require_root();
-    let shapes: [(&[&str], &str); 8] = [
+    let shapes: [(&[&str], &str); 10] = [
         (&["count", WRITE], "plain count, no key, per-CPU slots"),
         (
             &["count", WRITE, "--by", "pid"],
@@ -1231,6 +1231,21 @@ fn specialized_shapes_equal_the_general_path() {
         (
             &["count", WRITE, "--by", "comm", "--filter", "count >= 100"],
             "plain count, comm key in place",
+        ),
+        (
+            &[
+                "count",
+                WRITE,
+                "--by",
+                "comm",
+                "--filter",
+                "comm == \"wr_shape\"",
+            ],
+            "plain count, comm key in place, comm filter as two words",
+        ),
+        (
+            &["count", WRITE, "--filter", "comm != \"wr_shape\""],
+            "plain count, no key, per-CPU slots, comm filter as two words",
         ),
         (
             &["hist", WRITE, "--value", "count"],
@@ -1265,7 +1280,11 @@ fn specialized_shapes_equal_the_general_path() {
                 .filter(|v| v["type"] == "hist")
                 .filter_map(|v| v["count"].as_u64())
                 .sum::<u64>();
-        let want = if args.contains(&"--filter") { 80 } else { 160 };
+        let want = match args.iter().position(|a| *a == "--filter") {
+            Some(i) if args[i + 1] == "count >= 100" => 80,
+            Some(i) if args[i + 1].contains("!=") => 0,
+            _ => 160,
+        };
         assert_eq!(n, want, "{args:?}: {fast:?}");
     }
 }

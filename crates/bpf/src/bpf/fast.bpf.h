@@ -8,7 +8,9 @@
  * - fast_slots: no key, so aggregates go to a slot of a per-CPU array (an
  *   index, where a hash map would hash and compare a key);
  * - fast_key: the one key part is a builtin, written in place instead of
- *   through the general readers.
+ *   through the general readers;
+ * - fast_comm_op: the filter is `comm == "X"` (1) or `comm != "X"` (2),
+ *   compared as two masked words instead of run by the filter machine.
  */
 #ifndef BPFSCOPE_FAST_BPF_H
 #define BPFSCOPE_FAST_BPF_H
@@ -25,6 +27,10 @@ const volatile u32 fast_slots = 0;
 const volatile u32 slot_buckets = 1;
 /* The enum bs_src_kind of the one key part when it is a builtin, else BS_SRC_NONE. */
 const volatile u32 fast_key = BS_SRC_NONE;
+/* 0: no comm filter; 1: comm == X; 2: comm != X. X and its NUL, as words and masks. */
+const volatile u32 fast_comm_op = 0;
+const volatile u64 fast_comm[2] = {};
+const volatile u64 fast_comm_mask[2] = {};
 
 /*
  * Keyless aggregates: per CPU, a struct bs_agg_val per bucket, in two
@@ -85,6 +91,18 @@ static __always_inline void bs_builtin_key(struct bs_scratch *s, u32 idx)
 	}
 }
 
+/* The comm filter: the task's comm is padded with NULs, but only the bytes
+ * through X's NUL are compared, as a string comparison would. */
+static __always_inline int bs_comm_pass(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	u64 a = *(u64 *)&t->comm[0], b = *(u64 *)&t->comm[8];
+	int eq = !((a ^ fast_comm[0]) & fast_comm_mask[0]) &&
+		 !((b ^ fast_comm[1]) & fast_comm_mask[1]);
+
+	return fast_comm_op == 1 ? eq : !eq;
+}
+
 /* bs_handle for a plain aggregation session. */
 static __always_inline int bs_plain(void *ctx, const struct bs_probe_cfg *cfg,
 				    struct bs_scratch *s, u32 idx)
@@ -92,8 +110,12 @@ static __always_inline int bs_plain(void *ctx, const struct bs_probe_cfg *cfg,
 	u32 bucket = 0;
 	u64 v = 0;
 
-	if (cfg->nfilter && !bs_filter(ctx, cfg, s, idx))
+	if (fast_comm_op) {
+		if (!bs_comm_pass())
+			return 0;
+	} else if (cfg->nfilter && !bs_filter(ctx, cfg, s, idx)) {
 		return 0;
+	}
 	BS_STAGE(BS_STAGE_FILTER);
 	if (fast_agg != BS_AGG_COUNT) {
 		v = bs_read_num(ctx, &cfg->value, s, idx);
