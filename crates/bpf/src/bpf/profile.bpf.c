@@ -143,8 +143,6 @@ static __always_inline void bp_announce(u32 tgid)
 		return;
 	n = bpf_ringbuf_reserve(&procs, sizeof(*n), 0);
 	if (!n) {
-		/* Not seen after all: the next sample announces it again. */
-		bpf_map_delete_elem(&seen, &tgid);
 		bs_count(&lost, BP_LOST_NOTIFY);
 		return;
 	}

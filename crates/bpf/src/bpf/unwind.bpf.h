@@ -295,13 +295,7 @@ static __always_inline u64 bp_kernel_stack(void *ctx)
 	return bp_store(buf, u, n, BP_LOST_KSTACK);
 }
 
-/*
- * The file id of a mapping's file, announcing files seen for the first time.
- * The announcement's room is taken before the file is marked pending: a
- * file marked but never announced (the ring full, a burst of Python code
- * notes) would stay pending, its frames unnamed, for the rest of the run;
- * unmarked, the next sample in it announces it again.
- */
+/* The file id of a mapping's file, announcing files seen for the first time. */
 static __always_inline void bp_see_file(u32 tgid, struct bp_mapping *m)
 {
 	struct bp_file f = {};
@@ -309,22 +303,20 @@ static __always_inline void bp_see_file(u32 tgid, struct bp_mapping *m)
 
 	if (bpf_map_lookup_elem(&files, &m->file))
 		return;
-	n = bpf_ringbuf_reserve(&procs, sizeof(*n), 0);
-	if (!n) {
-		bs_count(&lost, BP_LOST_NOTIFY);
-		return;
-	}
 	f.id = __sync_fetch_and_add(&next_file_id, 1) + 1;
 	f.state = BP_FILE_PENDING;
 	if (f.id > BP_FRAME_ID_MASK) {
-		bpf_ringbuf_discard(n, 0);
 		bs_count(&lost, BP_LOST_FILES);
 		return;
 	}
 	if (bpf_map_update_elem(&files, &m->file, &f, BPF_NOEXIST)) {
-		bpf_ringbuf_discard(n, 0);
 		if (!bpf_map_lookup_elem(&files, &m->file))
 			bs_count(&lost, BP_LOST_FILES);
+		return;
+	}
+	n = bpf_ringbuf_reserve(&procs, sizeof(*n), 0);
+	if (!n) {
+		bs_count(&lost, BP_LOST_NOTIFY);
 		return;
 	}
 	n->kind = BP_NOTE_FILE;
