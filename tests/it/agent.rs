@@ -1308,21 +1308,29 @@ fn runs_unprivileged_with_the_units_capabilities() {
     } else {
         &["hot_leaf"]
     };
-    for f in frames {
-        assert!(
-            p.function
+    let missing: Vec<&str> = frames
+        .iter()
+        .copied()
+        .filter(|f| {
+            !p.function
                 .iter()
-                .any(|x| p.string_table[x.name as usize] == *f),
-            "{f} not named without root; the workload's stacks: {:?}; agent: {:?}; {}",
-            stacks_of(&p, "agcapsp"),
-            agent.run.stderr_seen,
-            agent
-                .metric_text(None)
-                .unwrap_or_default()
-                .lines()
-                .filter(|l| l.starts_with("bpfscope_agent_"))
-                .collect::<Vec<_>>()
-                .join("; ")
+                .any(|x| p.string_table[x.name as usize] == *f)
+        })
+        .collect();
+    if !missing.is_empty() {
+        // What the agent counted and said, for the failure.
+        let counters: Vec<String> = agent
+            .metric_text(None)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("bpfscope_agent_") && !l.ends_with(" 0"))
+            .map(String::from)
+            .collect();
+        let _ = wl.kill();
+        let stacks = stacks_of(&p, "agcapsp");
+        let err = agent.terminate();
+        panic!(
+            "{missing:?} not named without root; the workload's stacks: {stacks:?}; agent counters: {counters:?}; agent stderr: {err}"
         );
     }
     let _ = wl.kill();
