@@ -364,6 +364,13 @@ fn stacks_keep_their_limit_and_start_at_the_traced_code() {
     assert_eq!(k[..], kf[..2]);
     assert!(uf.iter().all(|f| f.contains('+')), "{uf:?}");
     assert!(a.contains(&"]: 3".to_string()), "{a:#?}");
+    // bpftrace 0.17 itself sometimes gives no kernel stack in an emulated
+    // guest (`@kf[]: 3`, or no maps at all after Ctrl-C): nothing to
+    // compare with.
+    if frames_of(&b, "@kf").is_empty() {
+        skip(&format!("bpftrace gave no kernel stack here: {b:?}"));
+        return;
+    }
     // bpftrace's classic tracepoint adds its own handler (perf_syscall_enter,
     // and the tracepoint's iterator when two programs share it) above the
     // traced code; below it the frames are the same.
