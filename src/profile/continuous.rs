@@ -205,7 +205,7 @@ impl Profiler {
         let now = Instant::now();
         for n in notes {
             if let Some(pid) =
-                crate::profile::handle_note(&mut self.session, &mut self.snapshots, &n)?
+                crate::profile::handle_note_or_say(&mut self.session, &mut self.snapshots, &n)
             {
                 self.again.push_back((now + RELOOK, pid));
             }

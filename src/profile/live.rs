@@ -110,7 +110,8 @@ impl<'obj> Live<'obj> {
         let notes: Vec<Note> = self.notes.borrow_mut().drain(..).collect();
         let now = Instant::now();
         for n in notes {
-            if let Some(pid) = super::handle_note(&mut self.session, &mut self.snapshots, &n)? {
+            if let Some(pid) = super::handle_note_or_say(&mut self.session, &mut self.snapshots, &n)
+            {
                 self.again.push_back((now + RELOOK[0], pid));
             }
         }

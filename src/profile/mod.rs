@@ -342,7 +342,7 @@ fn follow_processes(
             let now = Instant::now();
             let notes: Vec<Note> = fresh.borrow_mut().drain(..).collect();
             for n in notes {
-                if let Some(pid) = handle_note(session, snapshots, &n)? {
+                if let Some(pid) = handle_note_or_say(session, snapshots, &n) {
                     again.push_back((now + RELOOK[0], pid, 1));
                 }
             }
@@ -371,7 +371,9 @@ fn follow_processes(
         match n {
             Note::Code(data) => session.codes.note(&data),
             Note::Plain(n) if n.kind == bp_note_kind::BP_NOTE_FILE.0 => {
-                load_noted_file(session, snapshots, &n)?;
+                if let Err(e) = load_noted_file(session, snapshots, &n) {
+                    say_note_failed(&e);
+                }
             }
             Note::Plain(n) => {
                 snapshots.snapshot(n.tgid);
@@ -422,6 +424,30 @@ pub fn handle_note(
     }
     session.build(n.tgid);
     Ok((n.kind == bp_note_kind::BP_NOTE_PROC.0 && snapshots.snapshot(n.tgid)).then_some(n.tgid))
+}
+
+/// `handle_note`, a failure said (the first one) and not passed on: one
+/// file or process that cannot be read must not cost the others theirs
+/// (the notes read with it were dropped, their files' frames unnamed for
+/// the rest of the run), nor end the profile.
+pub fn handle_note_or_say(
+    session: &mut ProfileSession<'_>,
+    snapshots: &mut Snapshots,
+    note: &Note,
+) -> Option<u32> {
+    handle_note(session, snapshots, note).unwrap_or_else(|e| {
+        say_note_failed(&e);
+        None
+    })
+}
+
+/// Says the first announcement that could not be handled (more would
+/// repeat it for every process of the same kind).
+fn say_note_failed(e: &anyhow::Error) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("bpfscope: a process or file announcement could not be handled (its frames may stay unnamed; later ones not said): {e:#}");
+    }
 }
 
 /// Loads the unwind table of a file the kernel side announced.

@@ -621,6 +621,44 @@ pub fn samples_of(p: &bpfscope::render::pprof::proto::Profile, comm: &str) -> i6
         .sum()
 }
 
+/// The stacks of a profile's samples whose comm label is `comm`, leaf
+/// first, each frame a function name or, unnamed, its mapping's file and
+/// address (what a failure shows).
+pub fn stacks_of(p: &bpfscope::render::pprof::proto::Profile, comm: &str) -> Vec<String> {
+    let key = p.string_table.iter().position(|s| s == "comm").unwrap() as i64;
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    p.sample
+        .iter()
+        .filter(|x| x.label.iter().any(|l| l.key == key && s(l.str) == comm))
+        .map(|x| {
+            let frames: Vec<String> = x
+                .location_id
+                .iter()
+                .filter_map(|id| p.location.iter().find(|l| l.id == *id))
+                .map(|l| {
+                    let names: Vec<&str> = l
+                        .line
+                        .iter()
+                        .filter_map(|ln| p.function.iter().find(|f| f.id == ln.function_id))
+                        .map(|f| s(f.name))
+                        .collect();
+                    if names.is_empty() {
+                        let file = p
+                            .mapping
+                            .iter()
+                            .find(|m| m.id == l.mapping_id)
+                            .map_or("?", |m| s(m.filename));
+                        format!("{file}+{:#x}", l.address)
+                    } else {
+                        names.join("/")
+                    }
+                })
+                .collect();
+            format!("{} x{}", frames.join(" < "), x.value[0])
+        })
+        .collect()
+}
+
 /// A request the ingest server got: target, head, body.
 type Pushed = (String, String, Vec<u8>);
 
@@ -1270,12 +1308,29 @@ fn runs_unprivileged_with_the_units_capabilities() {
     } else {
         &["hot_leaf"]
     };
-    for f in frames {
-        assert!(
-            p.function
+    let missing: Vec<&str> = frames
+        .iter()
+        .copied()
+        .filter(|f| {
+            !p.function
                 .iter()
-                .any(|x| p.string_table[x.name as usize] == *f),
-            "{f} not named without root"
+                .any(|x| p.string_table[x.name as usize] == *f)
+        })
+        .collect();
+    if !missing.is_empty() {
+        // What the agent counted and said, for the failure.
+        let counters: Vec<String> = agent
+            .metric_text(None)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("bpfscope_agent_") && !l.ends_with(" 0"))
+            .map(String::from)
+            .collect();
+        let _ = wl.kill();
+        let stacks = stacks_of(&p, "agcapsp");
+        let err = agent.terminate();
+        panic!(
+            "{missing:?} not named without root; the workload's stacks: {stacks:?}; agent counters: {counters:?}; agent stderr: {err}"
         );
     }
     let _ = wl.kill();

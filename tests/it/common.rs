@@ -268,8 +268,14 @@ pub fn run_cmd_timeout(cmd: &mut Command, timeout: Duration) -> Output {
             break s;
         }
         if Instant::now() > deadline {
+            let threads = thread_states(child.id());
             let _ = child.kill();
-            panic!("bpfscope {args:?} did not finish within {timeout:?}");
+            let _ = child.wait();
+            let err = t_err.join().unwrap_or_default();
+            panic!(
+                "bpfscope {args:?} did not finish within {timeout:?}; its threads: {threads}; stderr: {}",
+                String::from_utf8_lossy(&err)
+            );
         }
         std::thread::sleep(Duration::from_millis(10));
     };
@@ -278,6 +284,42 @@ pub fn run_cmd_timeout(cmd: &mut Command, timeout: Duration) -> Output {
         stdout: t_out.join().unwrap(),
         stderr: t_err.join().unwrap(),
     }
+}
+
+/// Where each thread of a process is (state, kernel function it waits
+/// in, kernel stack): what a test that timed out on it shows.
+pub fn thread_states(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return "gone".into();
+    };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        let dir = t.path();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        let stat = read("stat");
+        // "tid (comm) state ...": the state follows the last ')'.
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .next()
+            .unwrap_or("?")
+            .to_string();
+        let stack: Vec<String> = read("stack")
+            .lines()
+            .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
+            .collect();
+        out.push(format!(
+            "{} {} {} in {} [{}]",
+            t.file_name().to_string_lossy(),
+            read("comm").trim(),
+            state,
+            read("wchan"),
+            stack.join(" < ")
+        ));
+    }
+    out.join("; ")
 }
 
 /// A bpfscope run in the background, attached and ready.

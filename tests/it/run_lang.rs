@@ -7,7 +7,7 @@
 //! gives it.
 
 use std::process::{Command, Output};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::common::*;
 
@@ -380,6 +380,13 @@ fn stacks_keep_their_limit_and_start_at_the_traced_code() {
     assert_eq!(k[..], kf[..2]);
     assert!(uf.iter().all(|f| f.contains('+')), "{uf:?}");
     assert!(a.contains(&"]: 3".to_string()), "{a:#?}");
+    // bpftrace 0.17 itself sometimes gives no kernel stack in an emulated
+    // guest (`@kf[]: 3`, or no maps at all after Ctrl-C): nothing to
+    // compare with.
+    if frames_of(&b, "@kf").is_empty() {
+        skip(&format!("bpftrace gave no kernel stack here: {b:?}"));
+        return;
+    }
     // bpftrace's classic tracepoint adds its own handler (perf_syscall_enter,
     // and the tracepoint's iterator when two programs share it) above the
     // traced code; below it the frames are the same.
@@ -593,7 +600,7 @@ fn ctrl_c_at_once_still_runs_end_and_prints_the_maps() {
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-        let child = c.spawn().unwrap();
+        let mut child = c.spawn().unwrap();
         let caught = |pid: u32| {
             std::fs::read_to_string(format!("/proc/{pid}/status"))
                 .ok()
@@ -603,12 +610,33 @@ fn ctrl_c_at_once_still_runs_end_and_prints_the_maps() {
                 })
                 .is_some_and(|m| m & (1 << (libc::SIGINT - 1)) != 0)
         };
+        // A bpfscope that ended before its handlers were seen (an
+        // exited process shows none) fails here instead of waiting forever.
         while !caught(child.id()) {
+            if child.try_wait().unwrap().is_some() {
+                let o = child.wait_with_output().unwrap();
+                panic!("{delay} ms: bpfscope ended before it caught SIGINT: {o:?}");
+            }
             std::thread::sleep(Duration::from_micros(200));
         }
         std::thread::sleep(Duration::from_millis(delay));
         // SAFETY: kill has no memory-safety preconditions.
         unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        // However late the signal lands, the run ends within seconds; if it
+        // does not, where its threads wait says why.
+        let limit = Duration::from_secs(if emulated() { 120 } else { 30 });
+        let t0 = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if t0.elapsed() > limit {
+                let threads = thread_states(child.id());
+                let _ = child.kill();
+                let o = child.wait_with_output().unwrap();
+                panic!(
+                    "{delay} ms: bpfscope did not end within {limit:?} of SIGINT; its threads: {threads}; {o:?}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let o = child.wait_with_output().unwrap();
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success(), "{delay} ms: {o:?}");

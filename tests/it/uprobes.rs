@@ -508,7 +508,13 @@ fn kernel_stack_key() {
         .iter()
         .map(|f| f.as_str().unwrap())
         .collect();
-    assert!(frames.contains(&"do_syscall_64"), "{frames:?}");
+    // The architecture's system call entry.
+    let entry = if cfg!(target_arch = "aarch64") {
+        "el0_svc"
+    } else {
+        "do_syscall_64"
+    };
+    assert!(frames.contains(&entry), "{frames:?}");
 }
 
 /// The attached-probe count bpfscope printed.

@@ -46,6 +46,10 @@ fn install_for(signals: &[i32]) -> io::Result<()> {
         return Ok(());
     }
     let flag = Arc::new(AtomicBool::new(false));
+    // Held back while the two actions are registered: a signal between
+    // them found the process catching it (the first) but not yet setting
+    // the flag, and was lost (a Ctrl-C right at the start ran on).
+    let _held = Blocked::new(signals);
     for &sig in signals {
         // Order matters: the default action is armed by the flag of an
         // earlier signal, so it must run before this signal sets the flag.
@@ -54,6 +58,39 @@ fn install_for(signals: &[i32]) -> io::Result<()> {
     }
     let _ = FLAG.set(flag);
     Ok(())
+}
+
+/// Signals blocked in this thread until dropped (then the previous mask
+/// again: one that arrived meanwhile is delivered then).
+struct Blocked {
+    old: libc::sigset_t,
+}
+
+impl Blocked {
+    fn new(signals: &[i32]) -> Blocked {
+        // SAFETY: sigset_t is plain data; sigemptyset initializes it.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; the old mask is written by pthread_sigmask.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: set and old are valid sigset_t; the signal numbers are valid.
+        unsafe {
+            libc::sigemptyset(&mut set);
+            for &sig in signals {
+                libc::sigaddset(&mut set, sig);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        }
+        Blocked { old }
+    }
+}
+
+impl Drop for Blocked {
+    fn drop(&mut self) {
+        // SAFETY: old is the mask pthread_sigmask returned.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
+        }
+    }
 }
 
 /// True once a termination signal arrived.

@@ -9,6 +9,7 @@
  */
 #include "common.h"
 #include "trace.h"
+#include "sysnr.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -35,10 +36,8 @@ int bpfscope_dispatch_in(u64 *ctx)
 SEC("raw_tp/sys_exit")
 int bpfscope_dispatch_out(u64 *ctx)
 {
-	struct pt_regs *regs = (struct pt_regs *)ctx[0];
-	u64 nr = 0;
+	u64 nr = bs_syscall_nr((struct pt_regs *)ctx[0]);
 
-	bpf_probe_read_kernel(&nr, sizeof(nr), (void *)regs + __builtin_offsetof(struct pt_regs, orig_rax));
 	if (nr < BS_SYS_MAX)
 		bpf_tail_call(ctx, &sys_progs, BS_SYS_EXIT_BASE + nr);
 	return 0;

@@ -26,6 +26,7 @@ char LICENSE[] SEC("license") = "GPL";
 #include "emit.bpf.h"
 #include "vm.bpf.h"
 #include "fast.bpf.h"
+#include "sysnr.bpf.h"
 
 /*
  * Whether this event belongs to the traced processes. Latency ends are
@@ -150,22 +151,6 @@ static __always_inline void bs_syscall_args(struct pt_regs *regs, struct bs_scra
 	s->args[3] = r[0]; /* r10 */
 	s->args[4] = r[2]; /* r8 */
 	s->args[5] = r[1]; /* r9 */
-#endif
-}
-
-/* The number of the syscall returning (sys_exit's record has it, the raw
- * tracepoint only the registers). */
-static __always_inline u64 bs_syscall_nr(struct pt_regs *regs)
-{
-#if defined(__TARGET_ARCH_arm64)
-	__s32 nr = BPF_CORE_READ((struct pt_regs___bs *)regs, syscallno);
-
-	return nr < 0 ? BS_SYS_MAX : (u64)nr;
-#else
-	u64 nr = 0;
-
-	bpf_probe_read_kernel(&nr, sizeof(nr), (void *)regs + __builtin_offsetof(struct pt_regs, orig_rax));
-	return nr;
 #endif
 }
 
