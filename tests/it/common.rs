@@ -207,7 +207,28 @@ pub fn workload_with(name: &str, flags: &[&str]) -> PathBuf {
             .status()
             .expect("running cc");
         assert!(st.success(), "compiling {}", src.display());
-        std::fs::rename(&tmp, &out).expect("renaming workload");
+        // Another test that built it at the same time may be running it
+        // already: its file stays (a link fails where the name exists).
+        // Replaced under a running process, the file no longer matched
+        // the process's mapping, and an unprivileged agent (no
+        // map_files) could not name the workload's functions.
+        match std::fs::hard_link(&tmp, &out) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let now_fresh = out
+                    .metadata()
+                    .and_then(|o| Ok(o.modified()? >= src.metadata()?.modified()?))
+                    .unwrap_or(false);
+                if now_fresh {
+                    let _ = std::fs::remove_file(&tmp);
+                } else {
+                    std::fs::rename(&tmp, &out).expect("renaming workload");
+                }
+            }
+            Err(e) => panic!("linking workload {}: {e}", out.display()),
+        }
     }
     out
 }
