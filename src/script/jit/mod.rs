@@ -1,0 +1,97 @@
+//! Scripts at compiled speed without a compiler: a probe whose machine
+//! code uses only operations with a translation here (numbers, builtins,
+//! tracepoint fields and syscall arguments, comm, constant string
+//! compares, keys, histograms, aggregations, plain map reads, writes and
+//! deletes, forward jumps) is emitted as a BPF program of its own, in
+//! Rust, and attached in place of the generic program for that probe. It
+//! works on the machine's own scratch area and kernel maps, so output,
+//! printing, clear/zero and END are unchanged. Any other probe (BEGIN,
+//! END, intervals, printf, strings beyond comm, loops...) runs on the
+//! script machine (vm.bpf.h) as before; `-v` says which run compiled and
+//! why the others do not. BPFSCOPE_SCRIPT_VM=1 keeps every probe on the
+//! machine (for comparisons and tests).
+
+pub mod emit;
+pub mod insn;
+pub mod load;
+
+pub use emit::{emit, Env, Hook, Prog};
+
+use crate::script::ir::Lowered;
+
+/// Set to keep every probe on the script machine.
+pub const FORCE_VM: &str = "BPFSCOPE_SCRIPT_VM";
+
+/// Whether BPFSCOPE_SCRIPT_VM asks for the machine everywhere.
+pub fn forced_vm() -> bool {
+    std::env::var_os(FORCE_VM).is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// What this session's emitted code needs to know.
+pub fn env() -> Env {
+    Env {
+        self_tgid: std::process::id(),
+        comm_off: comm_offset(),
+    }
+}
+
+/// task_struct.comm's offset, from the kernel's BTF.
+fn comm_offset() -> Option<u32> {
+    let btf = crate::probe::btf::vmlinux()?;
+    let task = btf.struct_id("task_struct")?;
+    let step = crate::probe::btf::Step {
+        arrow: false,
+        member: "comm".into(),
+    };
+    let w = btf.walk_in_memory("comm", task, &[step]).ok()?;
+    w.path.is_empty().then_some(u32::from(w.leaf_off))
+}
+
+/// Each probe's program, or why it stays on the machine.
+pub fn choose(low: &Lowered, env: &Env) -> Vec<Result<Prog, String>> {
+    let forced = forced_vm();
+    (0..low.probes.len())
+        .map(|i| {
+            if forced {
+                Err(format!("{FORCE_VM} is set"))
+            } else {
+                emit(low, i, env)
+            }
+        })
+        .collect()
+}
+
+/// One line per probe for -v: compiled (and its size) or on the machine, and why.
+pub fn describe(low: &Lowered, chosen: &[Result<Prog, String>]) -> Vec<String> {
+    low.probes
+        .iter()
+        .zip(chosen)
+        .map(|(p, c)| match c {
+            Ok(prog) => format!(
+                "{}: compiled to BPF ({} instructions)",
+                p.probe.name,
+                prog.insns.len()
+            ),
+            Err(why) => format!("{}: script machine ({why})", p.probe.name),
+        })
+        .collect()
+}
+
+/// A compiled program as text, maps by the script's names.
+pub fn listing(low: &Lowered, prog: &Prog) -> String {
+    let name = |m: insn::MapRef| match m {
+        insn::MapRef::Scratch => "scratch".to_string(),
+        insn::MapRef::Bss(_) => "bss".to_string(),
+        insn::MapRef::Full => "vm_full".to_string(),
+        insn::MapRef::Events => "events".to_string(),
+        insn::MapRef::Lost => "lost".to_string(),
+        insn::MapRef::Script(id) => low
+            .maps
+            .get(id as usize)
+            .map_or(format!("map#{id}"), |m| m.name.clone()),
+    };
+    insn::listing(&prog.insns, &prog.maps, &name)
+}
+
+#[cfg(test)]
+mod tests;
