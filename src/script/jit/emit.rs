@@ -318,7 +318,6 @@ impl E<'_> {
     /// One machine instruction.
     fn insn(&mut self, pc: usize, x: &bs_insn, cur_map: &mut Option<u32>) -> R<()> {
         let op = bs_vm_op(u32::from(x.op));
-        let flags = u32::from(x.flags);
         match op {
             bs_vm_op::BS_VM_HALT => self.far(ja(0), To::End),
             bs_vm_op::BS_VM_LDI => match i32::try_from(x.imm) {

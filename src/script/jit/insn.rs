@@ -388,10 +388,15 @@ pub fn listing(
         } else if class == ALU64 || class == ALU32 {
             let w = if class == ALU32 { "w" } else { "r" };
             let op = x.code & 0xf0;
+            let src = if x.src == FP {
+                "fp".to_string()
+            } else {
+                format!("{w}{}", x.src)
+            };
             if op == alu::NEG {
                 format!("{w}{} = -{w}{}", x.dst, x.dst)
             } else if x.code & X != 0 {
-                format!("{w}{} {} {w}{}", x.dst, alu_name(op), x.src)
+                format!("{w}{} {} {src}", x.dst, alu_name(op))
             } else {
                 format!("{w}{} {} {}", x.dst, alu_name(op), x.imm)
             }
