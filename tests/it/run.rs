@@ -1064,6 +1064,7 @@ fn compiled_probes_print_what_the_machine_prints() {
                 @c = count(); @s = sum($i); @a = avg($i); @mn = min($i + 5); @mx = max($i * 3);
                 @neg = min(-$i); @st = stats($i); @h = hist($i * 100); @l = lhist($i, 0, 1000, 100);
                 @k[$i % 3, $i & 1] = count(); @d = sum($i / 7 + $i % 7 + ($i << 2) + ($i >> 1));
+                $j = $i - 500; @sd = sum($j / -7 + $j % 7 + $j / 3 + $j % -3);
                 if ($i > 500) { @big = count(); } else { @small = count(); }
             }"#,
             drive("syscalls", 1000),

@@ -419,16 +419,12 @@ impl E<'_> {
             }
             bs_vm_op::BS_VM_MSET => {
                 let id = cur_map.ok_or("a map update whose map is not known here")?;
+                // One update, as bpftrace's, not the machine's lookup then
+                // update: a number's value is its first 8 bytes and zeros
+                // after them (staged in s->str), whether the key is new or
+                // not, so the map holds the same bytes either way.
                 self.put(st(DW, R9, SCRATCH_KEY as i16, 0));
-                self.map_key(id);
-                self.put(call(helper::MAP_LOOKUP_ELEM));
-                let new = self.fwd(ji(jmp::JEQ, R0, 0, 0));
-                self.load_r(R1, x.a);
-                self.put(stx(DW, R0, 0, R1));
-                let done = self.fwd(ja(0));
-                self.here(new);
-                // A new key: its value staged in s->str, zero padded.
-                for w in 0..STR_MAX / 8 {
+                for w in 1..STR_MAX / 8 {
                     self.put(st(DW, R9, (SCRATCH_STR + 8 * w) as i16, 0));
                 }
                 self.load_r(R1, x.a);
@@ -442,7 +438,6 @@ impl E<'_> {
                 let ok = self.fwd(ji(jmp::JEQ, R0, 0, 0));
                 self.note_full(id);
                 self.here(ok);
-                self.here(done);
             }
             bs_vm_op::BS_VM_MGET => {
                 let id = cur_map.ok_or("a map read whose map is not known here")?;
@@ -506,8 +501,31 @@ impl E<'_> {
                 self.put(alu(alu::XOR, R1, R2));
             }
             bs_vm_alu::BS_ALU_DIV | bs_vm_alu::BS_ALU_MOD if signed => {
-                // BPF's signed division is 6.6's (cpu v4): 6.1 has none.
-                return Err("a signed division".into());
+                // BPF's signed division is 6.6's (cpu v4), which 6.1 lacks:
+                // unsigned on the magnitudes, the sign put back (a quotient
+                // negative when one operand is, a remainder when the
+                // dividend is), 0 for a zero divisor, as the machine.
+                let div = bs_vm_alu(x.arg) == bs_vm_alu::BS_ALU_DIV;
+                let zero = self.fwd(ji(jmp::JEQ, R2, 0, 0));
+                self.put(movi(R4, 0));
+                self.put(ji(jmp::JSGE, R1, 0, 2));
+                self.put(neg(R1));
+                self.put(alui(alu::XOR, R4, 1));
+                if div {
+                    self.put(ji(jmp::JSGE, R2, 0, 2));
+                    self.put(neg(R2));
+                    self.put(alui(alu::XOR, R4, 1));
+                } else {
+                    self.put(ji(jmp::JSGE, R2, 0, 1));
+                    self.put(neg(R2));
+                }
+                self.put(alu(if div { alu::DIV } else { alu::MOD }, R1, R2));
+                self.put(ji(jmp::JEQ, R4, 0, 1));
+                self.put(neg(R1));
+                let done = self.fwd(ja(0));
+                self.here(zero);
+                self.put(movi(R1, 0));
+                self.here(done);
             }
             // Division by zero gives 0, as the BPF instruction does.
             bs_vm_alu::BS_ALU_DIV => {

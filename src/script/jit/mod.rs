@@ -47,10 +47,17 @@ fn comm_offset() -> Option<u32> {
     w.path.is_empty().then_some(u32::from(w.leaf_off))
 }
 
+/// Compiled syscall probes of one direction at most: each is a program on
+/// sys_enter or sys_exit that every syscall of the machine runs, where the
+/// machine's shared program finds its probe with one lookup.
+pub const SYSCALL_MAX: usize = 8;
+/// Compiled probes at most: each is a program to verify at start.
+pub const PROBES_MAX: usize = 64;
+
 /// Each probe's program, or why it stays on the machine.
 pub fn choose(low: &Lowered, env: &Env) -> Vec<Result<Prog, String>> {
     let forced = forced_vm();
-    (0..low.probes.len())
+    let mut out: Vec<Result<Prog, String>> = (0..low.probes.len())
         .map(|i| {
             if forced {
                 Err(format!("{FORCE_VM} is set"))
@@ -58,7 +65,31 @@ pub fn choose(low: &Lowered, env: &Env) -> Vec<Result<Prog, String>> {
                 emit(low, i, env)
             }
         })
-        .collect()
+        .collect();
+    let (mut total, mut sys) = (0, [0usize; 2]);
+    for (p, c) in low.probes.iter().zip(out.iter_mut()) {
+        if c.is_err() {
+            continue;
+        }
+        let dir = match p.path {
+            crate::attach::plan::Path::Syscall(sc) => Some(usize::from(sc.exit)),
+            _ => None,
+        };
+        if let Some(d) = dir {
+            sys[d] += 1;
+            if sys[d] > SYSCALL_MAX {
+                *c = Err(format!(
+                    "over {SYSCALL_MAX} syscall probes: the shared program serves the rest"
+                ));
+                continue;
+            }
+        }
+        total += 1;
+        if total > PROBES_MAX {
+            *c = Err(format!("over {PROBES_MAX} compiled probes"));
+        }
+    }
+    out
 }
 
 /// One line per probe for -v: compiled (and its size) or on the machine, and why.

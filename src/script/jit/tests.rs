@@ -99,10 +99,7 @@ fn what_stays_on_the_machine_is_named() {
         why("interval:ms:1 { $i = 0; while ($i < 3) { $i++; } @ = $i; }"),
         "a backward jump (a loop)"
     );
-    assert_eq!(
-        why("interval:ms:1 { @ = (int64)tid / -2; }"),
-        "a signed division"
-    );
+    assert_eq!(why("interval:ms:1 { @ = bswap(tid); }"), "ALU operation 20");
     assert_eq!(
         why("interval:ms:1 { @[kstack] = count(); }"),
         "source kind 10 on this probe's path"
@@ -170,4 +167,24 @@ fn comm_offset_comes_from_btf() {
         let off = env().comm_off.unwrap();
         assert!(off > 64 && off < 16384, "{off}");
     }
+}
+
+#[test]
+fn many_syscall_probes_leave_the_rest_to_the_shared_program() {
+    let blocks: String = (0..12)
+        .map(|i| format!("interval:ms:{} {{ @[{i}] = count(); }}\n", i + 1))
+        .collect();
+    let mut low = lowered(&blocks);
+    for p in &mut low.probes {
+        p.path = Path::Syscall(SyscallTp {
+            nr: 95,
+            exit: false,
+        });
+    }
+    let c = choose(&low, &ENV);
+    assert_eq!(c.iter().filter(|c| c.is_ok()).count(), SYSCALL_MAX);
+    assert_eq!(
+        c[SYSCALL_MAX].as_ref().unwrap_err(),
+        "over 8 syscall probes: the shared program serves the rest"
+    );
 }
