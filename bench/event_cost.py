@@ -44,14 +44,13 @@ BPFSCOPE_GENERIC=1 makes bpfscope take its general path for every shape
 BENCH_STAGES=0 skips the breakdown; BENCH_VERBS=0 or BENCH_SCRIPTS=0 skip
 the verbs' shapes or the scripts; arguments name the shapes to run.
 """
-import ctypes
 import os
 import statistics
 import subprocess
 import sys
 import time
 
-from common import BIN, Background, build, cc, need, need_root, ratio
+from common import BIN, Background, Stats, build, cc, need, need_root, prog_stats, ratio
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 CALLS = int(os.environ.get("BENCH_CALLS", "2000000"))
@@ -88,39 +87,6 @@ RUN_SCRIPTS = os.environ.get("BENCH_SCRIPTS", "1") != "0"
 
 def verb(shape):
     return "hist" if shape.startswith("hist") else "count"
-
-
-class Stats:
-    """BPF run-time statistics on while held (BPF_ENABLE_STATS): the
-    kernel turns them off again when the descriptor closes, however this
-    script ends."""
-
-    def __enter__(self):
-        libc = ctypes.CDLL(None, use_errno=True)
-        attr = (ctypes.c_uint8 * 64)()  # enable_stats.type = BPF_STATS_RUN_TIME (0)
-        self.fd = libc.syscall(321, 32, attr, ctypes.sizeof(attr))  # SYS_bpf, BPF_ENABLE_STATS
-        if self.fd < 0:
-            sys.exit(f"bench: BPF_ENABLE_STATS: {os.strerror(ctypes.get_errno())}")
-        return self
-
-    def __exit__(self, *exc):
-        os.close(self.fd)
-
-
-def prog_stats(pid):
-    """(run_time_ns, run_cnt) summed over the BPF programs a process holds."""
-    t = n = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:bpf-prog":
-                continue
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                info = dict(line.split(":", 1) for line in f if ":" in line)
-        except OSError:
-            continue
-        t += int(info.get("run_time_ns", "0"))
-        n += int(info.get("run_cnt", "0"))
-    return t, n
 
 
 def per_call(loop):

@@ -54,7 +54,11 @@ bpfscope/bpftrace.
      so events = 2 * nvcsw + nivcsw (about 4 a round trip; the tool's
      own and other processes' events on CPU 0 are not counted). Sanity:
      the @usecs histogram holds at least 90% of the pair's switches.
-   Target: bpfscope's added cost per event <= bpftrace's.
+   Then one more run of each tool with BPF run-time statistics on
+   (BPF_ENABLE_STATS): ns per run of the tool's programs, the less noisy
+   figure where the workload's own time varies (the ping-pong).
+   Target: bpfscope's added cost per event <= bpftrace's (issue 28:
+   <= 0.5 x bpftrace's).
 3. Memory and size: peak RSS of each tool over the opensnoop runs of 2
    (/proc/PID/status VmHWM sampled every 10 ms until the exit; not
    wait4's ru_maxrss, which carries the forking Python's RSS across
@@ -83,7 +87,7 @@ import tempfile
 import threading
 import time
 
-from common import BIN, OUT, build, cc, cpu_seconds, need, need_root, ratio
+from common import BIN, OUT, Stats, build, cc, cpu_seconds, need, need_root, prog_stats, ratio
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 BPFTRACE = shutil.which("bpftrace") or "/usr/bin/bpftrace"
@@ -501,9 +505,28 @@ def overhead(cases):
                     dropped[tool].append(str(e))
                 except Failed as e:
                     fail[tool] = str(e)
+        # One more run each with BPF run-time statistics on (they add their
+        # own clock reads, so not in the timed rounds): ns per program run.
+        per_run = {}
+        for tool in ("bpfscope", "bpftrace"):
+            if fail[tool]:
+                continue
+            try:
+                a = Attached(tool, c["name"], c["script"], expected_begin(c["script"]))
+                try:
+                    with Stats():
+                        t0, n0 = prog_stats(a.p.pid)
+                        run_workload(c["cmd"])
+                        t1, n1 = prog_stats(a.p.pid)
+                finally:
+                    a.stop()
+                per_run[tool] = (t1 - t0) / (n1 - n0) if n1 > n0 else None
+            except (Dropped, Failed):
+                per_run[tool] = None
         b = statistics.median(base)
         row = {"tool": c["name"], "workload": c["what"], "untraced_ns": b,
-               "events_per_iter": statistics.median(per_iter["base"])}
+               "events_per_iter": statistics.median(per_iter["base"]),
+               "run_bpfscope": per_run.get("bpfscope"), "run_bpftrace": per_run.get("bpftrace")}
         for t in ("bpfscope", "bpftrace"):
             if short[t]:
                 notes[t] += f"; runs with events missing: {'; '.join(short[t])}"
@@ -547,6 +570,10 @@ def ns(x):
 def print_overhead_row(r):
     print(f"{r['tool'] + '.bt':<13} {r['workload']:<30} {r['events_per_iter']:6.2f} {r['untraced_ns']:9.1f}"
           f" {ns(r['added_bpfscope'])} {ns(r['added_bpftrace'])} {rt(r['ratio'])}", flush=True)
+    rb, rt_ = r.get("run_bpfscope"), r.get("run_bpftrace")
+    print(f"    BPF run time, ns per program run (statistics on, one run each): bpfscope {ns(rb).strip()},"
+          f" bpftrace {ns(rt_).strip()}"
+          + (f", ratio {rb / rt_:.3f}" if rb is not None and rt_ else ""), flush=True)
     for t in ("bpfscope", "bpftrace"):
         if r[f"fail_{t}"]:
             print(f"    {t} FAILED: {r[f'fail_{t}']}", flush=True)

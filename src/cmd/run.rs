@@ -67,7 +67,7 @@ pub fn run(s: RunSettings) -> Result<()> {
     }
     // Probes whose code has a BPF translation run as programs of their
     // own; the others on the script machine.
-    let mut chosen = script::jit::choose(low, &script::jit::env());
+    let mut chosen = script::jit::choose(low, &script::jit::env(low));
     if s.dry_run {
         if s.verbose {
             for l in script::jit::describe(low, &chosen) {

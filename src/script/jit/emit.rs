@@ -70,6 +70,7 @@ const ARG_WORD: [usize; 6] = [7, 6, 5, 0, 2, 1];
 const FP_KEY: i16 = -8;
 const FP_ZERO: i16 = -8 - AGG_VAL as i16;
 const FP_HDR: i16 = FP_ZERO - HDR as i16;
+const FP_CACHE: i16 = FP_HDR - 8;
 
 /// A jump's destination before the code is laid out.
 #[derive(Clone, Copy)]
@@ -90,7 +91,20 @@ struct E<'a> {
     env: Env,
     /// The body reads a syscall's arguments: the entry fetches them.
     need_args: bool,
+    /// Per machine register: the source it holds, when that source gives
+    /// one value for the whole run (tid, a record field...).
+    prov: [Option<u32>; 32],
+    /// What the key buffer holds, when known: a one-part key of a value
+    /// that is the same for the whole run.
+    key: Option<KeyId>,
+    /// A plain map value read for that key, kept in FP_CACHE: read again
+    /// before any write to a plain map, it is not looked up twice.
+    cached: Option<KeyId>,
 }
+
+/// A key by what it is made of: (map id, the source of its one part,
+/// where the zeroing starts, how many words).
+type KeyId = (u32, u32, u32, i64);
 
 type R<T> = Result<T, String>;
 
@@ -441,6 +455,13 @@ impl E<'_> {
             }
             bs_vm_op::BS_VM_MGET => {
                 let id = cur_map.ok_or("a map read whose map is not known here")?;
+                if self.key.is_some() && self.cached == self.key {
+                    // Read just before for the same key (a predicate's
+                    // `@s[tid]`, then the body's): no second lookup.
+                    self.put(ldx(DW, R1, FP, FP_CACHE));
+                    self.store_r(x.dst, R1);
+                    return Ok(());
+                }
                 self.put(st(DW, R9, SCRATCH_KEY as i16, 0));
                 self.map_key(id);
                 self.put(call(helper::MAP_LOOKUP_ELEM));
@@ -449,6 +470,10 @@ impl E<'_> {
                 self.put(ldx(DW, R1, R0, 0));
                 self.here(j);
                 self.store_r(x.dst, R1);
+                if self.key.is_some() {
+                    self.put(stx(DW, FP, FP_CACHE, R1));
+                    self.cached = self.key;
+                }
             }
             bs_vm_op::BS_VM_MDEL => {
                 let id = cur_map.ok_or("a delete whose map is not known here")?;
@@ -462,6 +487,49 @@ impl E<'_> {
                     crate::script::disasm::op_name(x.op)
                 ))
             }
+        }
+        Ok(())
+    }
+
+    /// What an instruction leaves known: the sources registers hold, the
+    /// key, the cached map value.
+    fn track(&mut self, x: &bs_insn) -> R<()> {
+        let op = bs_vm_op(u32::from(x.op));
+        let dst = usize::from(x.dst & REG_MASK);
+        match op {
+            bs_vm_op::BS_VM_SRC => {
+                let kind = bs_src_kind(u32::from(self.src(x.arg)?.kind));
+                let fixed = matches!(
+                    kind,
+                    bs_src_kind::BS_SRC_PROBE
+                        | bs_src_kind::BS_SRC_PID
+                        | bs_src_kind::BS_SRC_TID
+                        | bs_src_kind::BS_SRC_CPU
+                        | bs_src_kind::BS_SRC_UID
+                        | bs_src_kind::BS_SRC_GID
+                        | bs_src_kind::BS_SRC_CGROUP
+                        | bs_src_kind::BS_SRC_CURTASK
+                        | bs_src_kind::BS_SRC_CTX
+                        | bs_src_kind::BS_SRC_ARG
+                );
+                self.prov[dst] = fixed.then_some(x.arg);
+            }
+            bs_vm_op::BS_VM_LDI
+            | bs_vm_op::BS_VM_MOV
+            | bs_vm_op::BS_VM_ALU
+            | bs_vm_op::BS_VM_STREQC
+            | bs_vm_op::BS_VM_MGET
+            | bs_vm_op::BS_VM_BUCKET => self.prov[dst] = None,
+            bs_vm_op::BS_VM_KEY1 => {
+                let a = usize::from(x.a & REG_MASK);
+                self.key = self.prov[a].map(|p| (x.arg, p, x.arg2, x.imm));
+            }
+            bs_vm_op::BS_VM_KEYCLR | bs_vm_op::BS_VM_KEYNUM | bs_vm_op::BS_VM_KEYSTR => {
+                self.key = None;
+            }
+            // A plain map written: what was read from it may be stale.
+            bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MDEL => self.cached = None,
+            _ => {}
         }
         Ok(())
     }
@@ -760,6 +828,9 @@ pub fn emit(low: &Lowered, idx: usize, env: &Env) -> Result<Prog, String> {
         idx,
         env: *env,
         need_args: false,
+        prov: [None; 32],
+        key: None,
+        cached: None,
     };
     // The body first, to know whether it reads a syscall's arguments; the
     // entry is put before it after.
@@ -781,8 +852,12 @@ pub fn emit(low: &Lowered, idx: usize, env: &Env) -> Result<Prog, String> {
         // The key's map is known only along straight code.
         if targets.contains(&pc) {
             cur_map = None;
+            e.prov = [None; 32];
+            e.key = None;
+            e.cached = None;
         }
         e.insn(pc, x, &mut cur_map)?;
+        e.track(x)?;
     }
     let end = e.out.len();
     e.put(movi(R0, 0));

@@ -27,11 +27,20 @@ pub fn forced_vm() -> bool {
     std::env::var_os(FORCE_VM).is_some_and(|v| !v.is_empty() && v != "0")
 }
 
-/// What this session's emitted code needs to know.
-pub fn env() -> Env {
+/// What this session's emitted code needs to know. The kernel's BTF is
+/// read only for a script that reads `comm` (it costs milliseconds at start).
+pub fn env(low: &Lowered) -> Env {
+    use bpfscope_bpf::abi::{bs_src_kind, bs_vm_op};
+    let comm = low.probes.iter().flat_map(|p| &p.code).any(|x| {
+        bs_vm_op(u32::from(x.op)) == bs_vm_op::BS_VM_SRCSTR
+            && low
+                .srcs
+                .get(x.arg as usize)
+                .is_some_and(|s| bs_src_kind(u32::from(s.kind)) == bs_src_kind::BS_SRC_COMM)
+    });
     Env {
         self_tgid: std::process::id(),
-        comm_off: comm_offset(),
+        comm_off: if comm { comm_offset() } else { None },
     }
 }
 

@@ -162,11 +162,18 @@ fn every_jump_lands_inside_the_program_and_maps_are_loads() {
 #[test]
 fn comm_offset_comes_from_btf() {
     // Where the kernel has BTF (CI and this machine), comm is found, and
-    // inside task_struct past its first fields.
+    // inside task_struct past its first fields; a script without comm
+    // does not read the BTF.
     if std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-        let off = env().comm_off.unwrap();
+        let off = env(&lowered("interval:ms:1 { @[comm] = count(); }"))
+            .comm_off
+            .unwrap();
         assert!(off > 64 && off < 16384, "{off}");
     }
+    assert_eq!(
+        env(&lowered("interval:ms:1 { @[tid] = count(); }")).comm_off,
+        None
+    );
 }
 
 #[test]
@@ -187,4 +194,18 @@ fn many_syscall_probes_leave_the_rest_to_the_shared_program() {
         c[SYSCALL_MAX].as_ref().unwrap_err(),
         "over 8 syscall probes: the shared program serves the rest"
     );
+}
+
+#[test]
+fn a_value_read_again_for_the_same_key_is_not_looked_up_twice() {
+    // The predicate's @s[tid] and the body's: one lookup of @s, then the
+    // histogram's (its miss path looks up once more after the insert).
+    let low = lowered(
+        "interval:ms:1 /@s[tid]/ { @h = hist(nsecs - @s[tid]); delete(@s[tid]); @s[tid] = 1; $x = @s[tid]; @y = $x; }",
+    );
+    let text = listing(&low, &emit(&low, 0, &ENV).unwrap());
+    // @s: the predicate's lookup, the delete, the write, and the lookup
+    // after the write (the body's first read is the predicate's value).
+    assert_eq!(text.matches("r1 = map @s").count(), 4, "{text}");
+    assert_eq!(text.matches("*(u64 *)(fp-96)").count(), 3, "{text}");
 }
