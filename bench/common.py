@@ -1,4 +1,5 @@
 """Helpers shared by the bench scripts: building, timing, starting tracers."""
+import ctypes
 import os
 import signal
 import statistics
@@ -116,3 +117,38 @@ def status_kib(pid, key):
             if line.startswith(key + ":"):
                 return int(line.split()[1])
     return 0
+
+
+# BPF run-time statistics (event_cost.py, run_vs_bpftrace.py).
+
+class Stats:
+    """BPF run-time statistics on while held (BPF_ENABLE_STATS): the
+    kernel turns them off again when the descriptor closes, however this
+    script ends."""
+
+    def __enter__(self):
+        libc = ctypes.CDLL(None, use_errno=True)
+        attr = (ctypes.c_uint8 * 64)()  # enable_stats.type = BPF_STATS_RUN_TIME (0)
+        self.fd = libc.syscall(321, 32, attr, ctypes.sizeof(attr))  # SYS_bpf, BPF_ENABLE_STATS
+        if self.fd < 0:
+            sys.exit(f"bench: BPF_ENABLE_STATS: {os.strerror(ctypes.get_errno())}")
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def prog_stats(pid):
+    """(run_time_ns, run_cnt) summed over the BPF programs a process holds."""
+    t = n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:bpf-prog":
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                info = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        t += int(info.get("run_time_ns", "0"))
+        n += int(info.get("run_cnt", "0"))
+    return t, n

@@ -30,18 +30,27 @@ the empty raw tracepoint program's, and <= 0.5 x bpftrace's. A target
 below this machine's floor (0.5 x bpftrace under the empty raw
 tracepoint's cost) is printed with the floor's figure.
 
+Scripts (`bpfscope run`, SCRIPTS below): `@[comm] = count()` filtered
+by comm, a runqlat-shaped pair (a timestamp per thread at sys_enter_umask,
+`hist(nsecs - @s[tid])` and `delete` at sys_exit_umask: two events per
+call, the figures are per call) and syscount.bt's probe (two counts on
+raw_syscalls:sys_enter, every syscall of the machine), each three ways:
+bpfscope with its probes compiled to BPF (the default), on the script
+machine (BPFSCOPE_SCRIPT_VM=1), and bpftrace; the ratio printed is the
+compiled one's to bpftrace's (target <= 0.5).
+
 BPFSCOPE_GENERIC=1 makes bpfscope take its general path for every shape
 (the path before the specialized ones), for a before/after comparison;
-BENCH_STAGES=0 skips the breakdown; arguments name the shapes to run.
+BENCH_STAGES=0 skips the breakdown; BENCH_VERBS=0 or BENCH_SCRIPTS=0 skip
+the verbs' shapes or the scripts; arguments name the shapes to run.
 """
-import ctypes
 import os
 import statistics
 import subprocess
 import sys
 import time
 
-from common import BIN, Background, build, cc, need, need_root, ratio
+from common import BIN, Background, Stats, build, cc, need, need_root, prog_stats, ratio
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 CALLS = int(os.environ.get("BENCH_CALLS", "2000000"))
@@ -63,43 +72,21 @@ SHAPES = {
     ),
 }
 BREAKDOWN = ["dispatch", "config", "target", "filter", "key"]
+EXIT = "tracepoint:syscalls:sys_exit_umask"
+# name: script (run by both tools as written)
+SCRIPTS = {
+    "run: @[comm] = count(), filter comm": f'{PROBE} /comm == "{COMM}"/ {{ @[comm] = count(); }}',
+    "run: runqlat-shaped pair": (f"{PROBE} {{ @s[tid] = nsecs; }} "
+                                 f"{EXIT} /@s[tid]/ {{ @h = hist(nsecs - @s[tid]); delete(@s[tid]); }}"),
+    "run: syscount.bt's probe": ("tracepoint:raw_syscalls:sys_enter "
+                                 "{ @syscall[args->id] = count(); @process[comm] = count(); }"),
+}
+VERBS = os.environ.get("BENCH_VERBS", "1") != "0"
+RUN_SCRIPTS = os.environ.get("BENCH_SCRIPTS", "1") != "0"
 
 
 def verb(shape):
     return "hist" if shape.startswith("hist") else "count"
-
-
-class Stats:
-    """BPF run-time statistics on while held (BPF_ENABLE_STATS): the
-    kernel turns them off again when the descriptor closes, however this
-    script ends."""
-
-    def __enter__(self):
-        libc = ctypes.CDLL(None, use_errno=True)
-        attr = (ctypes.c_uint8 * 64)()  # enable_stats.type = BPF_STATS_RUN_TIME (0)
-        self.fd = libc.syscall(321, 32, attr, ctypes.sizeof(attr))  # SYS_bpf, BPF_ENABLE_STATS
-        if self.fd < 0:
-            sys.exit(f"bench: BPF_ENABLE_STATS: {os.strerror(ctypes.get_errno())}")
-        return self
-
-    def __exit__(self, *exc):
-        os.close(self.fd)
-
-
-def prog_stats(pid):
-    """(run_time_ns, run_cnt) summed over the BPF programs a process holds."""
-    t = n = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:bpf-prog":
-                continue
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                info = dict(line.split(":", 1) for line in f if ":" in line)
-        except OSError:
-            continue
-        t += int(info.get("run_time_ns", "0"))
-        n += int(info.get("run_cnt", "0"))
-    return t, n
 
 
 def per_call(loop):
@@ -113,6 +100,14 @@ def start_bpfscope(args, stage=None):
     if stage:
         env["BPFSCOPE_BENCH_STAGE"] = stage
     return Background([BIN, *args], "Attached", env=env)
+
+
+def start_script(script, vm):
+    """bpfscope run on a script: compiled probes, or (vm) the script machine alone."""
+    env = dict(os.environ)
+    env.pop("BPFSCOPE_BENCH_STAGE", None)
+    env["BPFSCOPE_SCRIPT_VM"] = "1" if vm else "0"
+    return Background([BIN, "run", "-e", script], "Attaching", env=env, stream="stdout")
 
 
 def start_bpftrace(prog):
@@ -153,10 +148,11 @@ def main():
     need("bpftrace", "bpftrace")
     build()
     loop = cc("umaskloop")
-    shapes = [s for s in SHAPES if not sys.argv[1:] or s in sys.argv[1:]]
+    shapes = [s for s in SHAPES if VERBS and (not sys.argv[1:] or s in sys.argv[1:])]
+    scripts = [s for s in SCRIPTS if RUN_SCRIPTS and (not sys.argv[1:] or s in sys.argv[1:])]
     for s in sys.argv[1:]:
-        if s not in SHAPES:
-            sys.exit(f"bench: unknown shape {s!r}; one of: {', '.join(SHAPES)}")
+        if s not in SHAPES and s not in SCRIPTS:
+            sys.exit(f"bench: unknown shape {s!r}; one of: {', '.join([*SHAPES, *SCRIPTS])}")
     path = "general path (BPFSCOPE_GENERIC=1)" if os.environ.get("BPFSCOPE_GENERIC") else \
         "specialized paths"
     with open("/proc/loadavg") as f:
@@ -186,6 +182,18 @@ def main():
         row("bpftrace", theirs, floor)
         summary.append((shape, ours, theirs))
 
+    runs = []
+    for name in scripts:
+        script = SCRIPTS[name]
+        print(f"{name}:")
+        compiled = measure(loop, lambda: start_script(script, False), ROUNDS)
+        row("bpfscope run, compiled", compiled, floor)
+        machine = measure(loop, lambda: start_script(script, True), ROUNDS)
+        row("bpfscope run, script machine", machine, floor)
+        theirs = measure(loop, lambda: start_bpftrace(script), ROUNDS)
+        row("bpftrace", theirs, floor)
+        runs.append((name, compiled, machine, theirs))
+
     print(f"== ns added per event (ns per run); floor: empty raw tracepoint {floor:.1f} "
           f"({raw[1]:.1f}), empty classic tracepoint {classic[0]:.1f} ({classic[1]:.1f})")
     print(f"  {'shape':30} {'bpfscope':>16} {'bpftrace':>16}  {'/floor':>6} {'/bpftrace':>9}"
@@ -199,6 +207,20 @@ def main():
             note = f"  0.5 x bpftrace = {half:.1f} ns is under the floor ({floor:.1f} ns)"
         print(f"  {shape:30} {ours[0]:6.1f} ({ours[1]:6.1f}) {theirs[0]:6.1f} ({theirs[1]:6.1f})"
               f"  {r_floor:6.2f} {r_bt:9.2f}{note}")
+
+    if runs:
+        print(f"== scripts, ns added per umask call (ns per program run); floor: empty raw "
+              f"tracepoint {floor:.1f} ({raw[1]:.1f}), empty classic tracepoint {classic[0]:.1f} "
+              f"({classic[1]:.1f})")
+        print(f"  {'script':36} {'compiled':>16} {'machine':>16} {'bpftrace':>16}  "
+              f"{'/bpftrace':>9} (target <= 0.5)  machine/bpftrace")
+        for name, c, m, t in runs:
+            note = ""
+            if 0.5 * t[0] < floor:
+                note = f"  0.5 x bpftrace = {0.5 * t[0]:.1f} ns is under the floor ({floor:.1f} ns)"
+            print(f"  {name:36} {c[0]:6.1f} ({c[1]:6.1f}) {m[0]:6.1f} ({m[1]:6.1f}) "
+                  f"{t[0]:6.1f} ({t[1]:6.1f})  {ratio(c[0], t[0]):9.2f}  "
+                  f"{ratio(m[0], t[0]):27.2f}{note}")
 
 
 if __name__ == "__main__":

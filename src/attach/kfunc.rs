@@ -106,7 +106,7 @@ unsafe fn copy<T: Copy>(ptr: *const T, n: usize) -> Vec<T> {
 }
 
 /// bpf_prog_load, with the verifier's last words on failure.
-fn load(
+pub(crate) fn load(
     prog_type: libbpf_sys::bpf_prog_type,
     name: &CStr,
     insns: &[libbpf_sys::bpf_insn],

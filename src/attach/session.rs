@@ -54,6 +54,9 @@ pub struct Session<'obj> {
     /// The per-event path the programs were specialized for: where the
     /// aggregates are (`slots` or `aggs`).
     pub shape: Shape,
+    /// Probes that run a program of their own (a compiled script probe):
+    /// `attach` leaves them to it.
+    own_program: Vec<bool>,
 }
 
 /// A kernel function link, held to be dropped: dropping detaches.
@@ -132,6 +135,7 @@ impl<'obj> Session<'obj> {
             routed_syscalls: false,
             vm_maps: vm_maps.map(|m| m.inner).unwrap_or_default(),
             shape,
+            own_program: Vec::new(),
         };
         session.fill(plan)?;
         Ok(session)
@@ -244,6 +248,28 @@ impl<'obj> Session<'obj> {
         Ok(out)
     }
 
+    /// Marks probes that run a program of their own (loaded and attached
+    /// by its owner, then given to [`Session::adopt`]): `attach` skips them.
+    pub fn set_own_programs(&mut self, probes: &[usize]) {
+        for &i in probes {
+            if self.own_program.len() <= i {
+                self.own_program.resize(i + 1, false);
+            }
+            self.own_program[i] = true;
+        }
+    }
+
+    fn own(&self, i: usize) -> bool {
+        self.own_program.get(i).copied().unwrap_or(false)
+    }
+
+    /// Keeps programs and links made elsewhere for this session's probes:
+    /// they are detached with the session's own.
+    pub fn adopt(&mut self, progs: Vec<OwnedFd>, links: Vec<OwnedFd>) {
+        self.klinks.extend(links.into_iter().map(KLink::Fd));
+        self.kprogs.extend(progs);
+    }
+
     /// Leaves the syscall probes to a dispatcher: `attach` attaches no
     /// raw_tp for them, and `syscall_routes` says what to route.
     pub fn route_syscalls(&mut self) {
@@ -285,11 +311,9 @@ impl<'obj> Session<'obj> {
             (false, &progs.bpfscope_sysin, "sys_enter"),
             (true, &progs.bpfscope_sysout, "sys_exit"),
         ] {
-            if plan
-                .probes
-                .iter()
-                .any(|p| matches!(p.path, Path::Syscall(sc) if sc.exit == exit))
-            {
+            if plan.probes.iter().enumerate().any(|(i, p)| {
+                !self.own(i) && matches!(p.path, Path::Syscall(sc) if sc.exit == exit)
+            }) {
                 links.push(
                     prog.attach_raw_tracepoint(tp)
                         .with_context(|| format!("attaching to raw tracepoint {tp}"))?,
@@ -364,6 +388,9 @@ impl<'obj> Session<'obj> {
         // Cookie 0 means "no configuration", so indexes are shifted by one.
         let cookie = i as u64 + 1;
         let name = &p.probe.name;
+        if self.own(i) {
+            return None;
+        }
         Some(match &p.path {
             Path::Syscall(_)
             | Path::Uprobe { .. }

@@ -65,10 +65,25 @@ pub fn run(s: RunSettings) -> Result<()> {
             );
         }
     }
+    // Probes whose code has a BPF translation run as programs of their
+    // own; the others on the script machine.
+    let mut chosen = script::jit::choose(low, &script::jit::env(low));
     if s.dry_run {
         if s.verbose {
+            for l in script::jit::describe(low, &chosen) {
+                eprintln!("{l}");
+            }
             // The generated code, as the golden files hold it.
             eprint!("{}", crate::script::disasm::listing(low));
+            for (p, c) in low.probes.iter().zip(&chosen) {
+                if let Ok(prog) = c {
+                    eprint!(
+                        "\n{} (BPF):\n{}",
+                        p.probe.name,
+                        script::jit::listing(low, prog)
+                    );
+                }
+            }
         }
         return Ok(());
     }
@@ -95,6 +110,13 @@ pub fn run(s: RunSettings) -> Result<()> {
     if let Some(bss) = session.skel.maps.bss_data.as_deref_mut() {
         bss.vm_t0 = bpfscope_sys::monotonic_ns();
     }
+    let compiled_progs = script::jit::load::load_all(&session, &mut chosen);
+    session.set_own_programs(&compiled_progs.iter().map(|(i, _)| *i).collect::<Vec<_>>());
+    if s.verbose {
+        for l in script::jit::describe(low, &chosen) {
+            eprintln!("{l}");
+        }
+    }
     let upid = pid.map_or(-1, |p| p as i32);
     // BEGIN runs before the other probes are attached: its records come
     // first in the ring buffer, as its output comes first in bpftrace.
@@ -107,6 +129,19 @@ pub fn run(s: RunSettings) -> Result<()> {
         Err(e) if crate::error::is_interrupted(&e) => crate::attach::session::Attached::default(),
         r => r.map_err(crate::error::refused)?,
     };
+    let (mut progs, mut links) = (Vec::new(), Vec::new());
+    for (i, fd) in compiled_progs {
+        let Ok(prog) = &chosen[i] else { continue };
+        match script::jit::load::attach(&fd, &prog.hook) {
+            Ok(l) => links.push(l),
+            Err(e) => att.skipped.push((
+                plan.probes[i].probe.name.clone(),
+                format!("attaching its compiled program: {e}"),
+            )),
+        }
+        progs.push(fd);
+    }
+    session.adopt(progs, links);
     let mut out = Out::new(s.json);
     // As bpftrace counts: BEGIN and END are probes too.
     let n = plan.probes.len().saturating_sub(att.skipped.len());

@@ -35,7 +35,7 @@ fn action(a: &Action) -> String {
     format!("{a:?}")
 }
 
-fn op_name(op: u8) -> String {
+pub(crate) fn op_name(op: u8) -> String {
     let name = match bs_vm_op(u32::from(op)) {
         bs_vm_op::BS_VM_HALT => "halt",
         bs_vm_op::BS_VM_LDI => "ldi",

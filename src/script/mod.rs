@@ -8,6 +8,7 @@ pub mod codegen;
 pub mod cpp;
 pub mod disasm;
 pub mod ir;
+pub mod jit;
 pub mod resources;
 pub mod trigger;
 pub mod types;

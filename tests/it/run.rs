@@ -1017,3 +1017,111 @@ fn kernel_stacks_print_as_bpftraces() {
     let tail = |v: &[String]| v[v.len().saturating_sub(3)..].to_vec();
     assert_eq!(tail(&ours), tail(&theirs), "bpfscope:\n{a}\nbpftrace:\n{b}");
 }
+
+/// Runs `script` with `-c CMD -v`, on compiled probes or (`vm`) on the
+/// script machine alone; (stdout, stderr).
+fn run_on(script: &str, cmd: &str, vm: bool) -> (String, String) {
+    let mut c = Command::new(bin());
+    c.args(["run", "-v", "-e", script, "-c", cmd]);
+    c.env("BPFSCOPE_SCRIPT_VM", if vm { "1" } else { "0" });
+    let o = run_cmd_timeout(&mut c, Duration::from_secs(60));
+    assert!(o.status.success(), "bpfscope ({vm}): {}", stderr(&o));
+    (stdout(&o), stderr(&o))
+}
+
+/// Each script shape the emitter compiles gives, on the same events, the
+/// script machine's output exactly; `-v` says which probes ran compiled.
+/// (The shapes of bench/event_cost.py and syscount.bt's probe, syscall
+/// arguments and return values, every aggregation on values the script
+/// makes itself, plain map reads, writes and deletes.)
+#[test]
+#[ignore = "needs root and BPF"]
+fn compiled_probes_print_what_the_machine_prints() {
+    require_root();
+    let drive = |what: &str, n: u32| format!("{} bt_jit {what} {n}", workload("btdrive").display());
+    let cases: [(&str, String, &[&str]); 5] = [
+        (
+            r#"tracepoint:syscalls:sys_enter_getppid /comm == "bt_jit"/ { @[comm] = count(); }"#,
+            drive("syscalls", 3000),
+            &["@[bt_jit]: 3000\n"],
+        ),
+        (
+            r#"tracepoint:syscalls:sys_enter_getppid /comm == "bt_jit"/ { @s[tid] = nsecs; }
+               tracepoint:syscalls:sys_exit_getppid /comm == "bt_jit" && @s[tid]/ {
+                   @h = hist((nsecs - @s[tid]) > 0); @ok = sum(nsecs >= @s[tid]); delete(@s[tid]); }"#,
+            drive("syscalls", 3000),
+            &["@ok: 3000\n", "[1]                 3000 |"],
+        ),
+        (
+            r#"tracepoint:raw_syscalls:sys_enter /comm == "bt_jit"/ { @syscall[args->id] = count(); @process[comm] = count(); }"#,
+            drive("syscalls", 2000),
+            &["@syscall[110]: 2000\n"],
+        ),
+        (
+            r#"tracepoint:syscalls:sys_enter_kill /comm == "bt_jit"/ { @a[args->sig, args->pid > 0] = count(); }
+               tracepoint:syscalls:sys_exit_kill /comm == "bt_jit"/ { @r[args->ret] = count(); }"#,
+            drive("kill", 500),
+            &["@a[0, 1]: 1000\n", "@r[-3]: 500\n", "@r[0]: 500\n"],
+        ),
+        (
+            r#"tracepoint:syscalls:sys_enter_getppid /comm == "bt_jit"/ {
+                $i = @n; @n = @n + 1;
+                @c = count(); @s = sum($i); @a = avg($i); @mn = min($i + 5); @mx = max($i * 3);
+                @neg = min(-$i); @st = stats($i); @h = hist($i * 100); @l = lhist($i, 0, 1000, 100);
+                @k[$i % 3, $i & 1] = count(); @d = sum($i / 7 + $i % 7 + ($i << 2) + ($i >> 1));
+                $j = $i - 500; @sd = sum($j / -7 + $j % 7 + $j / 3 + $j % -3);
+                if ($i > 500) { @big = count(); } else { @small = count(); }
+            }"#,
+            drive("syscalls", 1000),
+            &["@c: 1000\n", "@s: 499500\n", "@neg: -999\n", "@big: 499\n"],
+        ),
+    ];
+    for (script, cmd, expect) in &cases {
+        let (a, aerr) = run_on(script, cmd, false);
+        let (b, berr) = run_on(script, cmd, true);
+        assert_eq!(a, b, "{script}\ncompiled:\n{a}\nmachine:\n{b}");
+        for e in *expect {
+            assert!(a.contains(e), "{script}: {e:?} in\n{a}");
+        }
+        assert!(
+            aerr.lines()
+                .filter(|l| l.contains("script machine ("))
+                .count()
+                == 0,
+            "{script}: a probe stayed on the machine:\n{aerr}"
+        );
+        assert!(aerr.contains("compiled to BPF"), "{aerr}");
+        assert!(
+            berr.contains("script machine (BPFSCOPE_SCRIPT_VM is set)"),
+            "{berr}"
+        );
+    }
+}
+
+/// A probe with an operation the emitter does not translate (printf)
+/// stays on the machine, named with the reason, beside a compiled one;
+/// both count every event.
+#[test]
+#[ignore = "needs root and BPF"]
+fn a_probe_with_printf_falls_back_to_the_machine_and_says_why() {
+    require_root();
+    let script = r#"tracepoint:syscalls:sys_enter_getppid /comm == "bt_jit"/ { printf("p %d\n", 7); @p = count(); }
+        tracepoint:syscalls:sys_exit_getppid /comm == "bt_jit"/ { @q = count(); }"#;
+    let cmd = format!("{} bt_jit syscalls 200", workload("btdrive").display());
+    let (out, err) = run_on(script, &cmd, false);
+    assert!(
+        err.contains(
+            "tracepoint:syscalls:sys_enter_getppid: script machine (`evnum` runs on the machine)"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("tracepoint:syscalls:sys_exit_getppid: compiled to BPF"),
+        "{err}"
+    );
+    assert_eq!(out.lines().filter(|l| *l == "p 7").count(), 200, "{out}");
+    assert!(
+        out.contains("@p: 200\n") && out.contains("@q: 200\n"),
+        "{out}"
+    );
+}

@@ -1,0 +1,938 @@
+//! One probe's script machine code as straight BPF instructions: each
+//! machine instruction becomes the few BPF instructions that do what
+//! vm.bpf.h's case for it does, on the same per-CPU scratch area
+//! (registers, string slots, the key being built) and the same kernel
+//! maps, so what user space reads is the same whichever ran. An
+//! operation with no translation here leaves the probe on the machine
+//! ([`emit`] says which and why).
+
+use std::mem::{offset_of, size_of};
+
+use bpfscope_bpf::abi::{
+    bs_agg_val, bs_event_hdr, bs_insn, bs_key_hdr, bs_limits, bs_lost, bs_note, bs_scratch, bs_src,
+    bs_src_kind, bs_vm_alu, bs_vm_flags, bs_vm_op,
+};
+
+use super::insn::*;
+use crate::attach::plan::Path;
+use crate::script::ir::{Lowered, LoweredProbe};
+
+/// What the emitted code needs to know of this machine and session.
+#[derive(Debug, Clone, Copy)]
+pub struct Env {
+    /// bpfscope's own tgid: its own events are never traced.
+    pub self_tgid: u32,
+    /// Offset of task_struct.comm (from the kernel's BTF).
+    pub comm_off: Option<u32>,
+}
+
+/// Where a compiled probe runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hook {
+    /// A raw tracepoint (sys_enter, sys_exit, or one named by the probe).
+    RawTp(String),
+    /// A classic tracepoint (perf link).
+    Tracepoint { subsys: String, event: String },
+}
+
+/// A probe's BPF program, its maps still symbolic.
+#[derive(Debug, Clone)]
+pub struct Prog {
+    pub insns: Vec<Insn>,
+    /// (instruction, map) of each map load.
+    pub maps: Vec<(usize, MapRef)>,
+    pub hook: Hook,
+}
+
+const SCRATCH_R: usize = offset_of!(bs_scratch, r);
+const SCRATCH_SV: usize = offset_of!(bs_scratch, sv);
+const SCRATCH_KEY: usize = offset_of!(bs_scratch, key);
+const SCRATCH_STR: usize = offset_of!(bs_scratch, str);
+const SCRATCH_ARGS: usize = offset_of!(bs_scratch, args);
+const SCRATCH_KEY_LEN: usize = size_of::<[u8; 328]>();
+const KEYDATA: usize = SCRATCH_KEY + size_of::<bs_key_hdr>();
+const STR_MAX: usize = bs_limits::BS_STR_MAX.0 as usize;
+const KEY_MASK: u32 = bs_limits::BS_KEY_MAX.0 - 1;
+const REG_MASK: u8 = bs_limits::BS_VM_REGS.0 as u8 - 1;
+const STR_MASK: u8 = bs_limits::BS_VM_STRS.0 as u8 - 1;
+const HDR: usize = size_of::<bs_event_hdr>();
+const AGG_VAL: usize = size_of::<bs_agg_val>();
+const BSS_EPOCH: u32 = offset_of!(bpfscope_bpf::abi::bss, epoch) as u32;
+const BSS_T0: u32 = offset_of!(bpfscope_bpf::abi::bss, vm_t0) as u32;
+const BSS_STOPPED: u32 = offset_of!(bpfscope_bpf::abi::bss, vm_stopped) as u32;
+/// x86-64 pt_regs: r10 (the first of the 8 words read: r10, r9, r8, ax,
+/// cx, dx, si, di) and orig_ax, the syscall number.
+const REGS_R10: i32 = 56;
+const REGS_ORIG_AX: i32 = 120;
+/// Argument slot -> word of the 8 read from pt_regs at r10 (di, si, dx, r10, r8, r9).
+const ARG_WORD: [usize; 6] = [7, 6, 5, 0, 2, 1];
+/// Frame slots: a u32 map key, a zeroed aggregate, a notice's header.
+const FP_KEY: i16 = -8;
+const FP_ZERO: i16 = -8 - AGG_VAL as i16;
+const FP_HDR: i16 = FP_ZERO - HDR as i16;
+const FP_CACHE: i16 = FP_HDR - 8;
+
+/// A jump's destination before the code is laid out.
+#[derive(Clone, Copy)]
+enum To {
+    /// A machine instruction, by its index.
+    Pc(usize),
+    /// The end: return 0.
+    End,
+}
+
+struct E<'a> {
+    out: Vec<Insn>,
+    maps: Vec<(usize, MapRef)>,
+    /// (instruction, destination) of jumps to machine instructions or the end.
+    far: Vec<(usize, To)>,
+    low: &'a Lowered,
+    idx: usize,
+    env: Env,
+    /// The body reads a syscall's arguments: the entry fetches them.
+    need_args: bool,
+    /// Per machine register: the source it holds, when that source gives
+    /// one value for the whole run (tid, a record field...).
+    prov: [Option<u32>; 32],
+    /// What the key buffer holds, when known: a one-part key of a value
+    /// that is the same for the whole run.
+    key: Option<KeyId>,
+    /// A plain map value read for that key, kept in FP_CACHE: read again
+    /// before any write to a plain map, it is not looked up twice.
+    cached: Option<KeyId>,
+}
+
+/// A key by what it is made of: (map id, the source of its one part,
+/// where the zeroing starts, how many words).
+type KeyId = (u32, u32, u32, i64);
+
+type R<T> = Result<T, String>;
+
+fn reg_off(r: u8) -> i16 {
+    (SCRATCH_R + 8 * usize::from(r & REG_MASK)) as i16
+}
+
+fn sv_off(s: u8) -> usize {
+    SCRATCH_SV + STR_MAX * usize::from(s & STR_MASK)
+}
+
+impl E<'_> {
+    fn put(&mut self, x: Insn) -> usize {
+        self.out.push(x);
+        self.out.len() - 1
+    }
+
+    fn put2(&mut self, x: [Insn; 2]) {
+        self.out.extend(x);
+    }
+
+    fn map(&mut self, dst: Reg, m: MapRef) {
+        self.maps.push((self.out.len(), m));
+        self.put2(ldmap(dst, m));
+    }
+
+    /// dst = imm, as short as it fits.
+    fn imm(&mut self, dst: Reg, v: i64) {
+        match i32::try_from(v) {
+            Ok(v) => {
+                self.put(movi(dst, v));
+            }
+            Err(_) => self.put2(ld64(dst, v)),
+        }
+    }
+
+    fn load_r(&mut self, dst: Reg, r: u8) {
+        self.put(ldx(DW, dst, R9, reg_off(r)));
+    }
+
+    fn store_r(&mut self, r: u8, src: Reg) {
+        self.put(stx(DW, R9, reg_off(r), src));
+    }
+
+    /// A forward jump within this instruction's code, patched by `here`.
+    fn fwd(&mut self, x: Insn) -> usize {
+        self.put(x)
+    }
+
+    /// Points the forward jump at `at` to the next instruction.
+    fn here(&mut self, at: usize) {
+        self.out[at].off = (self.out.len() - at - 1) as i16;
+    }
+
+    fn far(&mut self, x: Insn, to: To) {
+        let at = self.put(x);
+        self.far.push((at, to));
+    }
+
+    /// r2 = &s->key, r1 = script map `id`.
+    fn map_key(&mut self, id: u32) {
+        self.map(R1, MapRef::Script(id));
+        self.put(mov(R2, R9));
+        self.put(alui(alu::ADD, R2, SCRATCH_KEY as i32));
+    }
+
+    /// bs_count(&lost, slot).
+    fn count_lost(&mut self, slot: u32) {
+        self.put(st(W, FP, FP_KEY, slot as i32));
+        self.map(R1, MapRef::Lost);
+        self.put(mov(R2, FP));
+        self.put(alui(alu::ADD, R2, i32::from(FP_KEY)));
+        self.put(call(helper::MAP_LOOKUP_ELEM));
+        let j = self.fwd(ji(jmp::JEQ, R0, 0, 0));
+        self.put(movi(R1, 1));
+        self.put(xadd(R0, 0, R1, false));
+        self.here(j);
+    }
+
+    /// bs_vm_note(BS_NOTE_FULL, id): counted, and the first one sent at once.
+    fn note_full(&mut self, id: u32) {
+        self.put(st(W, FP, FP_KEY, id as i32));
+        self.map(R1, MapRef::Full);
+        self.put(mov(R2, FP));
+        self.put(alui(alu::ADD, R2, i32::from(FP_KEY)));
+        self.put(call(helper::MAP_LOOKUP_ELEM));
+        let none = self.fwd(ji(jmp::JEQ, R0, 0, 0));
+        self.put(movi(R1, 1));
+        self.put(xadd(R0, 0, R1, true));
+        let seen = self.fwd(ji(jmp::JNE, R1, 0, 0));
+        for w in 0..HDR / 8 {
+            self.put(st(DW, FP, FP_HDR + 8 * w as i16, 0));
+        }
+        self.put(call(helper::KTIME_GET_NS));
+        self.put(stx(
+            DW,
+            FP,
+            FP_HDR + offset_of!(bs_event_hdr, ts_ns) as i16,
+            R0,
+        ));
+        let probe = bs_note::BS_NOTE_FULL.0 | (id & bs_note::BS_NOTE_INDEX.0);
+        self.put(st(
+            W,
+            FP,
+            FP_HDR + offset_of!(bs_event_hdr, probe) as i16,
+            probe as i32,
+        ));
+        self.map(R1, MapRef::Events);
+        self.put(mov(R2, FP));
+        self.put(alui(alu::ADD, R2, i32::from(FP_HDR)));
+        self.put(movi(R3, HDR as i32));
+        // BPF_RB_FORCE_WAKEUP
+        self.put(movi(R4, 2));
+        self.put(call(helper::RINGBUF_OUTPUT));
+        let sent = self.fwd(ji(jmp::JEQ, R0, 0, 0));
+        self.count_lost(bs_lost::BS_LOST_EVENTS.0);
+        self.here(sent);
+        self.here(seen);
+        self.here(none);
+    }
+
+    fn src(&self, i: u32) -> R<&bs_src> {
+        self.low
+            .srcs
+            .get(i as usize)
+            .ok_or_else(|| format!("source #{i} is missing"))
+    }
+
+    fn probe(&self) -> &LoweredProbe {
+        &self.low.probes[self.idx]
+    }
+
+    /// r0 = a number from a source (bs_read_num).
+    fn read_num(&mut self, i: u32) -> R<()> {
+        let s = *self.src(i)?;
+        let kind = bs_src_kind(u32::from(s.kind));
+        let helper_then = |e: &mut Self, h: i32| {
+            e.put(call(h));
+        };
+        match kind {
+            bs_src_kind::BS_SRC_PROBE => {
+                self.imm(R0, self.idx as i64);
+            }
+            bs_src_kind::BS_SRC_PID => {
+                helper_then(self, helper::GET_CURRENT_PID_TGID);
+                self.put(alui(alu::RSH, R0, 32));
+            }
+            bs_src_kind::BS_SRC_TID => {
+                helper_then(self, helper::GET_CURRENT_PID_TGID);
+                self.put(zext32(R0));
+            }
+            bs_src_kind::BS_SRC_CPU => helper_then(self, helper::GET_SMP_PROCESSOR_ID),
+            bs_src_kind::BS_SRC_UID => {
+                helper_then(self, helper::GET_CURRENT_UID_GID);
+                self.put(zext32(R0));
+            }
+            bs_src_kind::BS_SRC_GID => {
+                helper_then(self, helper::GET_CURRENT_UID_GID);
+                self.put(alui(alu::RSH, R0, 32));
+            }
+            bs_src_kind::BS_SRC_CGROUP => helper_then(self, helper::GET_CURRENT_CGROUP_ID),
+            bs_src_kind::BS_SRC_NSECS => helper_then(self, helper::KTIME_GET_NS),
+            bs_src_kind::BS_SRC_ELAPSED => {
+                helper_then(self, helper::KTIME_GET_NS);
+                self.map(R1, MapRef::Bss(BSS_T0));
+                self.put(ldx(DW, R1, R1, 0));
+                self.put(alu(alu::SUB, R0, R1));
+            }
+            bs_src_kind::BS_SRC_CURTASK => helper_then(self, helper::GET_CURRENT_TASK),
+            bs_src_kind::BS_SRC_RAND => helper_then(self, helper::GET_PRANDOM_U32),
+            bs_src_kind::BS_SRC_JIFFIES => helper_then(self, helper::JIFFIES64),
+            bs_src_kind::BS_SRC_CTX if matches!(self.probe().path, Path::Tracepoint { .. }) => {
+                let (size, off) = (s.size, s.off);
+                let code = match size {
+                    1 => B,
+                    2 => H,
+                    4 => W,
+                    8 => DW,
+                    n => return Err(format!("a {n}-byte record field")),
+                };
+                // The kernel allows a tracepoint program to load its
+                // record's fields past the common header, aligned.
+                if off < 8 || off % u16::from(size) != 0 {
+                    return Err(format!("a record field at offset {off}"));
+                }
+                self.put(ldx(code, R0, R6, off as i16));
+                self.extend(R0, size, s.is_signed != 0);
+            }
+            bs_src_kind::BS_SRC_ARG if matches!(self.probe().path, Path::Syscall(_)) => {
+                if s.walk != 0 {
+                    return Err("a pointer walk from an argument".into());
+                }
+                let Path::Syscall(sc) = self.probe().path else {
+                    return Err("an argument outside a syscall".into());
+                };
+                let slot = u32::from(s.off);
+                if slot == bs_limits::BS_ARG_NR.0 {
+                    self.imm(R0, i64::from(sc.nr));
+                } else if slot == bs_limits::BS_ARG_RET.0 && sc.exit {
+                    self.put(ldx(DW, R0, R6, 8));
+                } else if (slot as usize) < ARG_WORD.len() && !sc.exit {
+                    self.need_args = true;
+                    let off = SCRATCH_ARGS + 8 * ARG_WORD[slot as usize];
+                    self.put(ldx(DW, R0, R9, off as i16));
+                } else {
+                    return Err(format!("argument slot {slot}"));
+                }
+                self.extend(R0, s.size, s.is_signed != 0);
+            }
+            k => return Err(format!("source kind {} on this probe's path", k.0)),
+        }
+        Ok(())
+    }
+
+    /// Widens the low `size` bytes of r (bs_extend).
+    fn extend(&mut self, r: Reg, size: u8, signed: bool) {
+        if !(1..8).contains(&size) || !matches!(size, 1 | 2 | 4) {
+            return;
+        }
+        let sh = 64 - 8 * i32::from(size);
+        self.put(alui(alu::LSH, r, sh));
+        self.put(alui(if signed { alu::ARSH } else { alu::RSH }, r, sh));
+    }
+
+    /// One machine instruction.
+    fn insn(&mut self, pc: usize, x: &bs_insn, cur_map: &mut Option<u32>) -> R<()> {
+        let op = bs_vm_op(u32::from(x.op));
+        match op {
+            bs_vm_op::BS_VM_HALT => self.far(ja(0), To::End),
+            bs_vm_op::BS_VM_LDI => match i32::try_from(x.imm) {
+                Ok(v) => {
+                    self.put(st(DW, R9, reg_off(x.dst), v));
+                }
+                Err(_) => {
+                    self.put2(ld64(R1, x.imm));
+                    self.store_r(x.dst, R1);
+                }
+            },
+            bs_vm_op::BS_VM_MOV => {
+                self.load_r(R1, x.a);
+                self.store_r(x.dst, R1);
+            }
+            bs_vm_op::BS_VM_SRC => {
+                self.read_num(x.arg)?;
+                self.store_r(x.dst, R0);
+            }
+            bs_vm_op::BS_VM_SRCSTR => {
+                let s = *self.src(x.arg)?;
+                if bs_src_kind(u32::from(s.kind)) != bs_src_kind::BS_SRC_COMM {
+                    return Err("a string source other than comm".into());
+                }
+                let Some(comm) = self.env.comm_off else {
+                    return Err("task_struct.comm not found in the kernel's BTF".into());
+                };
+                let base = sv_off(x.dst);
+                // Two plain loads through the BTF-typed task, as bs_comm;
+                // the rest of the slot zeroed (keys hash all 64 bytes).
+                self.put(call(helper::GET_CURRENT_TASK_BTF));
+                for w in 0..2 {
+                    self.put(ldx(DW, R1, R0, (comm + 8 * w) as i16));
+                    self.put(stx(DW, R9, (base + 8 * w as usize) as i16, R1));
+                }
+                for w in 2..STR_MAX / 8 {
+                    self.put(st(DW, R9, (base + 8 * w) as i16, 0));
+                }
+            }
+            bs_vm_op::BS_VM_ALU => self.alu(x)?,
+            bs_vm_op::BS_VM_STREQC => self.streqc(x)?,
+            bs_vm_op::BS_VM_JMP | bs_vm_op::BS_VM_JZ | bs_vm_op::BS_VM_JNZ => {
+                let to = x.arg as usize;
+                if to <= pc {
+                    // A loop: the verifier would have to prove it ends.
+                    return Err("a backward jump (a loop)".into());
+                }
+                let to = if to >= self.probe().code.len() {
+                    To::End
+                } else {
+                    To::Pc(to)
+                };
+                if op == bs_vm_op::BS_VM_JMP {
+                    self.far(ja(0), to);
+                } else {
+                    self.load_r(R1, x.a);
+                    let c = if op == bs_vm_op::BS_VM_JZ {
+                        jmp::JEQ
+                    } else {
+                        jmp::JNE
+                    };
+                    self.far(ji(c, R1, 0, 0), to);
+                }
+            }
+            bs_vm_op::BS_VM_KEYCLR | bs_vm_op::BS_VM_KEY1 => {
+                self.imm(R1, i64::from(x.arg));
+                self.put(stx(DW, R9, KEYDATA as i16, R1));
+                let from = KEYDATA + (x.arg2 & KEY_MASK) as usize;
+                let words = (x.imm.clamp(0, 32)) as usize;
+                if from + 8 * words > SCRATCH_KEY + SCRATCH_KEY_LEN {
+                    return Err("a key past the key buffer".into());
+                }
+                for w in 0..words {
+                    self.put(st(DW, R9, (from + 8 * w) as i16, 0));
+                }
+                if op == bs_vm_op::BS_VM_KEY1 {
+                    self.load_r(R1, x.a);
+                    self.put(stx(DW, R9, (KEYDATA + 8) as i16, R1));
+                }
+                *cur_map = Some(x.arg);
+            }
+            bs_vm_op::BS_VM_KEYNUM => {
+                self.load_r(R1, x.a);
+                let at = KEYDATA + (x.arg & KEY_MASK) as usize;
+                self.put(stx(DW, R9, at as i16, R1));
+            }
+            bs_vm_op::BS_VM_KEYSTR => {
+                let at = KEYDATA + (x.arg & KEY_MASK) as usize;
+                let from = sv_off(x.a);
+                for w in 0..STR_MAX / 8 {
+                    self.put(ldx(DW, R1, R9, (from + 8 * w) as i16));
+                    self.put(stx(DW, R9, (at + 8 * w) as i16, R1));
+                }
+            }
+            bs_vm_op::BS_VM_BUCKET => self.bucket(x),
+            bs_vm_op::BS_VM_AGG => {
+                let id = cur_map.ok_or("an aggregation whose map is not known here")?;
+                self.agg(x, id);
+            }
+            bs_vm_op::BS_VM_MSET => {
+                let id = cur_map.ok_or("a map update whose map is not known here")?;
+                // One update, as bpftrace's, not the machine's lookup then
+                // update: a number's value is its first 8 bytes and zeros
+                // after them (staged in s->str), whether the key is new or
+                // not, so the map holds the same bytes either way.
+                self.put(st(DW, R9, SCRATCH_KEY as i16, 0));
+                for w in 1..STR_MAX / 8 {
+                    self.put(st(DW, R9, (SCRATCH_STR + 8 * w) as i16, 0));
+                }
+                self.load_r(R1, x.a);
+                self.put(stx(DW, R9, SCRATCH_STR as i16, R1));
+                self.map_key(id);
+                self.put(mov(R3, R9));
+                self.put(alui(alu::ADD, R3, SCRATCH_STR as i32));
+                // BPF_ANY
+                self.put(movi(R4, 0));
+                self.put(call(helper::MAP_UPDATE_ELEM));
+                let ok = self.fwd(ji(jmp::JEQ, R0, 0, 0));
+                self.note_full(id);
+                self.here(ok);
+            }
+            bs_vm_op::BS_VM_MGET => {
+                let id = cur_map.ok_or("a map read whose map is not known here")?;
+                if self.key.is_some() && self.cached == self.key {
+                    // Read just before for the same key (a predicate's
+                    // `@s[tid]`, then the body's): no second lookup.
+                    self.put(ldx(DW, R1, FP, FP_CACHE));
+                    self.store_r(x.dst, R1);
+                    return Ok(());
+                }
+                self.put(st(DW, R9, SCRATCH_KEY as i16, 0));
+                self.map_key(id);
+                self.put(call(helper::MAP_LOOKUP_ELEM));
+                self.put(movi(R1, 0));
+                let j = self.fwd(ji(jmp::JEQ, R0, 0, 0));
+                self.put(ldx(DW, R1, R0, 0));
+                self.here(j);
+                self.store_r(x.dst, R1);
+                if self.key.is_some() {
+                    self.put(stx(DW, FP, FP_CACHE, R1));
+                    self.cached = self.key;
+                }
+            }
+            bs_vm_op::BS_VM_MDEL => {
+                let id = cur_map.ok_or("a delete whose map is not known here")?;
+                self.put(st(DW, R9, SCRATCH_KEY as i16, 0));
+                self.map_key(id);
+                self.put(call(helper::MAP_DELETE_ELEM));
+            }
+            _ => {
+                return Err(format!(
+                    "`{}` runs on the machine",
+                    crate::script::disasm::op_name(x.op)
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// What an instruction leaves known: the sources registers hold, the
+    /// key, the cached map value.
+    fn track(&mut self, x: &bs_insn) -> R<()> {
+        let op = bs_vm_op(u32::from(x.op));
+        let dst = usize::from(x.dst & REG_MASK);
+        match op {
+            bs_vm_op::BS_VM_SRC => {
+                let kind = bs_src_kind(u32::from(self.src(x.arg)?.kind));
+                let fixed = matches!(
+                    kind,
+                    bs_src_kind::BS_SRC_PROBE
+                        | bs_src_kind::BS_SRC_PID
+                        | bs_src_kind::BS_SRC_TID
+                        | bs_src_kind::BS_SRC_CPU
+                        | bs_src_kind::BS_SRC_UID
+                        | bs_src_kind::BS_SRC_GID
+                        | bs_src_kind::BS_SRC_CGROUP
+                        | bs_src_kind::BS_SRC_CURTASK
+                        | bs_src_kind::BS_SRC_CTX
+                        | bs_src_kind::BS_SRC_ARG
+                );
+                self.prov[dst] = fixed.then_some(x.arg);
+            }
+            bs_vm_op::BS_VM_LDI
+            | bs_vm_op::BS_VM_MOV
+            | bs_vm_op::BS_VM_ALU
+            | bs_vm_op::BS_VM_STREQC
+            | bs_vm_op::BS_VM_MGET
+            | bs_vm_op::BS_VM_BUCKET => self.prov[dst] = None,
+            bs_vm_op::BS_VM_KEY1 => {
+                let a = usize::from(x.a & REG_MASK);
+                self.key = self.prov[a].map(|p| (x.arg, p, x.arg2, x.imm));
+            }
+            bs_vm_op::BS_VM_KEYCLR | bs_vm_op::BS_VM_KEYNUM | bs_vm_op::BS_VM_KEYSTR => {
+                self.key = None;
+            }
+            // A plain map written: what was read from it may be stale.
+            bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MDEL => self.cached = None,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn alu(&mut self, x: &bs_insn) -> R<()> {
+        let flags = u32::from(x.flags);
+        let signed = flags & bs_vm_flags::BS_VMF_SIGNED.0 != 0;
+        self.load_r(R1, x.a);
+        if flags & bs_vm_flags::BS_VMF_IMM.0 != 0 {
+            self.imm(R2, x.imm);
+        } else {
+            self.load_r(R2, x.b);
+        }
+        let cmp = |e: &mut Self, c: u8| {
+            e.put(movi(R3, 1));
+            e.put(jx(c, R1, R2, 1));
+            e.put(movi(R3, 0));
+            e.put(mov(R1, R3));
+        };
+        match bs_vm_alu(x.arg) {
+            bs_vm_alu::BS_ALU_ADD => {
+                self.put(alu(alu::ADD, R1, R2));
+            }
+            bs_vm_alu::BS_ALU_SUB => {
+                self.put(alu(alu::SUB, R1, R2));
+            }
+            bs_vm_alu::BS_ALU_MUL => {
+                self.put(alu(alu::MUL, R1, R2));
+            }
+            bs_vm_alu::BS_ALU_AND => {
+                self.put(alu(alu::AND, R1, R2));
+            }
+            bs_vm_alu::BS_ALU_OR => {
+                self.put(alu(alu::OR, R1, R2));
+            }
+            bs_vm_alu::BS_ALU_XOR => {
+                self.put(alu(alu::XOR, R1, R2));
+            }
+            bs_vm_alu::BS_ALU_DIV | bs_vm_alu::BS_ALU_MOD if signed => {
+                // BPF's signed division is 6.6's (cpu v4), which 6.1 lacks:
+                // unsigned on the magnitudes, the sign put back (a quotient
+                // negative when one operand is, a remainder when the
+                // dividend is), 0 for a zero divisor, as the machine.
+                let div = bs_vm_alu(x.arg) == bs_vm_alu::BS_ALU_DIV;
+                let zero = self.fwd(ji(jmp::JEQ, R2, 0, 0));
+                self.put(movi(R4, 0));
+                self.put(ji(jmp::JSGE, R1, 0, 2));
+                self.put(neg(R1));
+                self.put(alui(alu::XOR, R4, 1));
+                if div {
+                    self.put(ji(jmp::JSGE, R2, 0, 2));
+                    self.put(neg(R2));
+                    self.put(alui(alu::XOR, R4, 1));
+                } else {
+                    self.put(ji(jmp::JSGE, R2, 0, 1));
+                    self.put(neg(R2));
+                }
+                self.put(alu(if div { alu::DIV } else { alu::MOD }, R1, R2));
+                self.put(ji(jmp::JEQ, R4, 0, 1));
+                self.put(neg(R1));
+                let done = self.fwd(ja(0));
+                self.here(zero);
+                self.put(movi(R1, 0));
+                self.here(done);
+            }
+            // Division by zero gives 0, as the BPF instruction does.
+            bs_vm_alu::BS_ALU_DIV => {
+                self.put(alu(alu::DIV, R1, R2));
+            }
+            bs_vm_alu::BS_ALU_MOD => {
+                // BPF leaves the dividend on a zero divisor; the machine gives 0.
+                self.put(ji(jmp::JNE, R2, 0, 2));
+                self.put(movi(R1, 0));
+                self.put(ja(1));
+                self.put(alu(alu::MOD, R1, R2));
+            }
+            bs_vm_alu::BS_ALU_SHL => {
+                self.put(alui(alu::AND, R2, 63));
+                self.put(alu(alu::LSH, R1, R2));
+            }
+            bs_vm_alu::BS_ALU_SHR => {
+                self.put(alui(alu::AND, R2, 63));
+                self.put(alu(if signed { alu::ARSH } else { alu::RSH }, R1, R2));
+            }
+            bs_vm_alu::BS_ALU_EQ => cmp(self, jmp::JEQ),
+            bs_vm_alu::BS_ALU_NE => cmp(self, jmp::JNE),
+            bs_vm_alu::BS_ALU_LT => cmp(self, if signed { jmp::JSLT } else { jmp::JLT }),
+            bs_vm_alu::BS_ALU_LE => cmp(self, if signed { jmp::JSLE } else { jmp::JLE }),
+            bs_vm_alu::BS_ALU_GT => cmp(self, if signed { jmp::JSGT } else { jmp::JGT }),
+            bs_vm_alu::BS_ALU_GE => cmp(self, if signed { jmp::JSGE } else { jmp::JGE }),
+            bs_vm_alu::BS_ALU_NEG => {
+                self.put(neg(R1));
+            }
+            bs_vm_alu::BS_ALU_NOT => {
+                self.put(movi(R2, 0));
+                cmp(self, jmp::JEQ);
+            }
+            bs_vm_alu::BS_ALU_BNOT => {
+                self.put(alui(alu::XOR, R1, -1));
+            }
+            bs_vm_alu::BS_ALU_BOOL => {
+                self.put(movi(R2, 0));
+                cmp(self, jmp::JNE);
+            }
+            a => return Err(format!("ALU operation {}", a.0)),
+        }
+        self.store_r(x.dst, R1);
+        Ok(())
+    }
+
+    /// r[dst] = sv[a] == a constant string, on at most imm bytes: the
+    /// constant is known, so the bytes that decide are compared a word at
+    /// a time (through its NUL, or the first imm).
+    fn streqc(&mut self, x: &bs_insn) -> R<()> {
+        let s = self
+            .low
+            .strs
+            .strs
+            .get(x.arg as usize)
+            .ok_or_else(|| format!("constant string #{} is missing", x.arg))?;
+        let mut c = [0u8; STR_MAX];
+        let b = crate::filter::raw::encode(s);
+        let n = b.len().min(STR_MAX);
+        c[..n].copy_from_slice(&b[..n]);
+        let len = c.iter().position(|&b| b == 0).unwrap_or(STR_MAX);
+        let limit = if x.imm == 0 {
+            STR_MAX as u64
+        } else {
+            x.imm as u64
+        };
+        let m = (limit.min(len as u64 + 1).min(STR_MAX as u64)) as usize;
+        let base = sv_off(x.a);
+        let mut fails = Vec::new();
+        for w in 0..m.div_ceil(8) {
+            let bytes = (m - 8 * w).min(8);
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&c[8 * w..8 * w + 8]);
+            let mut want = u64::from_le_bytes(word);
+            self.put(ldx(DW, R1, R9, (base + 8 * w) as i16));
+            if bytes < 8 {
+                let mask = (1u64 << (8 * bytes)) - 1;
+                want &= mask;
+                self.put2(ld64(R2, mask as i64));
+                self.put(alu(alu::AND, R1, R2));
+            }
+            self.put2(ld64(R2, want as i64));
+            fails.push(self.fwd(jx(jmp::JNE, R1, R2, 0)));
+        }
+        self.put(movi(R1, 1));
+        let done = self.fwd(ja(0));
+        for f in fails {
+            self.here(f);
+        }
+        self.put(movi(R1, 0));
+        self.here(done);
+        self.store_r(x.dst, R1);
+        Ok(())
+    }
+
+    /// r[dst] = the histogram bucket of r[a] (vm.bpf.h's BS_VM_BUCKET).
+    fn bucket(&mut self, x: &bs_insn) {
+        let flags = u32::from(x.flags);
+        self.load_r(R1, x.a);
+        let mut ends = Vec::new();
+        if flags & bs_vm_flags::BS_VMF_LOG2.0 != 0 {
+            if flags & bs_vm_flags::BS_VMF_SIGNED.0 != 0 {
+                let j = self.fwd(ji(jmp::JSGE, R1, 0, 0));
+                self.put(movi(R2, 0));
+                ends.push(self.fwd(ja(0)));
+                self.here(j);
+            }
+            let j = self.fwd(ji(jmp::JNE, R1, 0, 0));
+            self.put(movi(R2, 1));
+            ends.push(self.fwd(ja(0)));
+            self.here(j);
+            // 2 + floor(log2(v)), as bs_log2: halve while anything is left.
+            self.put(movi(R2, 2));
+            for sh in [32, 16, 8, 4, 2, 1] {
+                self.put(mov(R3, R1));
+                self.put(alui(alu::RSH, R3, sh));
+                self.put(ji(jmp::JEQ, R3, 0, 2));
+                self.put(mov(R1, R3));
+                self.put(alui(alu::ADD, R2, sh));
+            }
+        } else {
+            // Linear: 0 below min (signed), n + 1 in range, arg2 + 1 above.
+            self.imm(R3, x.imm);
+            let j = self.fwd(jx(jmp::JSGE, R1, R3, 0));
+            self.put(movi(R2, 0));
+            ends.push(self.fwd(ja(0)));
+            self.here(j);
+            self.put(alu(alu::SUB, R1, R3));
+            self.imm(R3, i64::from(x.arg.max(1)));
+            self.put(alu(alu::DIV, R1, R3));
+            self.imm(R3, i64::from(x.arg2));
+            self.put(mov(R2, R3));
+            self.put(alui(alu::ADD, R2, 1));
+            let above = self.fwd(jx(jmp::JGE, R1, R3, 0));
+            self.put(mov(R2, R1));
+            self.put(alui(alu::ADD, R2, 1));
+            self.here(above);
+        }
+        for e in ends {
+            self.here(e);
+        }
+        self.store_r(x.dst, R2);
+    }
+
+    /// The aggregate of the key in s->key in script map `id` (bs_vm_agg).
+    fn agg(&mut self, x: &bs_insn, id: u32) {
+        let flags = u32::from(x.flags);
+        let count_only = flags & bs_vm_flags::BS_VMF_COUNT.0 != 0;
+        let minmax = !count_only && flags & bs_vm_flags::BS_VMF_MINMAX.0 != 0;
+        let signed = flags & bs_vm_flags::BS_VMF_SIGNED.0 != 0;
+        // The key's header: bucket, epoch.
+        if !count_only && flags & bs_vm_flags::BS_VMF_BUCKET.0 != 0 {
+            self.load_r(R1, x.b);
+            self.put(stx(W, R9, SCRATCH_KEY as i16, R1));
+        } else {
+            self.put(st(W, R9, SCRATCH_KEY as i16, 0));
+        }
+        self.map(R1, MapRef::Bss(BSS_EPOCH));
+        self.put(ldx(W, R1, R1, 0));
+        self.put(stx(W, R9, SCRATCH_KEY as i16 + 4, R1));
+        self.map_key(id);
+        self.put(call(helper::MAP_LOOKUP_ELEM));
+        let found = self.fwd(ji(jmp::JNE, R0, 0, 0));
+        for w in 0..AGG_VAL / 8 {
+            self.put(st(DW, FP, FP_ZERO + 8 * w as i16, 0));
+        }
+        self.map_key(id);
+        self.put(mov(R3, FP));
+        self.put(alui(alu::ADD, R3, i32::from(FP_ZERO)));
+        // BPF_NOEXIST
+        self.put(movi(R4, 1));
+        self.put(call(helper::MAP_UPDATE_ELEM));
+        self.map_key(id);
+        self.put(call(helper::MAP_LOOKUP_ELEM));
+        let found2 = self.fwd(ji(jmp::JNE, R0, 0, 0));
+        self.note_full(id);
+        let done = self.fwd(ja(0));
+        self.here(found);
+        self.here(found2);
+        // Atomics, as bs_agg_val_add: uprobes can be preempted on a CPU.
+        self.put(mov(R7, R0));
+        self.put(movi(R8, 1));
+        self.put(xadd(R7, offset_of!(bs_agg_val, count) as i16, R8, minmax));
+        if !count_only {
+            self.load_r(R2, x.a);
+            self.put(xadd(R7, offset_of!(bs_agg_val, sum) as i16, R2, false));
+        }
+        if minmax {
+            // A slot with count 0 has no min/max yet.
+            let (lt, gt) = if signed {
+                (jmp::JSLT, jmp::JSGT)
+            } else {
+                (jmp::JLT, jmp::JGT)
+            };
+            let min = offset_of!(bs_agg_val, min) as i16;
+            let max = offset_of!(bs_agg_val, max) as i16;
+            self.load_r(R2, x.a);
+            for (off, c) in [(min, lt), (max, gt)] {
+                self.put(ji(jmp::JEQ, R8, 0, 3));
+                self.put(ldx(DW, R3, R7, off));
+                self.put(jx(c, R2, R3, 1));
+                self.put(ja(1));
+                self.put(stx(DW, R7, off, R2));
+            }
+        }
+        self.here(done);
+    }
+}
+
+/// The probe at `idx` as a BPF program, or why it stays on the machine.
+pub fn emit(low: &Lowered, idx: usize, env: &Env) -> Result<Prog, String> {
+    let p = low.probes.get(idx).ok_or("no such probe")?;
+    if p.trigger.is_some() {
+        return Err("run by bpfscope itself".into());
+    }
+    let hook = match &p.path {
+        Path::Syscall(sc) if cfg!(target_arch = "x86_64") => {
+            Hook::RawTp(if sc.exit { "sys_exit" } else { "sys_enter" }.into())
+        }
+        Path::RawTp { name } => Hook::RawTp(name.clone()),
+        Path::Tracepoint { subsys, event } => Hook::Tracepoint {
+            subsys: subsys.clone(),
+            event: event.clone(),
+        },
+        other => return Err(format!("its path ({}) is not compiled", other.describe())),
+    };
+    let mut e = E {
+        out: Vec::new(),
+        maps: Vec::new(),
+        far: Vec::new(),
+        low,
+        idx,
+        env: *env,
+        need_args: false,
+        prov: [None; 32],
+        key: None,
+        cached: None,
+    };
+    // The body first, to know whether it reads a syscall's arguments; the
+    // entry is put before it after.
+    let targets: std::collections::HashSet<usize> = p
+        .code
+        .iter()
+        .filter(|x| {
+            matches!(
+                bs_vm_op(u32::from(x.op)),
+                bs_vm_op::BS_VM_JMP | bs_vm_op::BS_VM_JZ | bs_vm_op::BS_VM_JNZ
+            )
+        })
+        .map(|x| x.arg as usize)
+        .collect();
+    let mut starts = Vec::with_capacity(p.code.len());
+    let mut cur_map = None;
+    for (pc, x) in p.code.iter().enumerate() {
+        starts.push(e.out.len());
+        // The key's map is known only along straight code.
+        if targets.contains(&pc) {
+            cur_map = None;
+            e.prov = [None; 32];
+            e.key = None;
+            e.cached = None;
+        }
+        e.insn(pc, x, &mut cur_map)?;
+        e.track(x)?;
+    }
+    let end = e.out.len();
+    e.put(movi(R0, 0));
+    e.put(exit());
+    for (at, to) in std::mem::take(&mut e.far) {
+        let dest = match to {
+            To::Pc(pc) => starts[pc],
+            To::End => end,
+        };
+        e.out[at].off = i16::try_from(dest as i64 - at as i64 - 1)
+            .map_err(|_| "a jump too long for BPF".to_string())?;
+    }
+    let body = std::mem::take(&mut e.out);
+    let body_maps = std::mem::take(&mut e.maps);
+    entry(&mut e, &p.path);
+    let shift = e.out.len();
+    // The entry's early returns go to the body's end.
+    let exits: Vec<usize> = e.far.iter().map(|(at, _)| *at).collect();
+    e.far.clear();
+    for at in exits {
+        e.out[at].off = (shift + end - at - 1) as i16;
+    }
+    e.maps
+        .extend(body_maps.into_iter().map(|(at, m)| (at + shift, m)));
+    e.out.extend(body);
+    if e.out.len() > 4096 {
+        return Err(format!("{} BPF instructions", e.out.len()));
+    }
+    Ok(Prog {
+        insns: e.out,
+        maps: e.maps,
+        hook,
+    })
+}
+
+/// What the generic programs do before a probe's code: which syscall,
+/// not bpfscope itself, not after the script ended, the scratch area, a
+/// syscall's arguments.
+fn entry(e: &mut E<'_>, path: &Path) {
+    e.put(mov(R6, R1));
+    if let Path::Syscall(sc) = path {
+        if sc.exit {
+            // sys_exit's number: pt_regs' orig_ax (the tracepoint has none).
+            e.put(ldx(DW, R3, R6, 0));
+            e.put(alui(alu::ADD, R3, REGS_ORIG_AX));
+            e.put(mov(R1, FP));
+            e.put(alui(alu::ADD, R1, i32::from(FP_KEY)));
+            e.put(movi(R2, 8));
+            e.put(call(helper::PROBE_READ_KERNEL));
+            e.put(ldx(DW, R1, FP, FP_KEY));
+        } else {
+            e.put(ldx(DW, R1, R6, 8));
+        }
+        e.far(ji(jmp::JNE, R1, sc.nr as i32, 0), To::End);
+    }
+    e.map(R1, MapRef::Bss(BSS_STOPPED));
+    e.put(ldx(W, R1, R1, 0));
+    e.far(ji(jmp::JNE, R1, 0, 0), To::End);
+    e.put(call(helper::GET_CURRENT_PID_TGID));
+    e.put(alui(alu::RSH, R0, 32));
+    e.far(ji(jmp::JEQ, R0, e.env.self_tgid as i32, 0), To::End);
+    e.put(st(W, FP, FP_KEY, 0));
+    e.map(R1, MapRef::Scratch);
+    e.put(mov(R2, FP));
+    e.put(alui(alu::ADD, R2, i32::from(FP_KEY)));
+    e.put(call(helper::MAP_LOOKUP_ELEM));
+    e.far(ji(jmp::JEQ, R0, 0, 0), To::End);
+    e.put(mov(R9, R0));
+    if e.need_args {
+        // The 8 words from r10 to di in one read, as bs_syscall_args.
+        e.put(mov(R1, R9));
+        e.put(alui(alu::ADD, R1, SCRATCH_ARGS as i32));
+        e.put(movi(R2, 64));
+        e.put(ldx(DW, R3, R6, 0));
+        e.put(alui(alu::ADD, R3, REGS_R10));
+        e.put(call(helper::PROBE_READ_KERNEL));
+    }
+}

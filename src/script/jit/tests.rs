@@ -1,0 +1,211 @@
+//! The emitted programs, checked without root: golden listings of the BPF
+//! instructions for the script shapes under tests/golden/run/jit/ (each
+//! probe taken as a sys_enter probe of umask), and the probes that must
+//! stay on the machine, with the reason named.
+
+use super::*;
+use crate::attach::features::Features;
+use crate::attach::plan::Path;
+use crate::probe::SyscallTp;
+use crate::script::{compile, Options};
+
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/run/jit");
+
+/// A script's lowered code, its interval probes taken as syscall probes
+/// (the code is the same; the script reads nothing of this machine).
+fn lowered(src: &str) -> Lowered {
+    let opts = Options {
+        params: Vec::new(),
+        pid: None,
+        keys_max: 4096,
+        allow_unsafe: false,
+    };
+    let mut low = compile(src, &opts, &Features::default()).unwrap().lowered;
+    for (i, p) in low.probes.iter_mut().enumerate() {
+        if p.probe.name.starts_with("interval") {
+            p.trigger = None;
+            p.path = Path::Syscall(SyscallTp {
+                nr: 95,
+                exit: i % 2 == 1,
+            });
+        }
+    }
+    low
+}
+
+const ENV: Env = Env {
+    self_tgid: 4242,
+    comm_off: Some(1752),
+};
+
+fn listing_of(low: &Lowered) -> String {
+    let mut out = String::new();
+    for (p, c) in low.probes.iter().zip(choose(low, &ENV)) {
+        match c {
+            Ok(prog) => {
+                out += &format!("{}:\n{}\n", p.probe.name, listing(low, &prog));
+            }
+            Err(why) => out += &format!("{}: script machine: {why}\n\n", p.probe.name),
+        }
+    }
+    out
+}
+
+#[test]
+fn listings_match_the_golden_files() {
+    let mut names: Vec<String> = std::fs::read_dir(DIR)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".bt").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 4, "golden scripts in {DIR}: {names:?}");
+    let mut differ = Vec::new();
+    for name in &names {
+        let src = std::fs::read_to_string(format!("{DIR}/{name}.bt")).unwrap();
+        let got = listing_of(&lowered(&src));
+        // Every shape here is one the emitter translates whole.
+        assert!(!got.contains("script machine"), "{name}.bt:\n{got}");
+        let path = format!("{DIR}/{name}.bpf");
+        if std::env::var_os("BLESS").is_some() {
+            std::fs::write(&path, &got).unwrap();
+        }
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e} (BLESS=1 writes it)"));
+        if want != got {
+            differ.push(format!("--- {path}\n{want}\n+++ emitted\n{got}"));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+fn why(src: &str) -> String {
+    let low = lowered(src);
+    match emit(&low, 0, &ENV) {
+        Ok(p) => panic!("compiled:\n{}", listing(&low, &p)),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn what_stays_on_the_machine_is_named() {
+    assert_eq!(
+        why(r#"interval:ms:1 { printf("%d\n", tid); }"#),
+        "`evnum` runs on the machine"
+    );
+    assert_eq!(
+        why("interval:ms:1 { $i = 0; while ($i < 3) { $i++; } @ = $i; }"),
+        "a backward jump (a loop)"
+    );
+    assert_eq!(why("interval:ms:1 { @ = bswap(tid); }"), "ALU operation 20");
+    assert_eq!(
+        why("interval:ms:1 { @[kstack] = count(); }"),
+        "source kind 10 on this probe's path"
+    );
+    // BEGIN, END and intervals run in bpfscope itself.
+    let low = compile(
+        "BEGIN { @ = 1; }",
+        &Options {
+            params: Vec::new(),
+            pid: None,
+            keys_max: 4096,
+            allow_unsafe: false,
+        },
+        &Features::default(),
+    )
+    .unwrap()
+    .lowered;
+    assert_eq!(emit(&low, 0, &ENV).unwrap_err(), "run by bpfscope itself");
+}
+
+#[test]
+fn comm_without_btf_stays_on_the_machine() {
+    let low = lowered(r#"interval:ms:1 { @[comm] = count(); }"#);
+    let env = Env {
+        comm_off: None,
+        ..ENV
+    };
+    assert_eq!(
+        emit(&low, 0, &env).unwrap_err(),
+        "task_struct.comm not found in the kernel's BTF"
+    );
+}
+
+#[test]
+fn every_jump_lands_inside_the_program_and_maps_are_loads() {
+    for name in ["filtered_count", "latency_pair", "syscount", "arith"] {
+        let src = std::fs::read_to_string(format!("{DIR}/{name}.bt")).unwrap();
+        let low = lowered(&src);
+        for i in 0..low.probes.len() {
+            let p = emit(&low, i, &ENV).unwrap();
+            let n = p.insns.len() as i64;
+            for (k, x) in p.insns.iter().enumerate() {
+                let class = x.code & 7;
+                let op = x.code & 0xf0;
+                // Jumps (not calls or exit) stay inside the program.
+                if class == 5 && op != 0x80 && op != 0x90 {
+                    let to = k as i64 + 1 + i64::from(x.off);
+                    assert!((0..n).contains(&to), "{name}: {k} jumps to {to}");
+                }
+            }
+            for (at, _) in &p.maps {
+                assert!(insn::is_ld64(&p.insns[*at]), "{name}: map at {at}");
+            }
+            // The last instruction returns.
+            assert_eq!(p.insns[p.insns.len() - 1], insn::exit());
+        }
+    }
+}
+
+#[test]
+fn comm_offset_comes_from_btf() {
+    // Where the kernel has BTF (CI and this machine), comm is found, and
+    // inside task_struct past its first fields; a script without comm
+    // does not read the BTF.
+    if std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        let off = env(&lowered("interval:ms:1 { @[comm] = count(); }"))
+            .comm_off
+            .unwrap();
+        assert!(off > 64 && off < 16384, "{off}");
+    }
+    assert_eq!(
+        env(&lowered("interval:ms:1 { @[tid] = count(); }")).comm_off,
+        None
+    );
+}
+
+#[test]
+fn many_syscall_probes_leave_the_rest_to_the_shared_program() {
+    let blocks: String = (0..12)
+        .map(|i| format!("interval:ms:{} {{ @[{i}] = count(); }}\n", i + 1))
+        .collect();
+    let mut low = lowered(&blocks);
+    for p in &mut low.probes {
+        p.path = Path::Syscall(SyscallTp {
+            nr: 95,
+            exit: false,
+        });
+    }
+    let c = choose(&low, &ENV);
+    assert_eq!(c.iter().filter(|c| c.is_ok()).count(), SYSCALL_MAX);
+    assert_eq!(
+        c[SYSCALL_MAX].as_ref().unwrap_err(),
+        "over 8 syscall probes: the shared program serves the rest"
+    );
+}
+
+#[test]
+fn a_value_read_again_for_the_same_key_is_not_looked_up_twice() {
+    // The predicate's @s[tid] and the body's: one lookup of @s, then the
+    // histogram's (its miss path looks up once more after the insert).
+    let low = lowered(
+        "interval:ms:1 /@s[tid]/ { @h = hist(nsecs - @s[tid]); delete(@s[tid]); @s[tid] = 1; $x = @s[tid]; @y = $x; }",
+    );
+    let text = listing(&low, &emit(&low, 0, &ENV).unwrap());
+    // @s: the predicate's lookup, the delete, the write, and the lookup
+    // after the write (the body's first read is the predicate's value).
+    assert_eq!(text.matches("r1 = map @s").count(), 4, "{text}");
+    assert_eq!(text.matches("*(u64 *)(fp-96)").count(), 3, "{text}");
+}
