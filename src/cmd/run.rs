@@ -22,7 +22,7 @@ use crate::collect::aggregate::AggVal;
 use crate::collect::{stacks, Lost, StopReason, Stopper};
 use crate::render::bpftrace::{self as fmt, Agg, MapData, Value};
 use crate::script::ir::{Action, Arg, Lowered, Trigger, JOIN_MAX, STR_MAX};
-use crate::script::types::{AggFn, MapKind, Ty};
+use crate::script::types::{member_map, AggFn, MapKind, TShape, Ty};
 use crate::script::{self, trigger};
 use bpfscope_bpf::abi::{bs_event_hdr, bs_key_hdr, bs_limits, bs_note};
 use bpfscope_sys::pod;
@@ -486,10 +486,12 @@ impl RunCtx<'_, '_> {
                     if has_stack && !seen.insert(group(&k)) {
                         continue;
                     }
-                    entries.push((
-                        decode_key(&k),
-                        Agg::Scalar(value_of(ty, &v, &names, &self.syms)),
-                    ));
+                    let first = value_of(ty, &v, &names, &self.syms);
+                    let value = match &def.tuple {
+                        None => first,
+                        Some(shape) => self.tuple_value(id, shape, &k, first, &names),
+                    };
+                    entries.push((decode_key(&k), Agg::Scalar(value)));
                 }
             }
             MapKind::Agg(f, signed) => {
@@ -552,20 +554,89 @@ impl RunCtx<'_, '_> {
         })
     }
 
+    /// The tuple of map of tuples `id` under key `k` (whose first member,
+    /// in map `id` itself, is `first`): the other members from their maps.
+    fn tuple_value(
+        &self,
+        id: u32,
+        shape: &TShape,
+        k: &[u8],
+        first: Value,
+        names: &StackNames,
+    ) -> Value {
+        let name = &self.low.maps[id as usize].name;
+        let mut vals = vec![first];
+        for i in 1..shape.leaves() {
+            let member = member_map(name, i);
+            let v = self
+                .low
+                .maps
+                .iter()
+                .position(|m| m.name == member)
+                .and_then(|mid| {
+                    let MapKind::Plain(ty) = self.low.maps[mid].kind else {
+                        return None;
+                    };
+                    // The same key, with the member map's id in its first word.
+                    let mut key = k.to_vec();
+                    key.get_mut(KHDR..KHDR + 8)?
+                        .copy_from_slice(&(mid as u64).to_ne_bytes());
+                    let map = self.map_of(mid as u32);
+                    let b = map.lookup(&key, MapFlags::ANY).ok().flatten();
+                    Some(value_of(
+                        ty,
+                        b.as_deref().unwrap_or(&[0; 64]),
+                        names,
+                        &self.syms,
+                    ))
+                });
+            vals.push(v.unwrap_or(Value::Int(0)));
+        }
+        fn build(shape: &TShape, vals: &mut std::vec::IntoIter<Value>) -> Value {
+            match shape {
+                TShape::Value => vals.next().unwrap_or(Value::Int(0)),
+                TShape::Tuple(m) => Value::Tuple(m.iter().map(|s| build(s, vals)).collect()),
+            }
+        }
+        build(shape, &mut vals.into_iter())
+    }
+
+    /// A map and, for a map of tuples, its member maps.
+    fn with_members(&self, id: u32) -> Vec<u32> {
+        let def = &self.low.maps[id as usize];
+        let n = def.tuple.as_ref().map_or(1, TShape::leaves);
+        (0..n)
+            .filter_map(|i| {
+                let name = member_map(&def.name, i);
+                self.low.maps.iter().position(|m| m.name == name)
+            })
+            .map(|i| i as u32)
+            .collect()
+    }
+
     /// clear(): the map loses its entries (a count() without keys then
     /// reads 0, as bpftrace's array does).
     fn clear_map(&mut self, id: u32) -> Result<()> {
-        let map = self.map_of(id);
-        let keys: Vec<Vec<u8>> = map.keys().collect();
-        for k in keys {
-            // A key another CPU deleted meanwhile is not an error.
-            let _ = map.delete(&k);
+        for id in self.with_members(id) {
+            let map = self.map_of(id);
+            let keys: Vec<Vec<u8>> = map.keys().collect();
+            for k in keys {
+                // A key another CPU deleted meanwhile is not an error.
+                let _ = map.delete(&k);
+            }
         }
         Ok(())
     }
 
     /// zero(): every entry kept, its value zero.
     fn zero_map(&mut self, id: u32) -> Result<()> {
+        for id in self.with_members(id) {
+            self.zero_one(id);
+        }
+        Ok(())
+    }
+
+    fn zero_one(&mut self, id: u32) {
         let plain = matches!(self.low.maps[id as usize].kind, MapKind::Plain(_));
         let map = self.map_of(id);
         let keys: Vec<Vec<u8>> = map.keys().collect();
@@ -580,7 +651,6 @@ impl RunCtx<'_, '_> {
                 map.update_percpu(&k, &zero, MapFlags::EXIST).ok();
             }
         }
-        Ok(())
     }
 
     fn map_of(&self, id: u32) -> &dyn MapCore {
@@ -592,7 +662,11 @@ impl RunCtx<'_, '_> {
     /// empty ones too (as the blank lines bpftrace prints for them).
     fn print_all(&mut self) -> Result<()> {
         self.out.w.write_all(fmt::EXIT_SEPARATOR.as_bytes())?;
-        let mut names: Vec<String> = self.low.maps.iter().map(|m| m.name.clone()).collect();
+        // A map of tuples prints its member maps' values itself.
+        let mut names: Vec<String> = (self.low.maps.iter())
+            .filter(|m| !m.is_member())
+            .map(|m| m.name.clone())
+            .collect();
         fmt::exit_maps_order(&mut names);
         for name in names {
             let Some(id) = self.low.maps.iter().position(|m| m.name == name) else {

@@ -100,11 +100,48 @@ pub struct MapDef {
     pub name: String,
     pub kind: MapKind,
     pub keys: Vec<KeyPart>,
+    /// A map of tuples (`@m[k] = (a, (b, c))`): their shape. The map
+    /// holds the first member (flattened, nested tuples in order); member
+    /// i > 0 is held, under the same key, by the map named `@m.i` (a name
+    /// no script can write), so every value fits the machine's 64 bytes.
+    pub tuple: Option<TShape>,
 }
 
 impl MapDef {
     pub fn key_len(&self) -> usize {
         self.keys.last().map_or(KEY_ID_LEN, |k| k.off + k.len)
+    }
+
+    /// A member map of a map of tuples (`@m.1`): printed, cleared and
+    /// deleted with its map, never on its own.
+    pub fn is_member(&self) -> bool {
+        self.name.contains('.')
+    }
+}
+
+/// A tuple's shape: its members, each a value or a tuple.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TShape {
+    Value,
+    Tuple(Vec<TShape>),
+}
+
+impl TShape {
+    /// Values in the tuple, nested ones counted.
+    pub fn leaves(&self) -> usize {
+        match self {
+            TShape::Value => 1,
+            TShape::Tuple(m) => m.iter().map(TShape::leaves).sum(),
+        }
+    }
+}
+
+/// The map holding member `i` of map of tuples `name` (member 0: itself).
+pub fn member_map(name: &str, i: usize) -> String {
+    if i == 0 {
+        name.to_string()
+    } else {
+        format!("{name}.{i}")
     }
 }
 

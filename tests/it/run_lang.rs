@@ -943,10 +943,6 @@ fn tuples_as_bpftrace() {
     );
     for (script, want) in [
         (
-            "BEGIN { @v = (1, 2); }",
-            "-e:1:14: tuples as map values are not supported by bpfscope run",
-        ),
-        (
             "BEGIN { $t = (1, 2); $x = $t + 1; }",
             "-e:1:27: $t is a tuple: print it, or take a member ($t.0)",
         ),
@@ -1009,4 +1005,91 @@ fn for_each_visits_every_entry_once() {
         "{}",
         stderr(&a)
     );
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn tuples_as_map_values_as_bpftrace() {
+    // bpftrace 0.17 takes tuples as map values: nested, with strings,
+    // read whole or by member, deleted, overwritten, cleared, zeroed, and
+    // printed (by print() and at the end, in text and JSON).
+    require_root();
+    let script = "BEGIN { @m = (1, \"a\"); @n[1] = (2, (3, \"xy\"), \"z\"); @n[5] = (-1, (4, \"q\"), \"w\"); @n[9] = (0, (0, \"\"), \"gone\"); delete(@n[9]); $t = @n[1]; printf(\"%d %s\\n\", $t.0, $t.1.1); printf(\"%s %d %d\\n\", @n[5].2, @n[5].1.0, @n[5].0 + 10); print(@n); @c = @n[5]; @n[5] = (6, (7, \"r\"), \"s\"); @k[\"x\", 2] = ((int8)-1, (uint32)5); @z[1] = (1, \"a\"); zero(@z); @e[1] = (1, 1); clear(@e); exit(); }";
+    let out = same(script, &[], &[]);
+    if let Some(out) = out {
+        // print() reads the map when its record arrives, after BEGIN has
+        // run: both tools print the overwritten @n[5] there.
+        assert!(
+            out.contains("2 xy\nw 4 9\n@n[1]: (2, (3, xy), z)\n@n[5]: (6, (7, r), s)\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("@c: (-1, (4, q), w)\n\n@k[x, 2]: (-1, 5)\n@m: (1, a)\n"),
+            "{out}"
+        );
+        assert!(out.contains("@z[1]: (0, )\n"), "{out}");
+    }
+    same(script, &["-f", "json"], &[]);
+    // Each tool's own records, and a map keyed by thread: kill(2) of a
+    // pid that cannot exist, three times from this thread.
+    let path = scratch_dir(&test_name()).join("tuples.bt");
+    std::fs::write(
+        &path,
+        "tracepoint:syscalls:sys_enter_kill /args->pid == 999999/ { @last[tid] = (args->sig, comm, (pid, \"k\")); @n = (args->sig, @n.1 + 1); }",
+    )
+    .unwrap();
+    let Some((a, b)) = crate::run::side_by_side(&path, 0, || {
+        for sig in [0, 0, 0] {
+            // SAFETY: no such process: kill fails with ESRCH.
+            unsafe { libc::kill(999_999, sig) };
+        }
+    }) else {
+        return;
+    };
+    let maps = |v: &[String]| -> Vec<String> {
+        v.iter().filter(|l| l.starts_with('@')).cloned().collect()
+    };
+    assert_eq!(maps(&a).len(), 2, "{a:#?}");
+    assert!(maps(&a).iter().any(|l| l == "@n: (0, 3)"), "{a:#?}");
+    assert_eq!(maps(&a), maps(&b), "bpfscope:\n{a:#?}\nbpftrace:\n{b:#?}");
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn tuples_as_map_values_in_for_each_and_refusals() {
+    // for-each came after 0.17: a map of tuples gives its tuple as $kv.1.
+    require_root();
+    let a = ours(
+        "BEGIN { @m[1] = (10, \"a\"); @m[2] = (20, \"b\"); $s = 0; for ($kv : @m) { $s += $kv.0 * $kv.1.0; if ($kv.1.1 == \"b\") { printf(\"b at %d\\n\", $kv.0); } } printf(\"%d\\n\", $s); clear(@m); exit(); }",
+        &[],
+        &[],
+    );
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert!(stdout(&a).contains("b at 2\n50\n"), "{}", stdout(&a));
+    for (script, want) in [
+        (
+            "BEGIN { @m = (1, \"a\"); @m = 2; }",
+            "-e:1:24: @m holds tuples and cannot also hold an integer",
+        ),
+        (
+            "BEGIN { @m = (1, \"a\"); @m = (1, 2); }",
+            "-e:1:24: @m's tuples: member 1 (counting nested ones) holds a string and cannot also hold an integer",
+        ),
+        (
+            "BEGIN { @m = (1, 2); @m = (1, 2, 3); }",
+            "-e:1:22: @m holds tuples of another shape",
+        ),
+        (
+            "BEGIN { @m = (1, 2); $x = @m + 1; }",
+            "-e:1:27: @m holds tuples: print one, assign it to a $variable, or take a member",
+        ),
+        (
+            "BEGIN { @m = (1, 2); print(@m.2); }",
+            "-e:1:28: @m's tuples have 2 members: .2 is not one of them",
+        ),
+    ] {
+        let a = ours(script, &["--dry-run"], &[]);
+        assert_eq!(a.status.code(), Some(2), "{script}");
+        assert!(stderr(&a).contains(want), "{script}: {}", stderr(&a));
+    }
 }

@@ -95,6 +95,17 @@ impl<'a> Lower<'a> {
                     0
                 };
                 self.emit(insn(bs_vm_op::BS_VM_MDEL, 0, 0, 0).flags(f));
+                // A map of tuples: its members' maps too, under the same key.
+                let members = self.sh.maps[id as usize]
+                    .tuple
+                    .as_ref()
+                    .map_or(1, TShape::leaves);
+                for i in 1..members {
+                    if let Some(mid) = self.sh.map_id(&member_map(&m, i)) {
+                        self.emit(insn(bs_vm_op::BS_VM_KEYCLR, 0, 0, 0).arg(mid));
+                        self.emit(insn(bs_vm_op::BS_VM_MDEL, 0, 0, 0));
+                    }
+                }
                 Ok(())
             }
             "exit" => {
