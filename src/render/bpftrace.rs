@@ -1055,6 +1055,16 @@ pub fn json_printf(text: &str) -> String {
     json_message("printf", text)
 }
 
+/// The `-f json` line for what a command system() ran printed.
+pub fn json_system(text: &str) -> String {
+    json_message("syscall", text)
+}
+
+/// The `-f json` line for a file cat() printed.
+pub fn json_cat(text: &str) -> String {
+    json_message("cat", text)
+}
+
 /// The `-f json` line for time()'s output; "" when [`time`] gave "" (its
 /// strftime failed, and bpftrace then prints nothing at all: write no line).
 pub fn json_time(text: &str) -> String {

@@ -31,6 +31,9 @@ pub struct Shared {
     pub defines: HashMap<String, Expr>,
     /// Object-like macros of the headers the script includes.
     pub macros: super::cpp::HeaderMacros,
+    /// Texts values are shown with in user space (strftime()'s formats,
+    /// cgroup_path()'s filters), by index.
+    pub texts: Vec<String>,
     /// `--unsafe`: signal() may be used.
     pub unsafe_ok: bool,
     /// The types pass is walking: a statement that fails (a map it reads
@@ -78,6 +81,18 @@ impl Shared {
         let i = (self.srcs.len() - 1) as u32;
         self.src_index.insert(key, i);
         i
+    }
+
+    /// A text's index (one entry per distinct text).
+    pub(crate) fn text(&mut self, t: &str, span: Span) -> Res<u16> {
+        if let Some(i) = self.texts.iter().position(|x| x == t) {
+            return Ok(i as u16);
+        }
+        if self.texts.len() >= usize::from(NO_TEXT) {
+            return err(span, "too many distinct formats in one script");
+        }
+        self.texts.push(t.to_string());
+        Ok((self.texts.len() - 1) as u16)
     }
 
     pub(crate) fn action(&mut self, a: Action) -> u32 {

@@ -34,6 +34,18 @@ pub enum Ty {
     /// A user address and its process, in a string slot (usym()): named
     /// in user space.
     USym,
+    /// Nanoseconds since boot shown as local time by strftime()'s format
+    /// (the script's text number `fmt`), in user space.
+    Time {
+        fmt: u16,
+    },
+    /// An errno shown as its message (strerror()).
+    Errno,
+    /// A cgroup id shown as its paths in the cgroup hierarchies
+    /// (cgroup_path()), those whose names match text `filter` (NO_TEXT: all).
+    Cgroup {
+        filter: u16,
+    },
     /// An address of a struct whose BTF type id is `btf` (a cast, or a
     /// typed pointer member): its members can be read.
     Ptr {
@@ -45,6 +57,9 @@ pub enum Ty {
         signed: bool,
     },
 }
+
+/// No text (`Ty::Cgroup`'s filter when none is given).
+pub const NO_TEXT: u16 = u16::MAX;
 
 impl Ty {
     /// Integers and addresses: what arithmetic, conditions and %d take.
@@ -171,6 +186,9 @@ pub(crate) fn describe_ty(t: Ty) -> &'static str {
         Ty::Inet => "an IP address",
         Ty::Buf => "a buffer",
         Ty::KSym => "a kernel symbol",
+        Ty::Time { .. } => "a time (strftime())",
+        Ty::Errno => "an error message (strerror())",
+        Ty::Cgroup { .. } => "a cgroup path",
         Ty::USym => "a user symbol",
     }
 }

@@ -1093,3 +1093,103 @@ fn tuples_as_map_values_in_for_each_and_refusals() {
         assert!(stderr(&a).contains(want), "{script}: {}", stderr(&a));
     }
 }
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn strftime_strerror_and_cgroup_path_as_bpftrace() {
+    // Shown in user space when the record arrives, as bpftrace 0.17:
+    // strftime() of nanoseconds since boot (the boot itself, and now to
+    // the year), strerror(), and cgroup_path() in every hierarchy mounted
+    // (then filtered), in printf, as map values and as map keys.
+    require_root();
+    same(
+        "BEGIN { printf(\"%s|%s|%s|%s\\n\", strftime(\"%Y-%m-%d %H:%M:%S\", 0), strftime(\"%Y\", nsecs), strerror(2), cgroup_path(cgroup)); printf(\"%s|%s\\n\", cgroup_path(cgroup, \"unified\"), cgroup_path(cgroup, \"c*\")); @c = cgroup_path(1); @t[strftime(\"%d\", 0)] = strerror(13); exit(); }",
+        &[],
+        &[],
+    );
+    // %f: the microseconds, six digits (which ones depends on the moment
+    // each tool read the boot time).
+    let a = ours(
+        "BEGIN { printf(\"<%s>\\n\", strftime(\"%S.%f\", 1500)); exit(); }",
+        &[],
+        &[],
+    );
+    assert!(a.status.success(), "{}", stderr(&a));
+    let out = stdout(&a);
+    let t = out
+        .lines()
+        .find_map(|l| l.strip_prefix('<')?.strip_suffix('>'))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        t.len() == 9
+            && t.as_bytes()[2] == b'.'
+            && t.bytes().filter(u8::is_ascii_digit).count() == 8,
+        "{t}"
+    );
+    for (script, want) in [
+        (
+            "BEGIN { printf(\"%s\\n\", strftime(\"%H\", comm)); }",
+            "-e:1:39: strftime()'s time must be an integer, not a string",
+        ),
+        (
+            "BEGIN { $f = \"%H\"; printf(\"%s\\n\", strftime($f, 0)); }",
+            "-e:1:35: strftime() takes a format string literal",
+        ),
+        ("BEGIN { printf(\"%d\\n\", strerror(1)); }", "%d specifier"),
+    ] {
+        let a = ours(script, &["--dry-run"], &[]);
+        assert_eq!(a.status.code(), Some(2), "{script}");
+        assert!(stderr(&a).contains(want), "{script}: {}", stderr(&a));
+    }
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn system_and_cat_as_bpftrace() {
+    // Run when their records arrive, in order with printf's output, in
+    // text and in JSON; system() only with --unsafe; a file cat() cannot
+    // open is said on stderr; cat() prints at most BPFTRACE_CAT_BYTES_MAX.
+    require_root();
+    // A short path: string literals hold 63 bytes.
+    let file = std::path::Path::new("/tmp/bpfscope-cat-test.txt");
+    std::fs::write(file, "line1\nline2").unwrap();
+    let script = format!(
+        "BEGIN {{ printf(\"a\\n\"); system(\"echo hi %d; echo err >&2\", 5); cat(\"%s\", \"{}\"); printf(\"b\\n\"); cat(\"/nonexistent/x\"); system(\"exit 3\"); printf(\"c\\n\"); exit(); }}",
+        file.display()
+    );
+    if let Some(out) = same(&script, &["--unsafe"], &[]) {
+        assert!(out.contains("a\nhi 5\nline1\nline2b\nc\n"), "{out}");
+    }
+    same(&script, &["--unsafe", "-f", "json"], &[]);
+    let a = ours(&script, &["--unsafe"], &[]);
+    assert!(
+        stderr(&a).contains("err\n")
+            && stderr(&a)
+                .contains("cat(): failed to open file '/nonexistent/x': No such file or directory"),
+        "{}",
+        stderr(&a)
+    );
+    same(
+        &format!("BEGIN {{ cat(\"{}\"); exit(); }}", file.display()),
+        &[],
+        &[("BPFTRACE_CAT_BYTES_MAX", "8")],
+    );
+    let a = ours("BEGIN { system(\"echo hi\"); }", &["--dry-run"], &[]);
+    assert_eq!(a.status.code(), Some(2));
+    assert!(
+        stderr(&a).contains("-e:1:9: system() runs commands: it needs --unsafe, as in bpftrace"),
+        "{}",
+        stderr(&a)
+    );
+    let a = ours(
+        "BEGIN { $x = cat(\"/etc/hostname\"); }",
+        &["--dry-run"],
+        &[],
+    );
+    assert_eq!(a.status.code(), Some(2));
+    assert!(
+        stderr(&a).contains("-e:1:14: cat() is a statement: it has no value"),
+        "{}",
+        stderr(&a)
+    );
+}
