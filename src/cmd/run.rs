@@ -940,6 +940,12 @@ fn value_of(ty: Ty, b: &[u8], stacks: &StackNames, syms: &RefCell<SymCache>) -> 
         Ty::KSym => Value::Text(syms.borrow_mut().kernel(word(b))),
         Ty::Time { fmt } => Value::Str(syms.borrow().time(fmt, word(b))),
         Ty::Errno => Value::Str(errno_text(word(b) as i64)),
+        Ty::Mac => Value::Str(
+            (0..6)
+                .map(|i| format!("{:02X}", b.get(1 + i).copied().unwrap_or(0)))
+                .collect::<Vec<_>>()
+                .join(":"),
+        ),
         Ty::Cgroup { filter } => Value::Str(syms.borrow_mut().cgroup(word(b), filter)),
         Ty::USym => {
             let pid = word(b.get(8..).unwrap_or(&[])) as u32;

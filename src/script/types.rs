@@ -34,6 +34,8 @@ pub enum Ty {
     /// A user address and its process, in a string slot (usym()): named
     /// in user space.
     USym,
+    /// A MAC address (macaddr()), in a string slot as buf() reads it.
+    Mac,
     /// Nanoseconds since boot shown as local time by strftime()'s format
     /// (the script's text number `fmt`), in user space.
     Time {
@@ -69,7 +71,7 @@ impl Ty {
 
     /// Held in a string slot (64 bytes) rather than a register.
     pub fn in_slot(self) -> bool {
-        matches!(self, Ty::Str | Ty::Inet | Ty::Buf | Ty::USym)
+        matches!(self, Ty::Str | Ty::Inet | Ty::Buf | Ty::USym | Ty::Mac)
     }
 
     /// As a plain integer (a typed pointer is an unsigned address).
@@ -188,6 +190,7 @@ pub(crate) fn describe_ty(t: Ty) -> &'static str {
         Ty::KSym => "a kernel symbol",
         Ty::Time { .. } => "a time (strftime())",
         Ty::Errno => "an error message (strerror())",
+        Ty::Mac => "a MAC address",
         Ty::Cgroup { .. } => "a cgroup path",
         Ty::USym => "a user symbol",
     }

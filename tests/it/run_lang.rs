@@ -1193,3 +1193,30 @@ fn system_and_cat_as_bpftrace() {
         stderr(&a)
     );
 }
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn macaddr_of_a_six_byte_array_as_bpftrace() {
+    // bpftrace 0.17's macaddr(): six bytes of an array, upper-case hex.
+    // The bytes are the start of the UTS namespace both tools share
+    // ("Linux\0", then zeros), seen as an ethhdr.
+    require_root();
+    if let Some(out) = same(
+        "BEGIN { $e = (struct ethhdr *)((struct task_struct *)curtask)->nsproxy->uts_ns; printf(\"%s %s\\n\", macaddr($e->h_dest), macaddr($e->h_source)); @m[macaddr($e->h_dest)] = 1; exit(); }",
+        &[],
+        &[],
+    ) {
+        assert!(out.contains("4C:69:6E:75:78:00 00:00:00:00:00:00\n"), "{out}");
+    }
+    let a = ours(
+        "BEGIN { printf(\"%s\\n\", macaddr(pid)); }",
+        &["--dry-run"],
+        &[],
+    );
+    assert_eq!(a.status.code(), Some(2));
+    assert!(
+        stderr(&a).contains("-e:1:24: macaddr() takes a 6-byte array"),
+        "{}",
+        stderr(&a)
+    );
+}

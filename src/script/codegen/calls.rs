@@ -874,6 +874,24 @@ impl<'a> Lower<'a> {
                 Ok(Val::at(Ty::USym, slot))
             }
             "buf" => self.buf(args, span),
+            // Six bytes of an array, as buf() reads them, named in user space.
+            "macaddr" => match args {
+                [a @ Expr {
+                    kind: ExprKind::Field { .. },
+                    ..
+                }] => {
+                    let len = Expr {
+                        kind: ExprKind::Int(6),
+                        span: a.span,
+                    };
+                    let v = self.buf(&[a.clone(), len], span)?;
+                    Ok(Val { ty: Ty::Mac, ..v })
+                }
+                _ => err(
+                    span,
+                    "macaddr() takes a 6-byte array (a struct member such as ethhdr's h_source)",
+                ),
+            },
             // Shown in user space, as bpftrace does: the value stays an integer.
             "strftime" => {
                 let [Expr {
@@ -957,7 +975,7 @@ pub(super) fn arg_kind(t: Ty) -> crate::render::bpftrace::ArgKind {
     match t {
         Ty::Int { .. } | Ty::Ptr { .. } | Ty::IntPtr { .. } => ArgKind::Int,
         Ty::Str | Ty::User | Ty::Inet | Ty::KSym | Ty::USym => ArgKind::Str,
-        Ty::Time { .. } | Ty::Errno | Ty::Cgroup { .. } => ArgKind::Str,
+        Ty::Time { .. } | Ty::Errno | Ty::Cgroup { .. } | Ty::Mac => ArgKind::Str,
         Ty::Buf => ArgKind::Buf,
         Ty::Stack { .. } => ArgKind::Stack,
     }

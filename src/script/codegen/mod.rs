@@ -515,7 +515,7 @@ fn value_ty(t: Ty, span: Span) -> Res<Ty> {
     match t {
         Ty::Int { .. } | Ty::Ptr { .. } | Ty::IntPtr { .. } | Ty::User | Ty::KSym => Ok(t.plain()),
         Ty::Time { .. } | Ty::Errno | Ty::Cgroup { .. } => Ok(t),
-        Ty::Str | Ty::Inet | Ty::Buf | Ty::USym => Ok(t),
+        Ty::Str | Ty::Inet | Ty::Buf | Ty::USym | Ty::Mac => Ok(t),
         Ty::Stack { .. } => err(span, "a stack can be a map key, not a map value"),
     }
 }
