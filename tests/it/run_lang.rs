@@ -1219,4 +1219,13 @@ fn macaddr_of_a_six_byte_array_as_bpftrace() {
         "{}",
         stderr(&a)
     );
+    // path() stays refused, with the reason.
+    let a = ours("BEGIN { printf(\"%s\\n\", path(0)); }", &["--dry-run"], &[]);
+    assert_eq!(a.status.code(), Some(2));
+    assert!(
+        stderr(&a)
+            .contains("-e:1:24: path() is not supported by bpfscope run: the kernel's bpf_d_path"),
+        "{}",
+        stderr(&a)
+    );
 }

@@ -942,6 +942,10 @@ impl<'a> Lower<'a> {
                 [a] => self.expr(a),
                 _ => err(span, format!("{name}() takes an address")),
             },
+            "path" => err(
+                span,
+                "path() is not supported by bpfscope run: the kernel's bpf_d_path may only be called by fentry/fexit and LSM programs of a list of functions, and the script machine runs in a program of its own",
+            ),
             "system" | "cat" | "printf" | "print" | "time" | "join" | "clear" | "zero"
             | "delete" | "exit" => err(
                 span,
