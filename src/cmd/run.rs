@@ -8,6 +8,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::Write;
 use std::mem::MaybeUninit;
+use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -22,7 +23,7 @@ use crate::collect::aggregate::AggVal;
 use crate::collect::{stacks, Lost, StopReason, Stopper};
 use crate::render::bpftrace::{self as fmt, Agg, MapData, Value};
 use crate::script::ir::{Action, Arg, Lowered, Trigger, JOIN_MAX, STR_MAX};
-use crate::script::types::{AggFn, MapKind, Ty};
+use crate::script::types::{member_map, AggFn, MapKind, TShape, Ty};
 use crate::script::{self, trigger};
 use bpfscope_bpf::abi::{bs_event_hdr, bs_key_hdr, bs_limits, bs_note};
 use bpfscope_sys::pod;
@@ -155,7 +156,12 @@ pub fn run(s: RunSettings) -> Result<()> {
         out,
         exit: false,
         keys_max: s.map_keys_max,
-        syms: RefCell::new(SymCache::default()),
+        // bpftrace's limit on what cat() prints, and its variable.
+        cat_max: std::env::var("BPFTRACE_CAT_BYTES_MAX")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10240),
+        syms: RefCell::new(SymCache::new(&low.texts)),
     };
     let result = ctx.main_loop(&stopper, gated);
     match result {
@@ -208,6 +214,7 @@ struct RunCtx<'a, 'obj> {
     out: Out,
     exit: bool,
     keys_max: u32,
+    cat_max: u64,
     syms: RefCell<SymCache>,
 }
 
@@ -318,6 +325,50 @@ impl RunCtx<'_, '_> {
                 let vals: Vec<Value> = args.iter().map(|a| self.arg_value(data, *a)).collect();
                 let text = fmt::printf(&f, &vals).map_err(|e| anyhow::anyhow!("printf: {e}"))?;
                 self.out.text(&text, fmt::json_printf)?;
+            }
+            Action::System { fmt: f, args } => {
+                let vals: Vec<Value> = args.iter().map(|a| self.arg_value(data, *a)).collect();
+                let cmd = fmt::printf(&f, &vals).map_err(|e| anyhow::anyhow!("system: {e}"))?;
+                // Run as bpftrace runs it (popen): by the shell, its output
+                // in order with the script's, its errors on stderr.
+                self.out.w.flush()?;
+                let run = std::process::Command::new("/bin/sh")
+                    .arg("-c")
+                    .arg(std::ffi::OsStr::from_bytes(&crate::filter::raw::encode(
+                        &cmd,
+                    )))
+                    .stdin(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::inherit())
+                    .output();
+                match run {
+                    Ok(o) => {
+                        let text = crate::filter::raw::decode(&o.stdout).into_owned();
+                        self.out.text(&text, fmt::json_system)?;
+                    }
+                    Err(e) => eprintln!("bpfscope: system(): cannot run /bin/sh: {e}"),
+                }
+            }
+            Action::Cat { fmt: f, args } => {
+                let vals: Vec<Value> = args.iter().map(|a| self.arg_value(data, *a)).collect();
+                let path = fmt::printf(&f, &vals).map_err(|e| anyhow::anyhow!("cat: {e}"))?;
+                let path =
+                    std::ffi::OsStr::from_bytes(&crate::filter::raw::encode(&path)).to_os_string();
+                match cat_file(&path, self.cat_max) {
+                    Ok(b) => {
+                        let text = crate::filter::raw::decode(&b).into_owned();
+                        self.out.text(&text, fmt::json_cat)?;
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "bpfscope: cat(): failed to open file '{}': {}",
+                            path.to_string_lossy(),
+                            e.raw_os_error()
+                                .map_or_else(|| e.to_string(), |n| errno_text(i64::from(n)))
+                        );
+                        // Nothing printed, but bpftrace's JSON has the line.
+                        self.out.text("", fmt::json_cat)?;
+                    }
+                }
             }
             Action::Time { fmt: f } => {
                 let now = std::time::SystemTime::now()
@@ -521,10 +572,12 @@ impl RunCtx<'_, '_> {
                     if has_stack && !seen.insert(group(&k)) {
                         continue;
                     }
-                    entries.push((
-                        decode_key(&k),
-                        Agg::Scalar(value_of(ty, &v, &names, &self.syms)),
-                    ));
+                    let first = value_of(ty, &v, &names, &self.syms);
+                    let value = match &def.tuple {
+                        None => first,
+                        Some(shape) => self.tuple_value(id, shape, &k, first, &names),
+                    };
+                    entries.push((decode_key(&k), Agg::Scalar(value)));
                 }
             }
             MapKind::Agg(f, signed) => {
@@ -587,20 +640,89 @@ impl RunCtx<'_, '_> {
         })
     }
 
+    /// The tuple of map of tuples `id` under key `k` (whose first member,
+    /// in map `id` itself, is `first`): the other members from their maps.
+    fn tuple_value(
+        &self,
+        id: u32,
+        shape: &TShape,
+        k: &[u8],
+        first: Value,
+        names: &StackNames,
+    ) -> Value {
+        let name = &self.low.maps[id as usize].name;
+        let mut vals = vec![first];
+        for i in 1..shape.leaves() {
+            let member = member_map(name, i);
+            let v = self
+                .low
+                .maps
+                .iter()
+                .position(|m| m.name == member)
+                .and_then(|mid| {
+                    let MapKind::Plain(ty) = self.low.maps[mid].kind else {
+                        return None;
+                    };
+                    // The same key, with the member map's id in its first word.
+                    let mut key = k.to_vec();
+                    key.get_mut(KHDR..KHDR + 8)?
+                        .copy_from_slice(&(mid as u64).to_ne_bytes());
+                    let map = self.map_of(mid as u32);
+                    let b = map.lookup(&key, MapFlags::ANY).ok().flatten();
+                    Some(value_of(
+                        ty,
+                        b.as_deref().unwrap_or(&[0; 64]),
+                        names,
+                        &self.syms,
+                    ))
+                });
+            vals.push(v.unwrap_or(Value::Int(0)));
+        }
+        fn build(shape: &TShape, vals: &mut std::vec::IntoIter<Value>) -> Value {
+            match shape {
+                TShape::Value => vals.next().unwrap_or(Value::Int(0)),
+                TShape::Tuple(m) => Value::Tuple(m.iter().map(|s| build(s, vals)).collect()),
+            }
+        }
+        build(shape, &mut vals.into_iter())
+    }
+
+    /// A map and, for a map of tuples, its member maps.
+    fn with_members(&self, id: u32) -> Vec<u32> {
+        let def = &self.low.maps[id as usize];
+        let n = def.tuple.as_ref().map_or(1, TShape::leaves);
+        (0..n)
+            .filter_map(|i| {
+                let name = member_map(&def.name, i);
+                self.low.maps.iter().position(|m| m.name == name)
+            })
+            .map(|i| i as u32)
+            .collect()
+    }
+
     /// clear(): the map loses its entries (a count() without keys then
     /// reads 0, as bpftrace's array does).
     fn clear_map(&mut self, id: u32) -> Result<()> {
-        let map = self.map_of(id);
-        let keys: Vec<Vec<u8>> = map.keys().collect();
-        for k in keys {
-            // A key another CPU deleted meanwhile is not an error.
-            let _ = map.delete(&k);
+        for id in self.with_members(id) {
+            let map = self.map_of(id);
+            let keys: Vec<Vec<u8>> = map.keys().collect();
+            for k in keys {
+                // A key another CPU deleted meanwhile is not an error.
+                let _ = map.delete(&k);
+            }
         }
         Ok(())
     }
 
     /// zero(): every entry kept, its value zero.
     fn zero_map(&mut self, id: u32) -> Result<()> {
+        for id in self.with_members(id) {
+            self.zero_one(id);
+        }
+        Ok(())
+    }
+
+    fn zero_one(&mut self, id: u32) {
         let plain = matches!(self.low.maps[id as usize].kind, MapKind::Plain(_));
         let map = self.map_of(id);
         let keys: Vec<Vec<u8>> = map.keys().collect();
@@ -615,7 +737,6 @@ impl RunCtx<'_, '_> {
                 map.update_percpu(&k, &zero, MapFlags::EXIST).ok();
             }
         }
-        Ok(())
     }
 
     fn map_of(&self, id: u32) -> &dyn MapCore {
@@ -627,7 +748,11 @@ impl RunCtx<'_, '_> {
     /// empty ones too (as the blank lines bpftrace prints for them).
     fn print_all(&mut self) -> Result<()> {
         self.out.w.write_all(fmt::EXIT_SEPARATOR.as_bytes())?;
-        let mut names: Vec<String> = self.low.maps.iter().map(|m| m.name.clone()).collect();
+        // A map of tuples prints its member maps' values itself.
+        let mut names: Vec<String> = (self.low.maps.iter())
+            .filter(|m| !m.is_member())
+            .map(|m| m.name.clone())
+            .collect();
         fmt::exit_maps_order(&mut names);
         for name in names {
             let Some(id) = self.low.maps.iter().position(|m| m.name == name) else {
@@ -714,9 +839,58 @@ struct SymCache {
     kernel: HashMap<u64, String>,
     user: HashMap<(u32, u64), String>,
     resolver: Option<bpfscope_symbolize::Resolver>,
+    /// The script's texts (strftime() formats, cgroup_path() filters).
+    texts: Vec<String>,
+    /// Wall-clock nanoseconds at boot: strftime() adds nsecs to them.
+    boot_ns: i128,
+    /// cgroup_path() by (cgroup id, filter).
+    cgroups: HashMap<(u64, u16), String>,
 }
 
 impl SymCache {
+    fn new(texts: &[String]) -> SymCache {
+        SymCache {
+            texts: texts.to_vec(),
+            boot_ns: boot_wall_ns(),
+            ..Default::default()
+        }
+    }
+
+    /// strftime(fmt, ns): the local time `ns` after boot, `%f` its
+    /// microseconds (as bpftrace 0.17).
+    fn time(&self, fmt: u16, ns: u64) -> String {
+        let at = self.boot_ns + i128::from(ns);
+        let micros = format!("{:06}", at.rem_euclid(1_000_000_000) / 1000);
+        let fmt = self.texts.get(usize::from(fmt)).map_or("", String::as_str);
+        fmt::time(Some(&fmt.replace("%f", &micros)), at)
+    }
+
+    /// cgroup_path(id[, filter]): `hierarchy:path` for each cgroup
+    /// hierarchy mounted where a cgroup has this id, joined by commas:
+    /// the unified (v2) one first, then the v1 ones by name, as bpftrace.
+    fn cgroup(&mut self, id: u64, filter: u16) -> String {
+        if let Some(s) = self.cgroups.get(&(id, filter)) {
+            return s.clone();
+        }
+        let want = self.texts.get(usize::from(filter)).cloned();
+        let s = cgroup_hierarchies()
+            .into_iter()
+            .filter(|(name, _)| want.as_deref().is_none_or(|w| glob(w, name)))
+            .filter_map(|(name, root)| {
+                let path = find_inode(&root, id, 0)?;
+                let rel = path
+                    .strip_prefix(&root)
+                    .ok()?
+                    .to_string_lossy()
+                    .into_owned();
+                Some(format!("{name}:/{rel}"))
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        self.cgroups.insert((id, filter), s.clone());
+        s
+    }
+
     /// ksym(): the function, or the address in hex (as bpftrace).
     fn kernel(&mut self, addr: u64) -> String {
         self.kernel
@@ -799,6 +973,15 @@ fn value_of(ty: Ty, b: &[u8], stacks: &StackNames, syms: &RefCell<SymCache>) -> 
             Value::Buf(b.get(1..1 + n).unwrap_or(&[]).to_vec())
         }
         Ty::KSym => Value::Text(syms.borrow_mut().kernel(word(b))),
+        Ty::Time { fmt } => Value::Str(syms.borrow().time(fmt, word(b))),
+        Ty::Errno => Value::Str(errno_text(word(b) as i64)),
+        Ty::Mac => Value::Str(
+            (0..6)
+                .map(|i| format!("{:02X}", b.get(1 + i).copied().unwrap_or(0)))
+                .collect::<Vec<_>>()
+                .join(":"),
+        ),
+        Ty::Cgroup { filter } => Value::Str(syms.borrow_mut().cgroup(word(b), filter)),
         Ty::USym => {
             let pid = word(b.get(8..).unwrap_or(&[])) as u32;
             Value::Text(syms.borrow_mut().user(pid, word(b)))
@@ -855,4 +1038,100 @@ fn report_lost(lost: Lost, mut parts: Vec<String>) {
     if !parts.is_empty() {
         eprintln!("bpfscope: lost {}", parts.join(", "));
     }
+}
+
+/// The wall clock at boot, in nanoseconds: CLOCK_REALTIME less
+/// CLOCK_BOOTTIME, as bpftrace computes it for strftime().
+fn boot_wall_ns() -> i128 {
+    let now = |clock| {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: t is a live timespec the call fills.
+        unsafe { libc::clock_gettime(clock, &mut t) };
+        i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
+    };
+    now(libc::CLOCK_REALTIME) - now(libc::CLOCK_BOOTTIME)
+}
+
+/// strerror(): the C library's message for an errno.
+fn errno_text(e: i64) -> String {
+    std::io::Error::from_raw_os_error(e as i32)
+        .to_string()
+        .split(" (os error")
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The cgroup hierarchies mounted: (name, root), the unified one first
+/// ("unified"), then the v1 ones by name (their controllers, or name=).
+fn cgroup_hierarchies() -> Vec<(String, std::path::PathBuf)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let (mut v2, mut v1) = (Vec::new(), Vec::new());
+    for l in info.lines() {
+        let Some((pre, post)) = l.split_once(" - ") else {
+            continue;
+        };
+        let root = pre.split(' ').nth(4).unwrap_or("");
+        let mut post = post.split(' ');
+        let (fstype, opts) = (post.next().unwrap_or(""), post.nth(1).unwrap_or(""));
+        match fstype {
+            "cgroup2" => v2.push(("unified".to_string(), root.into())),
+            "cgroup" => {
+                let name = opts
+                    .split(',')
+                    .filter(|o| !matches!(*o, "rw" | "ro") && !o.contains("xattr"))
+                    .map(|o| o.strip_prefix("name=").unwrap_or(o))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                v1.push((name, root.into()));
+            }
+            _ => {}
+        }
+    }
+    v1.sort();
+    v2.extend(v1);
+    v2
+}
+
+/// The directory under `dir` whose inode (a cgroup's id) is `id`.
+fn find_inode(dir: &std::path::Path, id: u64, depth: usize) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata(dir).ok()?.ino() == id {
+        return Some(dir.to_path_buf());
+    }
+    // Cgroup trees are shallow; the bound stops a loop of bind mounts.
+    if depth > 32 {
+        return None;
+    }
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .find_map(|e| find_inode(&e.path(), id, depth + 1))
+}
+
+/// Whether `name` matches `pat`, whose `*` stands for any characters.
+fn glob(pat: &str, name: &str) -> bool {
+    match pat.split_once('*') {
+        None => pat == name,
+        Some((head, rest)) => {
+            let Some(tail) = name.strip_prefix(head) else {
+                return false;
+            };
+            (0..=tail.len())
+                .filter(|&i| tail.is_char_boundary(i))
+                .any(|i| glob(rest, &tail[i..]))
+        }
+    }
+}
+
+/// cat(): a file's first `max` bytes (bpftrace's BPFTRACE_CAT_BYTES_MAX).
+fn cat_file(path: &std::ffi::OsStr, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut b = Vec::new();
+    std::fs::File::open(path)?.take(max).read_to_end(&mut b)?;
+    Ok(b)
 }

@@ -36,6 +36,8 @@ pub enum Value {
     /// Bytes from buf(), printed with printable ASCII as is and the rest
     /// as `\xNN` (bpftrace's `%r`).
     Buf(Vec<u8>),
+    /// A tuple, as a map's value: `(1, abc, (2, x))`, in JSON an array.
+    Tuple(Vec<Value>),
 }
 
 impl Value {
@@ -47,6 +49,7 @@ impl Value {
             Value::Stack(_) => ArgKind::Stack,
             Value::Text(_) => ArgKind::Text,
             Value::Buf(_) => ArgKind::Buf,
+            Value::Tuple(_) => ArgKind::Text,
         }
     }
 }
@@ -224,6 +227,7 @@ fn key_part_str(v: &Value) -> String {
         Value::Str(s) | Value::Text(s) => s.clone(),
         Value::Buf(b) => buf_text(b),
         Value::Stack(f) => stack_str(f, 4),
+        Value::Tuple(_) => value_str(v, 1),
     }
 }
 
@@ -235,6 +239,11 @@ fn value_str(v: &Value, div: u32) -> String {
         Value::Str(s) | Value::Text(s) => s.clone(),
         Value::Buf(b) => buf_text(b),
         Value::Stack(f) => stack_str(f, 8),
+        // Members as bpftrace's tuple printing has them: no divisor.
+        Value::Tuple(m) => {
+            let parts: Vec<String> = m.iter().map(|x| value_str(x, 1)).collect();
+            format!("({})", parts.join(", "))
+        }
     }
 }
 
@@ -242,6 +251,11 @@ fn value_str(v: &Value, div: u32) -> String {
 fn json_value_str(v: &Value, div: u32) -> String {
     match v {
         Value::Int(_) | Value::UInt(_) => value_str(v, div),
+        // An array, without spaces, as bpftrace's JSON tuples.
+        Value::Tuple(m) => {
+            let parts: Vec<String> = m.iter().map(|x| json_value_str(x, 1)).collect();
+            format!("[{}]", parts.join(","))
+        }
         _ => format!("\"{}\"", json_escape(value_str(v, div).as_bytes())),
     }
 }
@@ -1041,6 +1055,16 @@ pub fn json_printf(text: &str) -> String {
     json_message("printf", text)
 }
 
+/// The `-f json` line for what a command system() ran printed.
+pub fn json_system(text: &str) -> String {
+    json_message("syscall", text)
+}
+
+/// The `-f json` line for a file cat() printed.
+pub fn json_cat(text: &str) -> String {
+    json_message("cat", text)
+}
+
 /// The `-f json` line for time()'s output; "" when [`time`] gave "" (its
 /// strftime failed, and bpftrace then prints nothing at all: write no line).
 pub fn json_time(text: &str) -> String {
@@ -1457,6 +1481,7 @@ fn format_conv(out: &mut Vec<u8>, s: &Spec, arg: &Value) {
                 Value::Str(t) | Value::Text(t) => t.clone(),
                 Value::Buf(b) => buf_text(b),
                 Value::Stack(f) => stack_str(f, 8),
+                Value::Tuple(_) => value_str(arg, 1),
                 Value::Int(_) | Value::UInt(_) => String::new(),
             };
             let mut body = c_str(text.as_bytes());

@@ -47,6 +47,17 @@ pub enum Action {
     Time {
         fmt: Option<String>,
     },
+    /// system(fmt, ...) (with --unsafe): the command printf makes, run by
+    /// the shell when the record arrives, its output printed.
+    System {
+        fmt: String,
+        args: Vec<Arg>,
+    },
+    /// cat(fmt, ...): the file printf names, printed when the record arrives.
+    Cat {
+        fmt: String,
+        args: Vec<Arg>,
+    },
     /// join(): strings after the header, separated by `sep`.
     Join {
         sep: String,
@@ -96,6 +107,8 @@ pub struct Lowered {
     pub maps: Vec<MapDef>,
     pub actions: Vec<Action>,
     pub stacks: (bool, bool),
+    /// Texts values are shown with (`Ty::Time`'s formats...), by index.
+    pub texts: Vec<String>,
     /// Largest key: the map id and parts.
     pub key_size: usize,
 }

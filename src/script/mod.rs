@@ -258,6 +258,7 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
         maps: sh.maps,
         actions: sh.actions,
         stacks: sh.stacks,
+        texts: sh.texts,
         key_size,
     };
     let plan = plan_of(&lowered, opts.keys_max)?;

@@ -31,6 +31,9 @@ pub struct Shared {
     pub defines: HashMap<String, Expr>,
     /// Object-like macros of the headers the script includes.
     pub macros: super::cpp::HeaderMacros,
+    /// Texts values are shown with in user space (strftime()'s formats,
+    /// cgroup_path()'s filters), by index.
+    pub texts: Vec<String>,
     /// `--unsafe`: signal() may be used.
     pub unsafe_ok: bool,
     /// The types pass is walking: a statement that fails (a map it reads
@@ -80,6 +83,18 @@ impl Shared {
         i
     }
 
+    /// A text's index (one entry per distinct text).
+    pub(crate) fn text(&mut self, t: &str, span: Span) -> Res<u16> {
+        if let Some(i) = self.texts.iter().position(|x| x == t) {
+            return Ok(i as u16);
+        }
+        if self.texts.len() >= usize::from(NO_TEXT) {
+            return err(span, "too many distinct formats in one script");
+        }
+        self.texts.push(t.to_string());
+        Ok((self.texts.len() - 1) as u16)
+    }
+
     pub(crate) fn action(&mut self, a: Action) -> u32 {
         if let Some(i) = self.actions.iter().position(|x| *x == a) {
             return i as u32;
@@ -96,6 +111,49 @@ impl Shared {
         keys: &[Ty],
         span: Span,
     ) -> Res<u32> {
+        self.declare_as(name, kind, keys, None, span)
+    }
+
+    /// A map of tuples of `shape` whose members have types `tys`: the map
+    /// (the first member) and its member maps, their ids in member order.
+    pub(crate) fn declare_tuple(
+        &mut self,
+        name: &str,
+        shape: &TShape,
+        tys: &[Ty],
+        keys: &[Ty],
+        span: Span,
+    ) -> Res<Vec<u32>> {
+        let mut ids = Vec::with_capacity(tys.len());
+        for (i, ty) in tys.iter().enumerate() {
+            let tuple = (i == 0).then_some(shape);
+            let n = member_map(name, i);
+            let id = self
+                .declare_as(&n, MapKind::Plain(*ty), keys, tuple, span)
+                .map_err(|mut e| {
+                    // Said of the member, not of the map that holds it.
+                    if i > 0 {
+                        e.msg = e.msg.replacen(
+                            &format!("{n} holds"),
+                            &format!("{name}'s tuples: member {i} (counting nested ones) holds"),
+                            1,
+                        );
+                    }
+                    e
+                })?;
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    fn declare_as(
+        &mut self,
+        name: &str,
+        kind: MapKind,
+        keys: &[Ty],
+        tuple: Option<&TShape>,
+        span: Span,
+    ) -> Res<u32> {
         if let Some(id) = self.map_id(name) {
             let m = &mut self.maps[id as usize];
             let same_keys = m.keys.len() == keys.len()
@@ -109,6 +167,36 @@ impl Shared {
                         describe_keys(&m.keys.iter().map(|k| k.ty).collect::<Vec<_>>())
                     ),
                 );
+            }
+            match (&m.tuple, tuple) {
+                (None, None) => {}
+                (Some(a), Some(b)) if a == b => {}
+                (Some(_), Some(_)) => {
+                    return err(
+                        span,
+                        format!(
+                            "{name} holds tuples of another shape (members and nesting must agree)"
+                        ),
+                    )
+                }
+                (Some(_), None) => {
+                    return err(
+                        span,
+                        format!(
+                            "{name} holds tuples and cannot also hold {}",
+                            describe_kind(kind)
+                        ),
+                    )
+                }
+                (None, Some(_)) => {
+                    return err(
+                        span,
+                        format!(
+                            "{name} holds {} and cannot also hold a tuple",
+                            describe_kind(m.kind)
+                        ),
+                    )
+                }
             }
             match (m.kind, kind) {
                 (MapKind::Plain(a), MapKind::Plain(b)) if same_ty(a, b) => {
@@ -149,6 +237,7 @@ impl Shared {
             name: name.to_string(),
             kind,
             keys: parts,
+            tuple: tuple.cloned(),
         });
         Ok((self.maps.len() - 1) as u32)
     }

@@ -34,6 +34,20 @@ pub enum Ty {
     /// A user address and its process, in a string slot (usym()): named
     /// in user space.
     USym,
+    /// A MAC address (macaddr()), in a string slot as buf() reads it.
+    Mac,
+    /// Nanoseconds since boot shown as local time by strftime()'s format
+    /// (the script's text number `fmt`), in user space.
+    Time {
+        fmt: u16,
+    },
+    /// An errno shown as its message (strerror()).
+    Errno,
+    /// A cgroup id shown as its paths in the cgroup hierarchies
+    /// (cgroup_path()), those whose names match text `filter` (NO_TEXT: all).
+    Cgroup {
+        filter: u16,
+    },
     /// An address of a struct whose BTF type id is `btf` (a cast, or a
     /// typed pointer member): its members can be read.
     Ptr {
@@ -46,6 +60,9 @@ pub enum Ty {
     },
 }
 
+/// No text (`Ty::Cgroup`'s filter when none is given).
+pub const NO_TEXT: u16 = u16::MAX;
+
 impl Ty {
     /// Integers and addresses: what arithmetic, conditions and %d take.
     pub fn is_num(self) -> bool {
@@ -54,7 +71,7 @@ impl Ty {
 
     /// Held in a string slot (64 bytes) rather than a register.
     pub fn in_slot(self) -> bool {
-        matches!(self, Ty::Str | Ty::Inet | Ty::Buf | Ty::USym)
+        matches!(self, Ty::Str | Ty::Inet | Ty::Buf | Ty::USym | Ty::Mac)
     }
 
     /// As a plain integer (a typed pointer is an unsigned address).
@@ -100,11 +117,48 @@ pub struct MapDef {
     pub name: String,
     pub kind: MapKind,
     pub keys: Vec<KeyPart>,
+    /// A map of tuples (`@m[k] = (a, (b, c))`): their shape. The map
+    /// holds the first member (flattened, nested tuples in order); member
+    /// i > 0 is held, under the same key, by the map named `@m.i` (a name
+    /// no script can write), so every value fits the machine's 64 bytes.
+    pub tuple: Option<TShape>,
 }
 
 impl MapDef {
     pub fn key_len(&self) -> usize {
         self.keys.last().map_or(KEY_ID_LEN, |k| k.off + k.len)
+    }
+
+    /// A member map of a map of tuples (`@m.1`): printed, cleared and
+    /// deleted with its map, never on its own.
+    pub fn is_member(&self) -> bool {
+        self.name.contains('.')
+    }
+}
+
+/// A tuple's shape: its members, each a value or a tuple.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TShape {
+    Value,
+    Tuple(Vec<TShape>),
+}
+
+impl TShape {
+    /// Values in the tuple, nested ones counted.
+    pub fn leaves(&self) -> usize {
+        match self {
+            TShape::Value => 1,
+            TShape::Tuple(m) => m.iter().map(TShape::leaves).sum(),
+        }
+    }
+}
+
+/// The map holding member `i` of map of tuples `name` (member 0: itself).
+pub fn member_map(name: &str, i: usize) -> String {
+    if i == 0 {
+        name.to_string()
+    } else {
+        format!("{name}.{i}")
     }
 }
 
@@ -134,6 +188,10 @@ pub(crate) fn describe_ty(t: Ty) -> &'static str {
         Ty::Inet => "an IP address",
         Ty::Buf => "a buffer",
         Ty::KSym => "a kernel symbol",
+        Ty::Time { .. } => "a time (strftime())",
+        Ty::Errno => "an error message (strerror())",
+        Ty::Mac => "a MAC address",
+        Ty::Cgroup { .. } => "a cgroup path",
         Ty::USym => "a user symbol",
     }
 }

@@ -683,7 +683,7 @@ fn errors_name_the_line_and_column() {
         ("BEGIN { printf(\"%d\\n\"); }", "1:9: printf:"),
         (
             "BEGIN { system(\"ls\"); }",
-            "1:9: system() is not supported by bpfscope run",
+            "1:9: system() runs commands: it needs --unsafe, as in bpftrace",
         ),
         (
             "BEGIN { $x = nosuch; }",

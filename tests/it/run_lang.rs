@@ -987,10 +987,6 @@ fn tuples_as_bpftrace() {
     );
     for (script, want) in [
         (
-            "BEGIN { @v = (1, 2); }",
-            "-e:1:14: tuples as map values are not supported by bpfscope run",
-        ),
-        (
             "BEGIN { $t = (1, 2); $x = $t + 1; }",
             "-e:1:27: $t is a tuple: print it, or take a member ($t.0)",
         ),
@@ -1073,4 +1069,227 @@ fn a_block_whose_attach_points_are_all_missing_still_prints_its_maps() {
     if let Some(b) = theirs(script, &[], &[]) {
         assert_eq!(stdout(&a), stdout(&b));
     }
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn tuples_as_map_values_as_bpftrace() {
+    // bpftrace 0.17 takes tuples as map values: nested, with strings,
+    // read whole or by member, deleted, overwritten, cleared, zeroed, and
+    // printed (by print() and at the end, in text and JSON).
+    require_root();
+    let script = "BEGIN { @m = (1, \"a\"); @n[1] = (2, (3, \"xy\"), \"z\"); @n[5] = (-1, (4, \"q\"), \"w\"); @n[9] = (0, (0, \"\"), \"gone\"); delete(@n[9]); $t = @n[1]; printf(\"%d %s\\n\", $t.0, $t.1.1); printf(\"%s %d %d\\n\", @n[5].2, @n[5].1.0, @n[5].0 + 10); print(@n); @c = @n[5]; @n[5] = (6, (7, \"r\"), \"s\"); @k[\"x\", 2] = ((int8)-1, (uint32)5); @z[1] = (1, \"a\"); zero(@z); @e[1] = (1, 1); clear(@e); exit(); }";
+    let out = same(script, &[], &[]);
+    if let Some(out) = out {
+        // print() reads the map when its record arrives, after BEGIN has
+        // run: both tools print the overwritten @n[5] there.
+        assert!(
+            out.contains("2 xy\nw 4 9\n@n[1]: (2, (3, xy), z)\n@n[5]: (6, (7, r), s)\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("@c: (-1, (4, q), w)\n\n@k[x, 2]: (-1, 5)\n@m: (1, a)\n"),
+            "{out}"
+        );
+        assert!(out.contains("@z[1]: (0, )\n"), "{out}");
+    }
+    same(script, &["-f", "json"], &[]);
+    // Each tool's own records, and a map keyed by thread: kill(2) of a
+    // pid that cannot exist, three times from this thread.
+    let path = scratch_dir(&test_name()).join("tuples.bt");
+    std::fs::write(
+        &path,
+        "tracepoint:syscalls:sys_enter_kill /args->pid == 999999/ { @last[tid] = (args->sig, comm, (pid, \"k\")); @n = (args->sig, @n.1 + 1); }",
+    )
+    .unwrap();
+    let Some((a, b)) = crate::run::side_by_side(&path, 0, || {
+        for sig in [0, 0, 0] {
+            // SAFETY: no such process: kill fails with ESRCH.
+            unsafe { libc::kill(999_999, sig) };
+        }
+    }) else {
+        return;
+    };
+    let maps = |v: &[String]| -> Vec<String> {
+        v.iter().filter(|l| l.starts_with('@')).cloned().collect()
+    };
+    assert_eq!(maps(&a).len(), 2, "{a:#?}");
+    assert!(maps(&a).iter().any(|l| l == "@n: (0, 3)"), "{a:#?}");
+    assert_eq!(maps(&a), maps(&b), "bpfscope:\n{a:#?}\nbpftrace:\n{b:#?}");
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn tuples_as_map_values_in_for_each_and_refusals() {
+    // for-each came after 0.17: a map of tuples gives its tuple as $kv.1.
+    require_root();
+    let a = ours(
+        "BEGIN { @m[1] = (10, \"a\"); @m[2] = (20, \"b\"); $s = 0; for ($kv : @m) { $s += $kv.0 * $kv.1.0; if ($kv.1.1 == \"b\") { printf(\"b at %d\\n\", $kv.0); } } printf(\"%d\\n\", $s); clear(@m); exit(); }",
+        &[],
+        &[],
+    );
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert!(stdout(&a).contains("b at 2\n50\n"), "{}", stdout(&a));
+    for (script, want) in [
+        (
+            "BEGIN { @m = (1, \"a\"); @m = 2; }",
+            "-e:1:24: @m holds tuples and cannot also hold an integer",
+        ),
+        (
+            "BEGIN { @m = (1, \"a\"); @m = (1, 2); }",
+            "-e:1:24: @m's tuples: member 1 (counting nested ones) holds a string and cannot also hold an integer",
+        ),
+        (
+            "BEGIN { @m = (1, 2); @m = (1, 2, 3); }",
+            "-e:1:22: @m holds tuples of another shape",
+        ),
+        (
+            "BEGIN { @m = (1, 2); $x = @m + 1; }",
+            "-e:1:27: @m holds tuples: print one, assign it to a $variable, or take a member",
+        ),
+        (
+            "BEGIN { @m = (1, 2); print(@m.2); }",
+            "-e:1:28: @m's tuples have 2 members: .2 is not one of them",
+        ),
+    ] {
+        let a = ours(script, &["--dry-run"], &[]);
+        assert_eq!(a.status.code(), Some(2), "{script}");
+        assert!(stderr(&a).contains(want), "{script}: {}", stderr(&a));
+    }
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn strftime_strerror_and_cgroup_path_as_bpftrace() {
+    // Shown in user space when the record arrives, as bpftrace 0.17:
+    // strftime() of nanoseconds since boot (the boot itself, and now to
+    // the year), strerror(), and cgroup_path() in every hierarchy mounted
+    // (then filtered), in printf, as map values and as map keys.
+    require_root();
+    same(
+        "BEGIN { printf(\"%s|%s|%s|%s\\n\", strftime(\"%Y-%m-%d %H:%M:%S\", 0), strftime(\"%Y\", nsecs), strerror(2), cgroup_path(cgroup)); printf(\"%s|%s\\n\", cgroup_path(cgroup, \"unified\"), cgroup_path(cgroup, \"c*\")); @c = cgroup_path(1); @t[strftime(\"%d\", 0)] = strerror(13); exit(); }",
+        &[],
+        &[],
+    );
+    // %f: the microseconds, six digits (which ones depends on the moment
+    // each tool read the boot time).
+    let a = ours(
+        "BEGIN { printf(\"<%s>\\n\", strftime(\"%S.%f\", 1500)); exit(); }",
+        &[],
+        &[],
+    );
+    assert!(a.status.success(), "{}", stderr(&a));
+    let out = stdout(&a);
+    let t = out
+        .lines()
+        .find_map(|l| l.strip_prefix('<')?.strip_suffix('>'))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        t.len() == 9
+            && t.as_bytes()[2] == b'.'
+            && t.bytes().filter(u8::is_ascii_digit).count() == 8,
+        "{t}"
+    );
+    for (script, want) in [
+        (
+            "BEGIN { printf(\"%s\\n\", strftime(\"%H\", comm)); }",
+            "-e:1:39: strftime()'s time must be an integer, not a string",
+        ),
+        (
+            "BEGIN { $f = \"%H\"; printf(\"%s\\n\", strftime($f, 0)); }",
+            "-e:1:35: strftime() takes a format string literal",
+        ),
+        ("BEGIN { printf(\"%d\\n\", strerror(1)); }", "%d specifier"),
+    ] {
+        let a = ours(script, &["--dry-run"], &[]);
+        assert_eq!(a.status.code(), Some(2), "{script}");
+        assert!(stderr(&a).contains(want), "{script}: {}", stderr(&a));
+    }
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn system_and_cat_as_bpftrace() {
+    // Run when their records arrive, in order with printf's output, in
+    // text and in JSON; system() only with --unsafe; a file cat() cannot
+    // open is said on stderr; cat() prints at most BPFTRACE_CAT_BYTES_MAX.
+    require_root();
+    // A short path: string literals hold 63 bytes.
+    let file = std::path::Path::new("/tmp/bpfscope-cat-test.txt");
+    std::fs::write(file, "line1\nline2").unwrap();
+    let script = format!(
+        "BEGIN {{ printf(\"a\\n\"); system(\"echo hi %d; echo err >&2\", 5); cat(\"%s\", \"{}\"); printf(\"b\\n\"); cat(\"/nonexistent/x\"); system(\"exit 3\"); printf(\"c\\n\"); exit(); }}",
+        file.display()
+    );
+    if let Some(out) = same(&script, &["--unsafe"], &[]) {
+        assert!(out.contains("a\nhi 5\nline1\nline2b\nc\n"), "{out}");
+    }
+    same(&script, &["--unsafe", "-f", "json"], &[]);
+    let a = ours(&script, &["--unsafe"], &[]);
+    assert!(
+        stderr(&a).contains("err\n")
+            && stderr(&a)
+                .contains("cat(): failed to open file '/nonexistent/x': No such file or directory"),
+        "{}",
+        stderr(&a)
+    );
+    same(
+        &format!("BEGIN {{ cat(\"{}\"); exit(); }}", file.display()),
+        &[],
+        &[("BPFTRACE_CAT_BYTES_MAX", "8")],
+    );
+    let a = ours("BEGIN { system(\"echo hi\"); }", &["--dry-run"], &[]);
+    assert_eq!(a.status.code(), Some(2));
+    assert!(
+        stderr(&a).contains("-e:1:9: system() runs commands: it needs --unsafe, as in bpftrace"),
+        "{}",
+        stderr(&a)
+    );
+    let a = ours(
+        "BEGIN { $x = cat(\"/etc/hostname\"); }",
+        &["--dry-run"],
+        &[],
+    );
+    assert_eq!(a.status.code(), Some(2));
+    assert!(
+        stderr(&a).contains("-e:1:14: cat() is a statement: it has no value"),
+        "{}",
+        stderr(&a)
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF"]
+fn macaddr_of_a_six_byte_array_as_bpftrace() {
+    // bpftrace 0.17's macaddr(): six bytes of an array, upper-case hex.
+    // The bytes are the start of the UTS namespace both tools share
+    // ("Linux\0", then zeros), seen as an ethhdr.
+    require_root();
+    if let Some(out) = same(
+        "BEGIN { $e = (struct ethhdr *)((struct task_struct *)curtask)->nsproxy->uts_ns; printf(\"%s %s\\n\", macaddr($e->h_dest), macaddr($e->h_source)); @m[macaddr($e->h_dest)] = 1; exit(); }",
+        &[],
+        &[],
+    ) {
+        assert!(out.contains("4C:69:6E:75:78:00 00:00:00:00:00:00\n"), "{out}");
+    }
+    let a = ours(
+        "BEGIN { printf(\"%s\\n\", macaddr(pid)); }",
+        &["--dry-run"],
+        &[],
+    );
+    assert_eq!(a.status.code(), Some(2));
+    assert!(
+        stderr(&a).contains("-e:1:24: macaddr() takes a 6-byte array"),
+        "{}",
+        stderr(&a)
+    );
+    // path() stays refused, with the reason.
+    let a = ours("BEGIN { printf(\"%s\\n\", path(0)); }", &["--dry-run"], &[]);
+    assert_eq!(a.status.code(), Some(2));
+    assert!(
+        stderr(&a)
+            .contains("-e:1:24: path() is not supported by bpfscope run: the kernel's bpf_d_path"),
+        "{}",
+        stderr(&a)
+    );
 }

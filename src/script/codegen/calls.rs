@@ -95,6 +95,17 @@ impl<'a> Lower<'a> {
                     0
                 };
                 self.emit(insn(bs_vm_op::BS_VM_MDEL, 0, 0, 0).flags(f));
+                // A map of tuples: its members' maps too, under the same key.
+                let members = self.sh.maps[id as usize]
+                    .tuple
+                    .as_ref()
+                    .map_or(1, TShape::leaves);
+                for i in 1..members {
+                    if let Some(mid) = self.sh.map_id(&member_map(&m, i)) {
+                        self.emit(insn(bs_vm_op::BS_VM_KEYCLR, 0, 0, 0).arg(mid));
+                        self.emit(insn(bs_vm_op::BS_VM_MDEL, 0, 0, 0));
+                    }
+                }
                 Ok(())
             }
             "exit" => {
@@ -104,7 +115,35 @@ impl<'a> Lower<'a> {
                 self.exits.push(j);
                 Ok(())
             }
-            "system" | "cat" | "override" | "printbuf" | "cgroup_path" => {
+            "system" | "cat" => {
+                if name == "system" && !self.sh.unsafe_ok {
+                    return err(
+                        e.span,
+                        "system() runs commands: it needs --unsafe, as in bpftrace",
+                    );
+                }
+                let Some(Expr {
+                    kind: ExprKind::Str(fmt),
+                    ..
+                }) = args.first()
+                else {
+                    return err(
+                        e.span,
+                        format!("{name}()'s first argument must be a string literal"),
+                    );
+                };
+                let mut vals = Vec::new();
+                for a in &args[1..] {
+                    vals.push(self.expr(a)?);
+                }
+                let make = if name == "system" {
+                    |fmt, args| Action::System { fmt, args }
+                } else {
+                    |fmt, args| Action::Cat { fmt, args }
+                };
+                self.record_vals(fmt, &vals, e.span, make)
+            }
+            "override" | "printbuf" => {
                 err(e.span, format!("{name}() is not supported by bpfscope run"))
             }
             _ => {
@@ -223,6 +262,18 @@ impl<'a> Lower<'a> {
     }
 
     pub(super) fn printf_vals(&mut self, fmt: &str, vals: &[Val], span: Span) -> Res<()> {
+        self.record_vals(fmt, vals, span, |fmt, args| Action::Printf { fmt, args })
+    }
+
+    /// A record of `vals` for an action that formats them as printf
+    /// does (printf, system, cat).
+    pub(super) fn record_vals(
+        &mut self,
+        fmt: &str,
+        vals: &[Val],
+        span: Span,
+        make: fn(String, Vec<Arg>) -> Action,
+    ) -> Res<()> {
         let kinds: Vec<crate::render::bpftrace::ArgKind> =
             vals.iter().map(|v| arg_kind(v.ty)).collect();
         if let Err(e) = crate::render::bpftrace::check_format(fmt, &kinds) {
@@ -241,10 +292,7 @@ impl<'a> Lower<'a> {
         if off > EVENT_MAX {
             return err(span, format!("printf's arguments take {off} bytes; at most {EVENT_MAX} fit (a string takes {STR_MAX})"));
         }
-        let act = self.sh.action(Action::Printf {
-            fmt: fmt.to_string(),
-            args: out,
-        });
+        let act = self.sh.action(make(fmt.to_string(), out));
         self.emit_record(act, off as u32);
         Ok(())
     }
@@ -826,11 +874,83 @@ impl<'a> Lower<'a> {
                 Ok(Val::at(Ty::USym, slot))
             }
             "buf" => self.buf(args, span),
+            // Six bytes of an array, as buf() reads them, named in user space.
+            "macaddr" => match args {
+                [a @ Expr {
+                    kind: ExprKind::Field { .. },
+                    ..
+                }] => {
+                    let len = Expr {
+                        kind: ExprKind::Int(6),
+                        span: a.span,
+                    };
+                    let v = self.buf(&[a.clone(), len], span)?;
+                    Ok(Val { ty: Ty::Mac, ..v })
+                }
+                _ => err(
+                    span,
+                    "macaddr() takes a 6-byte array (a struct member such as ethhdr's h_source)",
+                ),
+            },
+            // Shown in user space, as bpftrace does: the value stays an integer.
+            "strftime" => {
+                let [Expr {
+                    kind: ExprKind::Str(f),
+                    ..
+                }, a] = args
+                else {
+                    return err(
+                        span,
+                        "strftime() takes a format string literal and nanoseconds since boot (nsecs)",
+                    );
+                };
+                let fmt = self.sh.text(f, span)?;
+                let v = self.num_arg(a, "strftime()'s time")?;
+                Ok(Val {
+                    ty: Ty::Time { fmt },
+                    ..v
+                })
+            }
+            "strerror" => {
+                let [a] = args else {
+                    return err(span, "strerror() takes an error number");
+                };
+                let v = self.num_arg(a, "strerror()'s error number")?;
+                Ok(Val { ty: Ty::Errno, ..v })
+            }
+            "cgroup_path" => {
+                let (a, filter) =
+                    match args {
+                        [a] => (a, NO_TEXT),
+                        [a, Expr {
+                            kind: ExprKind::Str(f),
+                            ..
+                        }] => (a, self.sh.text(f, span)?),
+                        _ => return err(
+                            span,
+                            "cgroup_path() takes a cgroup id and an optional filter string literal",
+                        ),
+                    };
+                let v = self.num_arg(a, "cgroup_path()'s cgroup id")?;
+                Ok(Val {
+                    ty: Ty::Cgroup { filter },
+                    ..v
+                })
+            }
             // Address spaces: bpfscope reads user memory, then kernel, either way.
             "kptr" | "uptr" => match args {
                 [a] => self.expr(a),
                 _ => err(span, format!("{name}() takes an address")),
             },
+            "path" => err(
+                span,
+                "path() is not supported by bpfscope run: the kernel's bpf_d_path may only be called by fentry/fexit and LSM programs of a list of functions, and the script machine runs in a program of its own",
+            ),
+            "system" | "cat" | "printf" | "print" | "time" | "join" | "clear" | "zero"
+            | "delete" | "exit" => err(
+                span,
+                format!("{name}() is a statement: it has no value to assign or compare"),
+            ),
             "count" | "sum" | "avg" | "min" | "max" | "stats" | "hist" | "lhist" => err(
                 span,
                 format!("{name}() must be assigned to a map, e.g. @x = {name}(...)"),
@@ -840,11 +960,26 @@ impl<'a> Lower<'a> {
     }
 }
 
+impl<'a> Lower<'a> {
+    /// An argument that must be an integer.
+    fn num_arg(&mut self, a: &Expr, what: &str) -> Res<Val> {
+        let v = self.expr(a)?;
+        if !v.ty.is_num() {
+            return err(
+                a.span,
+                format!("{what} must be an integer, not {}", describe_ty(v.ty)),
+            );
+        }
+        Ok(v)
+    }
+}
+
 pub(super) fn arg_kind(t: Ty) -> crate::render::bpftrace::ArgKind {
     use crate::render::bpftrace::ArgKind;
     match t {
         Ty::Int { .. } | Ty::Ptr { .. } | Ty::IntPtr { .. } => ArgKind::Int,
         Ty::Str | Ty::User | Ty::Inet | Ty::KSym | Ty::USym => ArgKind::Str,
+        Ty::Time { .. } | Ty::Errno | Ty::Cgroup { .. } | Ty::Mac => ArgKind::Str,
         Ty::Buf => ArgKind::Buf,
         Ty::Stack { .. } => ArgKind::Stack,
     }

@@ -5,6 +5,26 @@ use super::*;
 impl<'a> Lower<'a> {
     /// `args->name`, `args.name`, and member paths from them.
     pub(super) fn field(&mut self, e: &Expr) -> Res<Val> {
+        if let Some(TVal::One(v)) = self.map_tuple(e, false)? {
+            return Ok(v);
+        }
+        if let (ExprKind::Map { name, .. }, true) = (&e.member_chain().0.kind, self.sh.typing) {
+            // A member of a map the types pass has not typed yet (`@n =
+            // (1, @n.1 + 1)`): waits in the first phase, then reads as an
+            // integer, as an untyped map does.
+            if self.sh.map_id(&name_or_at(name)).is_none() {
+                if self.sh.strict {
+                    return err(e.span, format!("{} is not typed yet", name_or_at(name)));
+                }
+                return self.int(0, e.span);
+            }
+        }
+        if self.map_tuple_at(e).is_some() {
+            return err(
+                e.span,
+                "this member is a tuple: print it, or take a member of it (.0)",
+            );
+        }
         if let Some(path) = self.tuple_path(e) {
             if let Some(v) = self.vars.get(&path) {
                 return Ok(*v);

@@ -177,6 +177,12 @@ impl<'a> Lower<'a> {
             return self.int(0, span);
         };
         let def = self.sh.maps[id as usize].clone();
+        if def.tuple.is_some() {
+            return err(
+                span,
+                format!("{m} holds tuples: print one, assign it to a $variable, or take a member ({m}[...].0)"),
+            );
+        }
         if def.keys.len() != keyvals.len() {
             return err(
                 span,
@@ -199,13 +205,6 @@ impl<'a> Lower<'a> {
             }
         };
         self.build_key(id, &keyvals);
-        if ty.in_slot() {
-            let slot = self.slot(span)?;
-            self.emit(insn(bs_vm_op::BS_VM_MGETSTR, slot, 0, 0));
-            return Ok(Val::at(ty, slot));
-        }
-        let r = self.reg(span)?;
-        self.emit(insn(bs_vm_op::BS_VM_MGET, r, 0, 0));
-        Ok(Val::at(ty, r))
+        self.mget(ty, span)
     }
 }

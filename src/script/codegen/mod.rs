@@ -95,6 +95,22 @@ enum TVal {
 }
 
 impl TVal {
+    /// Its shape, without the values.
+    fn shape(&self) -> TShape {
+        match self {
+            TVal::One(_) => TShape::Value,
+            TVal::Many(m) => TShape::Tuple(m.iter().map(TVal::shape).collect()),
+        }
+    }
+
+    /// A tuple of `shape` from its values in order.
+    fn shaped(shape: &TShape, vals: &mut impl Iterator<Item = Val>) -> TVal {
+        match shape {
+            TShape::Value => TVal::One(vals.next().unwrap_or(Val::at(Ty::Int { signed: true }, 0))),
+            TShape::Tuple(m) => TVal::Many(m.iter().map(|s| TVal::shaped(s, vals)).collect()),
+        }
+    }
+
     /// The members in order, nested tuples flattened (a tuple as map keys).
     fn flatten(&self, out: &mut Vec<Val>) {
         match self {
@@ -403,10 +419,7 @@ impl<'a> Lower<'a> {
             if let Some(t) = self.tuple_of(value)? {
                 return match &target.kind {
                     ExprKind::Var(name) => self.bind_tuple(name, t, span),
-                    ExprKind::Map { name, .. } => err(
-                        value.span,
-                        format!("tuples as map values are not supported by bpfscope run: keep each member in a map of its own ({}_0, {}_1, ...)", name_or_at(name), name_or_at(name)),
-                    ),
+                    ExprKind::Map { name, keys } => self.map_tuple_set(name, keys, &t, span),
                     _ => err(target.span, "only $variables and @maps can be assigned"),
                 };
             }
@@ -424,15 +437,7 @@ impl<'a> Lower<'a> {
             ExprKind::Map { name, keys } => {
                 let keyvals = self.keys(keys)?;
                 let kinds: Vec<Ty> = keyvals.iter().map(|k| k.ty.plain()).collect();
-                let ty = match v.ty {
-                    Ty::Int { .. } | Ty::Ptr { .. } | Ty::IntPtr { .. } | Ty::User | Ty::KSym => {
-                        v.ty.plain()
-                    }
-                    Ty::Str | Ty::Inet | Ty::Buf | Ty::USym => v.ty,
-                    Ty::Stack { .. } => {
-                        return err(value.span, "a stack can be a map key, not a map value")
-                    }
-                };
+                let ty = value_ty(v.ty, value.span)?;
                 let id = self
                     .sh
                     .declare(&name_or_at(name), MapKind::Plain(ty), &kinds, span)?;
@@ -502,5 +507,15 @@ impl<'a> Lower<'a> {
             }
         }
         Ok(())
+    }
+}
+
+/// A map value's type for a value of type `t`.
+fn value_ty(t: Ty, span: Span) -> Res<Ty> {
+    match t {
+        Ty::Int { .. } | Ty::Ptr { .. } | Ty::IntPtr { .. } | Ty::User | Ty::KSym => Ok(t.plain()),
+        Ty::Time { .. } | Ty::Errno | Ty::Cgroup { .. } => Ok(t),
+        Ty::Str | Ty::Inet | Ty::Buf | Ty::USym | Ty::Mac => Ok(t),
+        Ty::Stack { .. } => err(span, "a stack can be a map key, not a map value"),
     }
 }

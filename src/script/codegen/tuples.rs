@@ -27,11 +27,149 @@ impl<'a> Lower<'a> {
                 }
                 Ok(Some(TVal::Many(out)))
             }
+            _ if self.map_tuple_at(e).is_some() => self.map_tuple(e, true),
             _ => Ok(self
                 .tuple_path(e)
                 .filter(|p| self.tuples.contains_key(p))
                 .map(|p| self.tuple_var(&p))),
         }
+    }
+
+    /// The shape at a member chain on a map of tuples (`@m[k]`,
+    /// `@m[k].1.0`), if `e` is one and the members exist; nothing is read.
+    pub(super) fn map_tuple_at(&self, e: &Expr) -> Option<TShape> {
+        let (base, parts) = e.member_chain();
+        let ExprKind::Map { name, .. } = &base.kind else {
+            return None;
+        };
+        let id = self.sh.map_id(&name_or_at(name))?;
+        let mut at = self.sh.maps[id as usize].tuple.as_ref()?;
+        for (f, arrow) in parts {
+            let i: usize = f.parse().ok().filter(|_| !arrow)?;
+            match at {
+                TShape::Tuple(m) => at = m.get(i)?,
+                TShape::Value => return None,
+            }
+        }
+        Some(at.clone())
+    }
+
+    /// A map of tuples read (`@m[k]`), or a member of its tuple
+    /// (`@m[k].1`): only the member maps that hold it are read. None when
+    /// `e` is not one, or is not a tuple when `tuple` (a value when not).
+    pub(super) fn map_tuple(&mut self, e: &Expr, tuple: bool) -> Res<Option<TVal>> {
+        let (base, parts) = e.member_chain();
+        let ExprKind::Map { name, keys } = &base.kind else {
+            return Ok(None);
+        };
+        let m = name_or_at(name);
+        let Some(id) = self.sh.map_id(&m) else {
+            return Ok(None);
+        };
+        let Some(shape) = self.sh.maps[id as usize].tuple.clone() else {
+            return Ok(None);
+        };
+        // The members' place among the flattened values: the ones before.
+        let (mut at, mut first) = (&shape, 0);
+        for (f, arrow) in &parts {
+            let members = match at {
+                TShape::Tuple(m) => m,
+                TShape::Value => {
+                    return err(
+                        e.span,
+                        format!("{m}'s tuples have no member .{f} (it is a value)"),
+                    )
+                }
+            };
+            match f.parse::<usize>() {
+                Ok(i) if !arrow && i < members.len() => {
+                    first += members[..i].iter().map(TShape::leaves).sum::<usize>();
+                    at = &members[i];
+                }
+                _ => {
+                    return err(
+                        e.span,
+                        format!(
+                            "{m}'s tuples have {} members: .{f} is not one of them",
+                            members.len()
+                        ),
+                    )
+                }
+            }
+        }
+        if matches!(at, TShape::Tuple(_)) != tuple {
+            return Ok(None);
+        }
+        let keyvals = self.keys(keys)?;
+        let def = &self.sh.maps[id as usize];
+        if def.keys.len() != keyvals.len() {
+            return err(e.span, format!("{m} has {} key parts", def.keys.len()));
+        }
+        let mut vals = Vec::with_capacity(at.leaves());
+        for i in first..first + at.leaves() {
+            let n = member_map(&m, i);
+            let Some(mid) = self.sh.map_id(&n) else {
+                return err(e.span, format!("{n} is not typed yet"));
+            };
+            let MapKind::Plain(ty) = self.sh.maps[mid as usize].kind else {
+                return err(e.span, format!("{n} holds no tuple member"));
+            };
+            if i == first {
+                self.build_key(mid, &keyvals);
+            } else {
+                // The same key parts: only the map id changes.
+                self.emit(insn(bs_vm_op::BS_VM_KEYCLR, 0, 0, 0).arg(mid));
+            }
+            vals.push(self.mget(ty, e.span)?);
+        }
+        Ok(Some(TVal::shaped(at, &mut vals.into_iter())))
+    }
+
+    /// The value of type `ty` under the key built, in a new register or slot.
+    pub(super) fn mget(&mut self, ty: Ty, span: Span) -> Res<Val> {
+        if ty.in_slot() {
+            let slot = self.slot(span)?;
+            self.emit(insn(bs_vm_op::BS_VM_MGETSTR, slot, 0, 0));
+            return Ok(Val::at(ty, slot));
+        }
+        let r = self.reg(span)?;
+        self.emit(insn(bs_vm_op::BS_VM_MGET, r, 0, 0));
+        Ok(Val::at(ty, r))
+    }
+
+    /// `@m[k] = (a, b)`: each member into its map, under one key.
+    pub(super) fn map_tuple_set(
+        &mut self,
+        name: &str,
+        keys: &[Expr],
+        t: &TVal,
+        span: Span,
+    ) -> Res<()> {
+        let keyvals = self.keys(keys)?;
+        let kinds: Vec<Ty> = keyvals.iter().map(|k| k.ty.plain()).collect();
+        let mut vals = Vec::new();
+        t.flatten(&mut vals);
+        let tys = vals
+            .iter()
+            .map(|v| value_ty(v.ty, span))
+            .collect::<Res<Vec<Ty>>>()?;
+        let ids = self
+            .sh
+            .declare_tuple(&name_or_at(name), &t.shape(), &tys, &kinds, span)?;
+        for (i, (id, v)) in ids.iter().zip(&vals).enumerate() {
+            if i == 0 {
+                self.build_key(*id, &keyvals);
+            } else {
+                self.emit(insn(bs_vm_op::BS_VM_KEYCLR, 0, 0, 0).arg(*id));
+            }
+            let op = if v.ty.in_slot() {
+                bs_vm_op::BS_VM_MSETSTR
+            } else {
+                bs_vm_op::BS_VM_MSET
+            };
+            self.emit(insn(op, 0, v.loc, 0));
+        }
+        Ok(())
     }
 
     /// `$t.1.0` as the variable holding it (`t.1.0`); None for any other
@@ -173,12 +311,31 @@ impl<'a> Lower<'a> {
             self.emit(i);
             parts.push(TVal::One(Val::at(k.ty, loc)));
         }
-        let value = if vty.in_slot() {
+        let first = if vty.in_slot() {
             Val::at(vty, vslot)
         } else {
             let r = self.reg(span)?;
             self.emit(insn(bs_vm_op::BS_VM_SVNUM, r, vslot, 0));
             Val::at(vty, r)
+        };
+        // A map of tuples: the other members from their maps, by the key found.
+        let value = match self.sh.maps[id as usize].tuple.clone() {
+            None => TVal::One(first),
+            Some(shape) => {
+                let mut vals = vec![first];
+                for i in 1..shape.leaves() {
+                    let n = member_map(&mname, i);
+                    let Some(mid) = self.sh.map_id(&n) else {
+                        return err(span, format!("{n} is not typed yet"));
+                    };
+                    let MapKind::Plain(ty) = self.sh.maps[mid as usize].kind else {
+                        return err(span, format!("{n} holds no tuple member"));
+                    };
+                    self.emit(insn(bs_vm_op::BS_VM_KEYCLR, 0, 0, 0).arg(mid));
+                    vals.push(self.mget(ty, span)?);
+                }
+                TVal::shaped(&shape, &mut vals.into_iter())
+            }
         };
         let key = if parts.len() == 1 {
             parts.remove(0)
@@ -187,7 +344,7 @@ impl<'a> Lower<'a> {
         };
         self.scopes.push(vec![var.to_string()]);
         let r = self
-            .bind_tuple(var, TVal::Many(vec![key, TVal::One(value)]), span)
+            .bind_tuple(var, TVal::Many(vec![key, value]), span)
             .and_then(|_| {
                 self.reset_tmps();
                 self.loop_body(top, done, body)
