@@ -178,6 +178,12 @@ pub(crate) fn side_by_side(
         script.display(),
         ours.err.lock().unwrap()
     );
+    if header == 0 {
+        // No BEGIN line marks the end of attaching: bpftrace prints
+        // "Attaching" before it attaches (in an emulated guest, events made
+        // at once were all missed).
+        std::thread::sleep(Duration::from_millis(if emulated() { 3000 } else { 200 }));
+    }
     work();
     // Records still in flight reach both before they stop (an emulated
     // CPU takes longer to deliver them).
