@@ -22,9 +22,11 @@ fn listing_of(src: &str) -> String {
     }
 }
 
-#[test]
-fn listings_match_the_golden_files() {
-    let mut names: Vec<String> = std::fs::read_dir(DIR)
+/// Compares, for each NAME.bt in `dir` (at least `min` of them), the
+/// listing `listing(name, source)` makes with NAME.`ext`; `BLESS=1`
+/// rewrites the files. Every difference is shown at once.
+pub(crate) fn check_dir(dir: &str, ext: &str, min: usize, listing: impl Fn(&str, &str) -> String) {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| {
             let name = e.unwrap().file_name().to_string_lossy().into_owned();
@@ -32,13 +34,12 @@ fn listings_match_the_golden_files() {
         })
         .collect();
     names.sort();
-    assert!(names.len() >= 5, "golden scripts in {DIR}: {names:?}");
+    assert!(names.len() >= min, "golden scripts in {dir}: {names:?}");
     let mut differ = Vec::new();
     for name in &names {
-        let src = std::fs::read_to_string(format!("{DIR}/{name}.bt")).unwrap();
-        let got = listing_of(&src);
-        assert!(!got.starts_with("error:"), "{name}.bt: {got}");
-        let path = format!("{DIR}/{name}.insns");
+        let src = std::fs::read_to_string(format!("{dir}/{name}.bt")).unwrap();
+        let got = listing(name, &src);
+        let path = format!("{dir}/{name}.{ext}");
         if std::env::var_os("BLESS").is_some() {
             std::fs::write(&path, &got).unwrap();
         }
@@ -49,6 +50,15 @@ fn listings_match_the_golden_files() {
         }
     }
     assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+#[test]
+fn listings_match_the_golden_files() {
+    check_dir(DIR, "insns", 5, |name, src| {
+        let got = listing_of(src);
+        assert!(!got.starts_with("error:"), "{name}.bt: {got}");
+        got
+    });
 }
 
 #[test]

@@ -53,32 +53,12 @@ fn listing_of(low: &Lowered) -> String {
 
 #[test]
 fn listings_match_the_golden_files() {
-    let mut names: Vec<String> = std::fs::read_dir(DIR)
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().to_string_lossy().into_owned();
-            name.strip_suffix(".bt").map(str::to_string)
-        })
-        .collect();
-    names.sort();
-    assert!(names.len() >= 4, "golden scripts in {DIR}: {names:?}");
-    let mut differ = Vec::new();
-    for name in &names {
-        let src = std::fs::read_to_string(format!("{DIR}/{name}.bt")).unwrap();
-        let got = listing_of(&lowered(&src));
+    crate::script::golden::check_dir(DIR, "bpf", 4, |name, src| {
+        let got = listing_of(&lowered(src));
         // Every shape here is one the emitter translates whole.
         assert!(!got.contains("script machine"), "{name}.bt:\n{got}");
-        let path = format!("{DIR}/{name}.bpf");
-        if std::env::var_os("BLESS").is_some() {
-            std::fs::write(&path, &got).unwrap();
-        }
-        let want = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{path}: {e} (BLESS=1 writes it)"));
-        if want != got {
-            differ.push(format!("--- {path}\n{want}\n+++ emitted\n{got}"));
-        }
-    }
-    assert!(differ.is_empty(), "{}", differ.join("\n"));
+        got
+    });
 }
 
 fn why(src: &str) -> String {
