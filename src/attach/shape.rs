@@ -58,19 +58,13 @@ impl CommFilter {
         if pattern.len() >= 16 || pattern.contains(&0) {
             return None;
         }
-        let mut bytes = [0u8; 16];
-        bytes[..pattern.len()].copy_from_slice(pattern);
-        let mut mask = [0u8; 16];
-        mask[..=pattern.len()].fill(0xff);
-        let word = |b: &[u8; 16], i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[i * 8..i * 8 + 8]);
-            u64::from_ne_bytes(w)
-        };
+        // The pattern and its NUL; comm's second word may be all outside.
+        let mut w = crate::filter::raw::masked_words(pattern, pattern.len() + 1);
+        w.resize(2, (0, 0));
         Some(CommFilter {
             negate,
-            words: [word(&bytes, 0), word(&bytes, 1)],
-            masks: [word(&mask, 0), word(&mask, 1)],
+            words: [w[0].0, w[1].0],
+            masks: [w[0].1, w[1].1],
         })
     }
 }

@@ -42,6 +42,27 @@ pub fn encode(s: &str) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
+/// The first `n` bytes of `s` (NULs after its end) as 8-byte words with
+/// masks, to compare a string with a constant a word at a time: the last
+/// word's mask keeps only the bytes inside the `n`.
+pub fn masked_words(s: &[u8], n: usize) -> Vec<(u64, u64)> {
+    (0..n.div_ceil(8))
+        .map(|w| {
+            let mut word = [0u8; 8];
+            for (i, b) in word.iter_mut().enumerate() {
+                *b = s.get(8 * w + i).copied().unwrap_or(0);
+            }
+            let bytes = (n - 8 * w).min(8);
+            let mask = if bytes == 8 {
+                u64::MAX
+            } else {
+                (1u64 << (8 * bytes)) - 1
+            };
+            (u64::from_ne_bytes(word) & mask, mask)
+        })
+        .collect()
+}
+
 /// Bytes `s` stands for.
 pub fn len(s: &str) -> usize {
     encode(s).len()
@@ -53,6 +74,20 @@ fn is_raw(c: char) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn masked_words_cover_the_first_n_bytes() {
+        let w = masked_words(b"umaskloop", 10);
+        assert_eq!(w.len(), 2);
+        assert_eq!(w[0], (u64::from_ne_bytes(*b"umaskloo"), u64::MAX));
+        let m = u64::from_ne_bytes([0xff, 0xff, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(w[1], (u64::from_ne_bytes(*b"p\0\0\0\0\0\0\0"), m));
+        assert_eq!(
+            masked_words(b"ab", 8),
+            vec![(u64::from_ne_bytes(*b"ab\0\0\0\0\0\0"), u64::MAX)]
+        );
+        assert!(masked_words(b"ab", 0).is_empty());
+    }
     use super::*;
 
     #[test]

@@ -650,11 +650,9 @@ impl E<'_> {
             .strs
             .get(x.arg as usize)
             .ok_or_else(|| format!("constant string #{} is missing", x.arg))?;
-        let mut c = [0u8; STR_MAX];
         let b = crate::filter::raw::encode(s);
-        let n = b.len().min(STR_MAX);
-        c[..n].copy_from_slice(&b[..n]);
-        let len = c.iter().position(|&b| b == 0).unwrap_or(STR_MAX);
+        let b = &b[..b.len().min(STR_MAX)];
+        let len = b.iter().position(|&b| b == 0).unwrap_or(b.len());
         let limit = if x.imm == 0 {
             STR_MAX as u64
         } else {
@@ -663,15 +661,12 @@ impl E<'_> {
         let m = (limit.min(len as u64 + 1).min(STR_MAX as u64)) as usize;
         let base = sv_off(x.a);
         let mut fails = Vec::new();
-        for w in 0..m.div_ceil(8) {
-            let bytes = (m - 8 * w).min(8);
-            let mut word = [0u8; 8];
-            word.copy_from_slice(&c[8 * w..8 * w + 8]);
-            let mut want = u64::from_le_bytes(word);
+        for (w, (want, mask)) in crate::filter::raw::masked_words(b, m)
+            .into_iter()
+            .enumerate()
+        {
             self.put(ldx(DW, R1, R9, (base + 8 * w) as i16));
-            if bytes < 8 {
-                let mask = (1u64 << (8 * bytes)) - 1;
-                want &= mask;
+            if mask != u64::MAX {
                 self.put2(ld64(R2, mask as i64));
                 self.put(alu(alu::AND, R1, R2));
             }
