@@ -188,11 +188,12 @@ pub fn workload_with(name: &str, flags: &[&str]) -> PathBuf {
     } else {
         format!("{name}-{tag}")
     });
-    let fresh = out
-        .metadata()
-        .and_then(|o| Ok(o.modified()? >= src.metadata()?.modified()?))
-        .unwrap_or(false);
-    if !fresh {
+    let fresh = || {
+        out.metadata()
+            .and_then(|o| Ok(o.modified()? >= src.metadata()?.modified()?))
+            .unwrap_or(false)
+    };
+    if !fresh() {
         // Build under a unique name and rename, so parallel tests never see a
         // half-written file (tests of one binary share the pid: count too;
         // guests share the directory and may hand out the same pids).
@@ -217,11 +218,7 @@ pub fn workload_with(name: &str, flags: &[&str]) -> PathBuf {
                 let _ = std::fs::remove_file(&tmp);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let now_fresh = out
-                    .metadata()
-                    .and_then(|o| Ok(o.modified()? >= src.metadata()?.modified()?))
-                    .unwrap_or(false);
-                if now_fresh {
+                if fresh() {
                     let _ = std::fs::remove_file(&tmp);
                 } else {
                     std::fs::rename(&tmp, &out).expect("renaming workload");
