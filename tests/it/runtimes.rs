@@ -513,7 +513,7 @@ fn java_jit_frames_named_from_its_perf_map() {
     remove_perf_maps("JitSplit");
     ok(&o);
     let lines = folded(&out);
-    let (share, h, l) = share_of(&lines, "JitSplit.heavyJava()", "JitSplit.lightJava()");
+    let (share, h, l) = share_of(&lines, "JitSplit.heavyJava(int)", "JitSplit.lightJava(int)");
     if h + l < min_samples(300)
         && skip_if_emulated("the JVM compiled too little of the workload before it ended")
     {

@@ -1,5 +1,6 @@
 // A known 3:1 split between two JavaScript functions (tests/it/runtimes.rs),
-// run by node with --perf-basic-prof so its JIT code is named.
+// run by node with --perf-basic-prof so its JIT code is named. A round's
+// work varies at random: fixed rounds phase-lock with the sampling period.
 function work(n) {
   let s = 0;
   for (let i = 0; i < n; i++) {
@@ -7,16 +8,17 @@ function work(n) {
   }
   return s;
 }
-function heavyJs() {
-  return work(300000);
+function heavyJs(n) {
+  return work(3 * n);
 }
-function lightJs() {
-  return work(100000);
+function lightJs(n) {
+  return work(n);
 }
 const end = Date.now() + 1000 * Number(process.argv[2] || 2);
 let t = 0;
 while (Date.now() < end) {
-  t += heavyJs();
-  t += lightJs();
+  const n = 50000 + Math.floor(Math.random() * 100001);
+  t += heavyJs(n);
+  t += lightJs(n);
 }
 console.log(t > 0 ? "done" : "");

@@ -6,6 +6,8 @@
  * With "count", it prints how many rounds it completed (for benchmarks).
  * With "beta K", beta_caller does K times its usual work: alpha's share
  * is then 3 / (3 + K) (a known change for `bpfscope diff`).
+ * A round's work varies at random around 200000 iterations: rounds of one
+ * fixed length phase-lock with a sampling period and skew the split.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,9 +95,13 @@ int main(int argc, char **argv)
 		beta = strtoul(argv[4], NULL, 10);
 	double end = now() + secs;
 	unsigned long rounds = 0;
+	unsigned int seed = 1;
 	while (now() < end) {
-		alpha_caller(200000);
-		beta_caller(200000 * beta);
+		/* 100000..299999: the mean stays 200000. */
+		unsigned long n = 100000 + rand_r(&seed) % 200000;
+
+		alpha_caller(n);
+		beta_caller(n * beta);
 		rounds++;
 	}
 	if (argc > 3 && !strcmp(argv[3], "count"))

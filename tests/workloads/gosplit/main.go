@@ -3,11 +3,13 @@
 // has no frame of its own, which frame pointers alone would lose.
 // With a second argument "signals", a goroutine also sends the process
 // SIGUSR1 as fast as it can, so that samples land in Go's signal handler
-// and its restorer (runtime.sigreturn).
+// and its restorer (runtime.sigreturn). A round's work varies at random:
+// fixed rounds phase-lock with the sampling period and skew the split.
 package main
 
 import (
 	"fmt"
+	"math/rand"
 	"os"
 	"os/signal"
 	"strconv"
@@ -27,10 +29,10 @@ func (w *worker) spin(n int) int {
 }
 
 //go:noinline
-func heavyGo(w *worker) int { return w.spin(3_000_000) }
+func heavyGo(w *worker, n int) int { return w.spin(3 * n) }
 
 //go:noinline
-func lightGo(w *worker) int { return w.spin(1_000_000) }
+func lightGo(w *worker, n int) int { return w.spin(n) }
 
 func main() {
 	secs := 2.0
@@ -54,8 +56,9 @@ func main() {
 	end := time.Now().Add(time.Duration(secs * float64(time.Second)))
 	t := 0
 	for time.Now().Before(end) {
-		t += heavyGo(w)
-		t += lightGo(w)
+		n := 500_000 + rand.Intn(1_000_001)
+		t += heavyGo(w, n)
+		t += lightGo(w, n)
 	}
 	fmt.Println(t > 0)
 }
