@@ -109,6 +109,7 @@ use object::{
     SectionFlags,
 };
 
+mod a64_vdso;
 mod cfi;
 mod expr;
 mod rule;
@@ -195,6 +196,9 @@ pub struct Stats {
     /// AArch64's vDSO signal trampoline, described although the vDSO has
     /// no CFI (Debian's arm64 kernels build it without .eh_frame).
     pub synthesized_sigreturn: usize,
+    /// Functions of a CFI-less AArch64 vDSO described from their
+    /// instructions (`__kernel_clock_gettime` and its like).
+    pub synthesized_vdso_functions: usize,
     /// Rows of Go functions, from their stack-pointer deltas (.gopclntab).
     pub go_rows: usize,
     /// CFI rows (address ranges with one rule) of the FDEs compiled.
@@ -372,7 +376,8 @@ fn collect_rows<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<Collected, U
         Arch::Aarch64 => sigreturn(&elf),
         Arch::X86_64 => None,
     };
-    if eh.is_none() && debug.is_none() && go.is_empty() && tramp.is_none() {
+    let no_cfi = eh.is_none() && debug.is_none();
+    if no_cfi && go.is_empty() && tramp.is_none() {
         return Err(UnwindError::NoUnwindInfo {
             path: path.to_owned(),
         });
@@ -518,6 +523,17 @@ fn collect_rows<'a, R: ReadRef<'a>>(data: R, path: &Path) -> Result<Collected, U
                     },
                     &mut stats,
                 );
+            }
+        }
+    }
+
+    // The rest of such a vDSO: its functions, read from their code.
+    if tramp.is_some() && no_cfi {
+        let (vdso, functions) = a64_vdso::rows(&elf);
+        stats.synthesized_vdso_functions = functions;
+        for r in vdso {
+            if !covered.meets(r.start, r.end) {
+                rows.push(&r, &mut stats);
             }
         }
     }
