@@ -354,9 +354,13 @@ fn name_stacks(
             let Some(b) = key.get(slot.off..slot.off + 8) else {
                 continue;
             };
-            let id = i64::from_ne_bytes(b.try_into().unwrap_or([0xff; 8]));
-            if let Ok(id) = u32::try_from(id) {
-                if user { &mut uids } else { &mut kids }.insert(id);
+            let w = u64::from_ne_bytes(b.try_into().unwrap_or([0xff; 8]));
+            if user {
+                if stacks::user_word(w).is_some() {
+                    uids.insert(w);
+                }
+            } else if let Ok(id) = u32::try_from(w as i64) {
+                kids.insert(id);
             }
         }
     }

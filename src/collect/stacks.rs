@@ -13,13 +13,27 @@ use bpfscope_symbolize::SymbolConfig;
 use bpfscope_symbolize::{elf, kernel, Resolver};
 use bpfscope_sys::{buildid, procfs};
 
-/// Frame names per stack id, leaf first.
+/// Frame names per stack id (user stacks: per key word, see
+/// [`user_word`]), leaf first.
 #[derive(Debug, Default, Clone)]
 pub struct StackTable {
     pub kernel: HashMap<u32, Vec<String>>,
-    pub user: HashMap<u32, Vec<String>>,
+    pub user: HashMap<u64, Vec<String>>,
     /// User frames the kernel could only give as raw addresses.
     pub unresolved: u64,
+}
+
+/// A user stack's key word: the stack map's id in bits 0-31, and at a
+/// uprobe on a function's entry (arm64) the caller's file offset relative
+/// to the probed instruction's in bits 32-62 (signed; 0: none). `None` for
+/// a stack the kernel could not take (a negative word).
+pub fn user_word(word: u64) -> Option<(u32, i64)> {
+    if (word as i64) < 0 {
+        return None;
+    }
+    // Bits 32-62, sign-extended from bit 62.
+    let caller = (((word >> 32) << 33) as i64) >> 33;
+    Some((word as u32, caller))
 }
 
 fn read_stack(map: &dyn MapCore, id: u32) -> Option<Vec<u8>> {
@@ -80,15 +94,29 @@ fn candidates(probed: &[&Path]) -> HashMap<Vec<u8>, String> {
 
 fn user_stacks(
     map: &dyn MapCore,
-    ids: &BTreeSet<u32>,
+    words: &BTreeSet<u64>,
     probed: &[&Path],
     symbols: &SymbolConfig,
     offsets: bool,
     unresolved: &mut u64,
-) -> HashMap<u32, Vec<String>> {
-    let stacks: Vec<(u32, Vec<UserFrame>)> = ids
+) -> HashMap<u64, Vec<String>> {
+    let stacks: Vec<(u64, Vec<UserFrame>)> = words
         .iter()
-        .filter_map(|&id| Some((id, user_frames(&read_stack(map, id)?))))
+        .filter_map(|&w| {
+            let (id, caller) = user_word(w)?;
+            let mut frames = user_frames(&read_stack(map, id)?);
+            // The frame-pointer walk from a function's entry skips its
+            // caller, which was in the link register: put it back, in the
+            // probed function's file.
+            if caller != 0 {
+                if let Some(UserFrame::BuildId(b, off)) = frames.first() {
+                    if let Some(at) = off.checked_add_signed(caller) {
+                        frames.insert(1, UserFrame::BuildId(b.clone(), at));
+                    }
+                }
+            }
+            Some((w, frames))
+        })
         .collect();
     // Offsets per build id, symbolized in one batch each.
     let mut per_bin: HashMap<Vec<u8>, BTreeSet<u64>> = HashMap::new();
@@ -183,14 +211,14 @@ pub fn resolve(
     kmap: &dyn MapCore,
     umap: &dyn MapCore,
     kernel_ids: &BTreeSet<u32>,
-    user_ids: &BTreeSet<u32>,
+    user_words: &BTreeSet<u64>,
     probed: &[&Path],
     symbols: &SymbolConfig,
 ) -> StackTable {
     let mut unresolved = 0;
     StackTable {
         kernel: kernel_stacks(kmap, kernel_ids),
-        user: user_stacks(umap, user_ids, probed, symbols, false, &mut unresolved),
+        user: user_stacks(umap, user_words, probed, symbols, false, &mut unresolved),
         unresolved,
     }
 }
@@ -205,5 +233,29 @@ pub fn user_with_offsets(
     symbols: &SymbolConfig,
 ) -> HashMap<u32, Vec<String>> {
     let mut unresolved = 0;
-    user_stacks(umap, ids, &[], symbols, true, &mut unresolved)
+    let words = ids.iter().map(|&id| u64::from(id)).collect();
+    user_stacks(umap, &words, &[], symbols, true, &mut unresolved)
+        .into_iter()
+        .map(|(w, frames)| (w as u32, frames))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::user_word;
+
+    #[test]
+    fn user_words_carry_the_id_and_a_signed_caller() {
+        // The layout read.bpf.h writes: id | (caller & 0x7fffffff) << 32.
+        let word = |id: u32, caller: i64| u64::from(id) | (((caller as u64) & 0x7fff_ffff) << 32);
+        assert_eq!(user_word(7), Some((7, 0)));
+        assert_eq!(user_word(word(7, 0x40)), Some((7, 0x40)));
+        assert_eq!(user_word(word(9, -0x1234)), Some((9, -0x1234)));
+        assert_eq!(
+            user_word(word(u32::MAX >> 1, -(1 << 30))),
+            Some((u32::MAX >> 1, -(1 << 30)))
+        );
+        // A failed capture: a negative errno, sign-extended.
+        assert_eq!(user_word(-14i64 as u64), None);
+    }
 }

@@ -96,6 +96,8 @@ pub enum ProbeKind {
         func: String,
         offset: u64,
         ret: bool,
+        /// At the function's first instruction (no `+offset`).
+        entry: bool,
     },
     /// A USDT probe (all its sites in the binary).
     Usdt {
@@ -491,6 +493,7 @@ impl Resolver {
                                 func: f.name.clone(),
                                 offset: f.file_offset + offset,
                                 ret: *ret,
+                                entry: *offset == 0,
                             },
                             fields: user_fields(*ret),
                         }
@@ -650,6 +653,7 @@ pub fn returning(p: &Probe) -> Option<Probe> {
             func,
             offset,
             ret: false,
+            entry,
         } => Some(Probe {
             name: format!("uretprobe:{}:{func}", binary.display()),
             kind: ProbeKind::Uprobe {
@@ -657,6 +661,7 @@ pub fn returning(p: &Probe) -> Option<Probe> {
                 func: func.clone(),
                 offset: *offset,
                 ret: true,
+                entry: *entry,
             },
             fields: user_fields(true),
         }),

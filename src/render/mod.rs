@@ -89,13 +89,16 @@ impl Decoder {
                 Cell::Bytes(escape_bytes(bytes), cut)
             }
             ValueKind::Stack { user } => {
-                let id = word(b) as i64;
-                let table = if user {
-                    &self.stacks.user
+                let w = word(b);
+                let id = w as i64;
+                let found = if user {
+                    self.stacks.user.get(&w)
                 } else {
-                    &self.stacks.kernel
+                    u32::try_from(id)
+                        .ok()
+                        .and_then(|i| self.stacks.kernel.get(&i))
                 };
-                match u32::try_from(id).ok().and_then(|i| table.get(&i)) {
+                match found {
                     Some(f) => Cell::Frames(f.clone()),
                     // A failed stack capture is counted as lost.
                     None if id < 0 => Cell::Frames(vec!["[stack not captured]".into()]),

@@ -304,6 +304,7 @@ fn synthetic(name: &str) -> Probe {
             func: name.to_string(),
             offset: 0,
             ret: false,
+            entry: false,
         },
         fields: Vec::new(),
     }

@@ -106,6 +106,7 @@ pub fn uprobe(func: &str, offset: u64) -> Probe {
             func: func.to_string(),
             offset,
             ret: false,
+            entry: true,
         },
         fields: probe::user_fields(false),
     }

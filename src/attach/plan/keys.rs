@@ -1,12 +1,12 @@
 //! Pass 3, keys: the layout of the aggregation key shared by all probes,
 //! then per probe the sources that fill it.
 
-use bpfscope_bpf::abi::bs_src;
+use bpfscope_bpf::abi::{bs_src, bs_ustack_flags};
 
 use super::limits;
 use super::sides::{Side, Sides};
 use super::source::name_src;
-use super::{Path, Role, Slot};
+use super::{Path, Role, Slot, ValueKind};
 use crate::error::Error;
 use crate::probe::Probe;
 use crate::usage;
@@ -72,6 +72,17 @@ pub(super) fn sources(
             ));
         }
         src.out_off = slot.off as u16;
+        if let (
+            ValueKind::Stack { user: true },
+            crate::probe::ProbeKind::Uprobe {
+                ret: false,
+                entry: true,
+                ..
+            },
+        ) = (kind, &probe.kind)
+        {
+            src.off = bs_ustack_flags::BS_USTACK_ENTRY.0 as u16;
+        }
         out.push(src);
     }
     Ok(out)

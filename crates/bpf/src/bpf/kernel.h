@@ -15,6 +15,18 @@ struct task_struct {
 	char comm[16];
 } __attribute__((preserve_access_index));
 
+struct file___bp;
+
+/* A mapping: the profiler's unwinder reads all of these, the tracing
+ * programs start, offset and file (bpf_find_vma). */
+struct vm_area_struct {
+	unsigned long vm_start;
+	unsigned long vm_end;
+	unsigned long vm_flags;
+	unsigned long vm_pgoff;
+	struct file___bp *vm_file;
+} __attribute__((preserve_access_index));
+
 #if defined(__TARGET_ARCH_arm64)
 /* arm64's pt_regs as the kernel has it (the uapi header has only the user
  * registers, struct user_pt_regs, which come first): the syscall raw

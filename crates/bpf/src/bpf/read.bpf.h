@@ -24,6 +24,53 @@ static __always_inline void bs_comm(char *dst)
 	__builtin_memcpy(dst, t->comm, BS_COMM_LEN);
 }
 
+#if defined(__TARGET_ARCH_arm64)
+/* An address, and what bpf_find_vma found of its mapping. */
+struct bs_vma_at {
+	u64 addr;
+	u64 file;
+	u64 off;
+};
+
+static long bs_vma_at_cb(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	struct bs_vma_at *a = data;
+
+	a->file = (u64)vma->vm_file;
+	/* File offsets as the build-id stack map computes them (4 KiB pages). */
+	a->off = a->addr - vma->vm_start + (vma->vm_pgoff << 12);
+	return 0;
+}
+
+/*
+ * At a uprobe on a function's first instruction: where the caller (the
+ * link register) is in the file, relative to the probed instruction, or 0
+ * when the two are not in one file (no frame to add then).
+ */
+static __always_inline s64 bs_entry_caller(void *ctx)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct bs_vma_at pc = {}, lr = {};
+	u64 regs[3] = {}; /* x30, sp, pc: adjacent in user_pt_regs */
+	s64 d;
+
+	/* Read, not loaded: the same code serves tracepoint programs, whose
+	 * context is no pt_regs (the verifier refuses the direct load there). */
+	if (bpf_probe_read_kernel(regs, sizeof(regs),
+				  ctx + __builtin_offsetof(struct user_pt_regs, regs[30])))
+		return 0;
+	pc.addr = regs[2];
+	/* The link register is not signed yet at a function's entry; masked
+	 * anyway, as the unwinder does (48-bit user addresses). */
+	lr.addr = regs[0] & ((1ULL << 48) - 1);
+	if (bpf_find_vma(t, pc.addr, bs_vma_at_cb, &pc, 0) ||
+	    bpf_find_vma(t, lr.addr, bs_vma_at_cb, &lr, 0) || !pc.file || pc.file != lr.file)
+		return 0;
+	d = (s64)(lr.off - pc.off);
+	return d >= -(1LL << 30) && d < (1LL << 30) ? d : 0;
+}
+#endif
+
 static __always_inline u64 bs_extend(u64 raw, u8 size, u8 is_signed)
 {
 	switch (size) {
@@ -105,6 +152,10 @@ static __noinline u64 bs_read_num(void *ctx, const struct bs_src *src,
 		}
 		if (id < 0)
 			bs_count(&lost, BS_LOST_STACKS);
+#if defined(__TARGET_ARCH_arm64)
+		if (id >= 0 && src->kind == BS_SRC_USTACK && src->off == BS_USTACK_ENTRY)
+			return (u64)id | (((u64)bs_entry_caller(ctx) & 0x7fffffff) << 32);
+#endif
 		return (u64)id;
 	}
 	case BS_SRC_CTX: {

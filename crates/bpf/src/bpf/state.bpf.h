@@ -67,6 +67,7 @@ u32 vm_stopped = 0;
 struct bs_abi {
 	enum bs_limits limits;
 	enum bs_src_kind src_kind;
+	enum bs_ustack_flags ustack_flags;
 	enum bs_val_type val_type;
 	enum bs_op op;
 	enum bs_agg agg;

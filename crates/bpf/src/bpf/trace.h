@@ -70,6 +70,18 @@ enum bs_src_kind {
 	BS_SRC_JIFFIES = 17,
 };
 
+/*
+ * `off` of a BS_SRC_USTACK source: the probe is a uprobe at a function's
+ * first instruction. On arm64 the caller is then only in the link register
+ * (the frame-pointer walk starts at the caller's own record, and skips it):
+ * its file offset relative to the probed instruction's goes in bits 32-62
+ * of the stack's key word (signed; 0 when it is in another file). Bit 63
+ * stays the sign of a failed capture.
+ */
+enum bs_ustack_flags {
+	BS_USTACK_ENTRY = 1,
+};
+
 /* How the bytes at the source are to be read. */
 enum bs_val_type {
 	BS_T_NUM = 0,        /* integer of `size` bytes, `is_signed` */

@@ -81,14 +81,6 @@
 #define BP_REG_PC 16
 #endif
 
-struct vm_area_struct {
-	unsigned long vm_start;
-	unsigned long vm_end;
-	unsigned long vm_flags;
-	unsigned long vm_pgoff;
-	struct file___bp *vm_file;
-} __attribute__((preserve_access_index));
-
 struct super_block___bp {
 	unsigned int s_dev;
 } __attribute__((preserve_access_index));
@@ -567,6 +559,46 @@ static __always_inline void bp_stale(struct bp_proc *p, u32 tgid)
 	bpf_ringbuf_submit(n, 0);
 }
 
+#if defined(__TARGET_ARCH_arm64)
+/*
+ * The start of the function the call before return address `ra` entered:
+ * the target of the BL there, 0 for anything else (BLR, no call).
+ */
+static __always_inline u64 bp_a64_callee(u64 ra)
+{
+	u32 insn = 0;
+	s64 imm;
+
+	if (ra < 4 || bpf_probe_read_user(&insn, sizeof(insn), (void *)(ra - 4)) ||
+	    (insn & 0xfc000000) != 0x94000000)
+		return 0;
+	imm = (s64)((u64)(insn & 0x3ffffff) << 38) >> 36;
+	return ra - 4 + imm;
+}
+
+/*
+ * Frame pointers alone at the interrupted frame: a leaf that pushed no
+ * frame record returns through x30, and the record at x29 is its caller's,
+ * so the caller would be skipped. x30 is taken as the caller when the call
+ * before it entered the function pc is in (a BL to a start at most 64 KiB
+ * below pc) more closely than the call before the record's return address
+ * did; when that one is closer, the record is pc's function's own and x30
+ * a stale return from a call it made.
+ */
+static __always_inline int bp_a64_leaf_caller(struct bp_unwind *u, u64 record_ra)
+{
+	u64 t_lr, t_rec;
+
+	if (!u->lr_valid || !u->lr || u->lr == record_ra)
+		return 0;
+	t_lr = bp_a64_callee(u->lr);
+	if (!t_lr || t_lr > u->pc || u->pc - t_lr >= 65536)
+		return 0;
+	t_rec = bp_a64_callee(record_ra);
+	return !(t_rec && t_rec <= u->pc && t_rec >= t_lr);
+}
+#endif
+
 /* One step up by frame pointers; 1 when the walk ends. */
 static __always_inline int bp_fp_step(struct bp_unwind *u)
 {
@@ -593,6 +625,16 @@ static __always_inline int bp_fp_step(struct bp_unwind *u)
 		return 1;
 	}
 	u->fp_frames++;
+#if defined(__TARGET_ARCH_arm64)
+	if (bp_a64_leaf_caller(u, ra)) {
+		/* x29 and SP stay: the record is the next frame's. */
+		u->pc = u->lr;
+		u->lr_valid = 0;
+		u->exact = 0;
+		u->trusted = 0;
+		return 0;
+	}
+#endif
 	u->sp = u->bp + 16;
 #if defined(__TARGET_ARCH_arm64)
 	/* The frame record sits anywhere in the caller's frame, not at its
