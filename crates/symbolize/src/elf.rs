@@ -35,7 +35,7 @@ pub fn inspect(path: &Path) -> Result<ElfSummary, ElfError> {
     let cache = ReadCache::new(f);
     let obj = object::File::parse(&cache).map_err(|e| ElfError::Parse(name(), e))?;
     let build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
-    let mut segments: Vec<(Segment, u64)> = obj
+    let mut segments: Vec<(Segment, u64, u64)> = obj
         .segments()
         .map(|s| {
             let (file_offset, file_size) = s.file_range();
@@ -49,16 +49,19 @@ pub fn inspect(path: &Path) -> Result<ElfSummary, ElfError> {
                 file_size,
                 executable,
             };
-            (seg, s.size())
+            (seg, s.size(), s.align())
         })
         .collect();
+    // Code has no bss: an executable segment shorter in the file than in
+    // memory lost its contents (all of it on x86-64; on AArch64 the first
+    // segment keeps the headers and notes it starts with).
     if segments
         .iter()
-        .any(|(s, mem)| s.executable && s.file_size == 0 && *mem > 0)
+        .any(|(s, mem, _)| s.executable && s.file_size < *mem)
     {
         reconstruct_offsets(&mut segments);
     }
-    let segments = segments.into_iter().map(|(s, _)| s).collect();
+    let segments = segments.into_iter().map(|(s, _, _)| s).collect();
     let has_debug_info = obj.section_by_name(".debug_info").is_some();
     let has_symbols = has_debug_info || obj.section_by_name(".symtab").is_some();
     Ok(ElfSummary {
@@ -107,22 +110,26 @@ pub fn symbol_bytes(path: &Path) -> u64 {
 /// packages) keeps the program headers' addresses but not their file
 /// offsets. Linkers lay segments out in order, each at the first file
 /// offset past the previous one that is congruent to its address modulo
-/// the page size (what mmap needs), and the segments before the writable
-/// one hold no bss; that gives back the original offsets of the segments
-/// code lives in.
-fn reconstruct_offsets(segs: &mut [(Segment, u64)]) {
-    const PAGE: u64 = 0x1000;
+/// the segment's alignment (the maximum page size: 4 KiB on x86-64, 64 KiB
+/// on AArch64), and the segments before the writable one hold no bss; that
+/// gives back the original offsets of the segments code lives in.
+fn reconstruct_offsets(segs: &mut [(Segment, u64, u64)]) {
     let mut next = 0u64;
-    for (i, (s, mem)) in segs.iter_mut().enumerate() {
-        let want = s.vaddr % PAGE;
+    for (i, (s, mem, align)) in segs.iter_mut().enumerate() {
+        let page = if align.is_power_of_two() && *align >= 0x1000 {
+            *align
+        } else {
+            0x1000
+        };
+        let want = s.vaddr % page;
         let off = if i == 0 {
             want
         } else {
-            let base = next - next % PAGE + want;
+            let base = next - next % page + want;
             if base >= next {
                 base
             } else {
-                base + PAGE
+                base + page
             }
         };
         s.file_offset = off;
@@ -289,13 +296,38 @@ mod tests {
             executable: x,
         };
         let mut segs = vec![
-            (seg(0, false), 0x25388),
-            (seg(0x26000, true), 0x1550fc),
-            (seg(0x17c000, false), 0x52c31),
+            (seg(0, false), 0x25388, 0x1000),
+            (seg(0x26000, true), 0x1550fc, 0x1000),
+            (seg(0x17c000, false), 0x52c31, 0x1000),
         ];
         reconstruct_offsets(&mut segs);
-        let offs: Vec<u64> = segs.iter().map(|(s, _)| s.file_offset).collect();
+        let offs: Vec<u64> = segs.iter().map(|(s, _, _)| s.file_offset).collect();
         assert_eq!(offs, vec![0, 0x26000, 0x17c000]);
+    }
+
+    #[test]
+    fn aarch64_debug_file_offsets_rebuilt() {
+        // An AArch64 PIE's segments in its objcopy --only-keep-debug file:
+        // the code segment keeps its headers (0x298 of 0x1078 bytes), the
+        // writable one is aligned to 64 KiB (at 0xfdc8 in the binary).
+        let seg = |vaddr, file_size, x| Segment {
+            file_offset: 0,
+            vaddr,
+            file_size,
+            executable: x,
+        };
+        let mut segs = vec![
+            (seg(0, 0x298, true), 0x1078, 0x10000),
+            (seg(0x1fdc8, 0, false), 0x2c8, 0x10000),
+        ];
+        reconstruct_offsets(&mut segs);
+        let got: Vec<(u64, u64)> = segs
+            .iter()
+            .map(|(s, _, _)| (s.file_offset, s.file_size))
+            .collect();
+        assert_eq!(got, vec![(0, 0x1078), (0xfdc8, 0x2c8)]);
+        let segs: Vec<Segment> = segs.into_iter().map(|(s, _, _)| s).collect();
+        assert_eq!(file_to_virt(&segs, 0xc60), Some(0xc60));
     }
 
     #[test]
