@@ -307,6 +307,39 @@ fn bounds(code: &Path, segments: &[Segment], offsets: &[(u64, u64)]) -> (u64, u6
 /// Longest function decoded (a bad bound must not decode a whole file).
 const MAX_BYTES: u64 = 1 << 20;
 
+/// The file is AArch64 code (else x86-64's is assumed).
+fn is_aarch64(code: &Path) -> bool {
+    use object::Object;
+    let Ok(f) = std::fs::File::open(code) else {
+        return false;
+    };
+    let cache = object::read::ReadCache::new(f);
+    object::File::parse(&cache).is_ok_and(|o| o.architecture() == object::Architecture::Aarch64)
+}
+
+/// AArch64's fixed 4-byte instructions from file offset `start` (vaddr
+/// `vstart`); a word that is no instruction is shown as `.inst`, as objdump
+/// does.
+fn decode_a64(bytes: &[u8], start: u64, vstart: u64) -> Vec<(u64, u64, String)> {
+    use yaxpeax_arch::{Decoder as _, U8Reader};
+    let decoder = yaxpeax_arm::armv8::a64::InstDecoder::default();
+    bytes
+        .chunks_exact(4)
+        .enumerate()
+        .map(|(i, w)| {
+            let at = 4 * i as u64;
+            let text = match decoder.decode(&mut U8Reader::new(w)) {
+                Ok(ins) => ins.to_string(),
+                Err(_) => format!(
+                    ".inst 0x{:08x}",
+                    u32::from_le_bytes([w[0], w[1], w[2], w[3]])
+                ),
+            };
+            (start + at, vstart + at, text)
+        })
+        .collect()
+}
+
 /// (file offset, vaddr, text) of each instruction in [start, end).
 fn decode(
     code: &Path,
@@ -324,6 +357,9 @@ fn decode(
     })();
     read.map_err(|e| format!("{}: reading the function's code: {e}", code.display()))?;
     let vstart = segment(segments, start).map_or(start, |s| start - s.file_offset + s.vaddr);
+    if is_aarch64(code) {
+        return Ok(decode_a64(&bytes, start, vstart));
+    }
     let mut decoder = Decoder::with_ip(64, &bytes, vstart, DecoderOptions::NONE);
     let mut fmt = GasFormatter::new();
     // As objdump prints them: lower-case hex, branch targets unpadded.
@@ -339,4 +375,27 @@ fn decode(
         out.push((off, ins.ip(), text.clone()));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_a64;
+
+    #[test]
+    fn aarch64_words_decode_one_per_four_bytes() {
+        let words: [u32; 4] = [0xa9b8_7bfd, 0x9100_03fd, 0xd65f_03c0, 0xffff_ffff];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let got = decode_a64(&bytes, 0x800, 0x10800);
+        let text: Vec<&str> = got.iter().map(|i| i.2.as_str()).collect();
+        assert_eq!(
+            text,
+            [
+                "stp x29, x30, [sp, #-0x80]!",
+                "mov x29, sp",
+                "ret",
+                ".inst 0xffffffff"
+            ]
+        );
+        assert_eq!((got[3].0, got[3].1), (0x80c, 0x1080c));
+    }
 }
