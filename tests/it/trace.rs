@@ -999,9 +999,11 @@ fn runqlat_pairs_wakeup_pid_with_switch_next_pid() {
     // also be woken once per thread it joins. A sleep whose 1 ms timer fires
     // before the thread has blocked (a loaded one-CPU guest: 197 seen) is a
     // wakeup of the running thread, which is never switched in again: no
-    // pair to time, and no loss.
+    // pair to time, and no loss. The main thread's other wakeups (its
+    // futex waits while threads start and exit) add a few more: 216 in an
+    // emulated arm64 guest.
     let n = latency_count(&out);
-    assert!((190..=215).contains(&n), "{n} wakeups timed: {out}");
+    assert!((190..=230).contains(&n), "{n} wakeups timed: {out}");
 }
 
 #[test]
