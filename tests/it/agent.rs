@@ -1120,10 +1120,12 @@ fn a_scrape_storm_is_bounded_and_the_profile_unaffected() {
         + m("bpfscope_agent_samples_idle_total")
         + m("bpfscope_agent_samples_own_total")
         + m("bpfscope_agent_samples_lost_total{reason=\"keys\"}");
-    // Unread: at most the second in progress on every CPU.
+    // Unread: at most the second in progress on every CPU (two seconds'
+    // worth; six emulated, where the agent reads out later: 257 of one
+    // vCPU's samples were unread in a 6.12 guest).
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
     assert!(
-        placed <= runs && runs - placed <= 2.0 * 99.0 * cpus,
+        placed <= runs && runs - placed <= secs(2) as f64 * 99.0 * cpus,
         "runs {runs}, placed {placed}"
     );
     assert!(m("bpfscope_agent_samples_taken_total") >= runs);
