@@ -646,9 +646,18 @@ fn ctrl_c_at_once_still_runs_end_and_prints_the_maps() {
         let o = child.wait_with_output().unwrap();
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success(), "{delay} ms: {o:?}");
+        // @c counts getppid(2) system-wide: another test running beside
+        // this one may call it (@c: 1 once in the 6.12 guest). Declared and
+        // printed it must be; its count is not this test's.
+        let (head, c) = out.rsplit_once("@c: ").unwrap_or((&out, ""));
         assert_eq!(
-            out, "Attaching 3 probes...\nhi\nend\n\n\n@b: 1\n@c: 0\n",
-            "{delay} ms"
+            head, "Attaching 3 probes...\nhi\nend\n\n\n@b: 1\n",
+            "{delay} ms: {out}"
+        );
+        assert!(
+            c.strip_suffix('\n')
+                .is_some_and(|n| n.parse::<u64>().is_ok()),
+            "{delay} ms: {out}"
         );
     }
 }
