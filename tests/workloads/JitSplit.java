@@ -1,6 +1,5 @@
 // A known 3:1 split between two Java methods (tests/it/runtimes.rs); the
-// JVM writes /tmp/perf-PID.map at exit (-XX:+DumpPerfMapAtExit). A round's
-// work varies at random: fixed rounds phase-lock with the sampling period.
+// JVM writes /tmp/perf-PID.map at exit (-XX:+DumpPerfMapAtExit).
 public class JitSplit {
     static long work(int n) {
         long s = 0;
@@ -10,23 +9,21 @@ public class JitSplit {
         return s;
     }
 
-    static long heavyJava(int n) {
-        return work(3 * n);
+    static long heavyJava() {
+        return work(3_000_000);
     }
 
-    static long lightJava(int n) {
-        return work(n);
+    static long lightJava() {
+        return work(1_000_000);
     }
 
     public static void main(String[] args) {
         double secs = args.length > 0 ? Double.parseDouble(args[0]) : 2.0;
         long end = System.nanoTime() + (long) (secs * 1e9);
         long t = 0;
-        java.util.Random rnd = new java.util.Random(1);
         while (System.nanoTime() < end) {
-            int n = 500_000 + rnd.nextInt(1_000_001);
-            t += heavyJava(n);
-            t += lightJava(n);
+            t += heavyJava();
+            t += lightJava();
         }
         System.out.println(t > 0 ? "done" : "");
     }
