@@ -15,6 +15,14 @@ struct task_struct {
 	char comm[16];
 } __attribute__((preserve_access_index));
 
+#if defined(__TARGET_ARCH_arm64)
+/* Code addresses of user space fit in 48 bits; a return address signed by
+ * pointer authentication carries its code in the bits above. */
+#define BP_ADDR_MASK ((1ULL << 48) - 1)
+#else
+#define BP_ADDR_MASK (~0ULL)
+#endif
+
 struct file___bp;
 
 /* A mapping: the profiler's unwinder reads all of these, the tracing

@@ -61,8 +61,8 @@ static __always_inline s64 bs_entry_caller(void *ctx)
 		return 0;
 	pc.addr = regs[2];
 	/* The link register is not signed yet at a function's entry; masked
-	 * anyway, as the unwinder does (48-bit user addresses). */
-	lr.addr = regs[0] & ((1ULL << 48) - 1);
+	 * anyway, as the unwinder does. */
+	lr.addr = regs[0] & BP_ADDR_MASK;
 	if (bpf_find_vma(t, pc.addr, bs_vma_at_cb, &pc, 0) ||
 	    bpf_find_vma(t, lr.addr, bs_vma_at_cb, &lr, 0) || !pc.file || pc.file != lr.file)
 		return 0;

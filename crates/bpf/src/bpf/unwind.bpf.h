@@ -63,9 +63,6 @@
 #define A64_SIGCONTEXT_X30 (128 + 176 + 8 + 30 * 8)
 #define A64_SIGCONTEXT_SP (128 + 176 + 8 + 31 * 8)
 #define A64_SIGCONTEXT_PC (128 + 176 + 8 + 32 * 8)
-/* Code addresses of user space fit in 48 bits; a return address signed by
- * pointer authentication carries its code in the bits above. */
-#define BP_ADDR_MASK ((1ULL << 48) - 1)
 /* struct user_pt_regs: x0-x30, sp, pc, pstate. */
 #define BP_NREGS 34
 #define BP_REG_FP 29
@@ -73,7 +70,6 @@
 #define BP_REG_SP 31
 #define BP_REG_PC 32
 #else
-#define BP_ADDR_MASK (~0ULL)
 /* struct pt_regs, r15 to ss. */
 #define BP_NREGS 21
 #define BP_REG_FP 4
