@@ -526,12 +526,24 @@ impl<'obj> Session<'obj> {
     }
 
     /// Runs the kernel skipped because the same program was already running
-    /// on that CPU (its recursion guard), summed over this session's programs.
+    /// on that CPU (its recursion guard), summed over this session's
+    /// programs but the fentry/fexit templates (counted as missed hits by
+    /// [`Self::kprobe_misses`], like the per-function copies).
     pub fn recursion_misses(&self) -> u64 {
+        self.object_misses(false)
+    }
+
+    /// Recursion misses of the object's programs: the fentry/fexit
+    /// templates alone (`templates`), or every other program.
+    fn object_misses(&self, templates: bool) -> u64 {
         use libbpf_rs::AsRawLibbpf;
         self.skel
             .object()
             .progs()
+            .filter(|p| {
+                let name = p.name().to_str().unwrap_or_default();
+                templates == matches!(name, "bpfscope_fentry" | "bpfscope_fexit")
+            })
             .filter_map(|p| {
                 // SAFETY: the program pointer is valid for the object's lifetime.
                 let fd = unsafe { libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
@@ -549,6 +561,13 @@ impl<'obj> Session<'obj> {
     /// the kprobe machinery's own misses (counted from 6.7 on; 0 before)
     /// and fentry/fexit calls skipped by the programs' recursion guard.
     pub fn kprobe_misses(&self) -> u64 {
+        // The templates stay loaded after detach and keep their count;
+        // the links and copies go, so theirs is kept at detach.
+        self.missed_at_detach + self.link_misses() + self.object_misses(true)
+    }
+
+    /// Missed hits counted on the links and the per-function copies.
+    fn link_misses(&self) -> u64 {
         use libbpf_rs::query::{LinkInfo, LinkTypeInfo, PerfEventType};
         let live: u64 = self
             .klinks
@@ -572,15 +591,12 @@ impl<'obj> Session<'obj> {
         // fentry/fexit programs run under a per-program recursion guard:
         // a call that arrives while the program runs on that CPU (it was
         // preempted inside it) is skipped and counted as a recursion miss.
-        // The per-function copies are counted here; the template programs
-        // belong to the object and are counted by recursion_misses().
         let recursion: u64 = self
             .kprogs
             .iter()
             .filter_map(|f| recursion_misses(f.as_fd()))
             .sum();
-        // The counters go with the links: detach keeps their last value.
-        self.missed_at_detach + live + recursion
+        live + recursion
     }
 
     /// Moves the programs on to `epoch`: their runs from now on update
@@ -596,7 +612,7 @@ impl<'obj> Session<'obj> {
 
     /// Detaches every probe; maps stay readable (and a script's END can still run).
     pub fn detach(&mut self) {
-        self.missed_at_detach = self.kprobe_misses();
+        self.missed_at_detach += self.link_misses();
         detach_all(std::mem::take(&mut self.links));
         detach_all(std::mem::take(&mut self.klinks));
         self.kprogs.clear();

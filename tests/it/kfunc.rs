@@ -271,7 +271,7 @@ fn latency_pairs_entries_with_returns() {
         assert_eq!(
             h["count"].as_u64().unwrap_or(0) + missed,
             150,
-            "{via}: {err}"
+            "{via}: {err}{lines:?}"
         );
         assert!(missed <= 3, "{via}: {lines:?}");
         assert_eq!(h["unit"], "ns");
