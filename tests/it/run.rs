@@ -1045,7 +1045,7 @@ fn run_on(script: &str, cmd: &str, vm: bool) -> (String, String) {
 fn compiled_probes_print_what_the_machine_prints() {
     require_root();
     let drive = |what: &str, n: u32| format!("{} bt_jit {what} {n}", workload("btdrive").display());
-    let cases: [(&str, String, &[&str]); 5] = [
+    let cases: [(&str, String, &[&str]); 7] = [
         (
             r#"tracepoint:syscalls:sys_enter_getppid /comm == "bt_jit"/ { @[comm] = count(); }"#,
             drive("syscalls", 3000),
@@ -1062,6 +1062,16 @@ fn compiled_probes_print_what_the_machine_prints() {
             r#"tracepoint:raw_syscalls:sys_enter /comm == "bt_jit"/ { @syscall[args->id] = count(); @process[comm] = count(); }"#,
             drive("syscalls", 2000),
             &["@syscall[110]: 2000\n"],
+        ),
+        (
+            r#"tracepoint:raw_syscalls:sys_exit /comm == "bt_jit" && args->ret == -3/ { @esrch = count(); @r = sum(args->ret); }"#,
+            drive("kill", 500),
+            &["@esrch: 500\n", "@r: -1500\n"],
+        ),
+        (
+            r#"tracepoint:raw_syscalls:sys_exit /comm == "bt_jit" && args->id == 62/ { @k = count(); @r = sum(args->ret); }"#,
+            drive("kill", 500),
+            &["@k: 1000\n", "@r: -1500\n"],
         ),
         (
             r#"tracepoint:syscalls:sys_enter_kill /comm == "bt_jit"/ { @a[args->sig, args->pid > 0] = count(); }
@@ -1097,6 +1107,14 @@ fn compiled_probes_print_what_the_machine_prints() {
             "{script}: a probe stayed on the machine:\n{aerr}"
         );
         assert!(aerr.contains("compiled to BPF"), "{aerr}");
+        // raw_syscalls' probes that read only id (enter) or ret (exit)
+        // run on the raw tracepoint, without the record.
+        // sys_exit's id is in the record only: it keeps the probe there.
+        if script.contains("raw_syscalls:") {
+            let raw = aerr.contains(", on the raw tracepoint sys_e");
+            let record = script.contains("sys_exit") && script.contains("args->id");
+            assert_eq!(raw, !record, "{aerr}");
+        }
         assert!(
             berr.contains("script machine (BPFSCOPE_SCRIPT_VM is set)"),
             "{berr}"

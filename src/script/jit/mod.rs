@@ -107,11 +107,20 @@ pub fn describe(low: &Lowered, chosen: &[Result<Prog, String>]) -> Vec<String> {
         .iter()
         .zip(chosen)
         .map(|(p, c)| match c {
-            Ok(prog) => format!(
-                "{}: compiled to BPF ({} instructions)",
-                p.probe.name,
-                prog.insns.len()
-            ),
+            Ok(prog) => {
+                // Said when the hook is not the probe's own (raw_syscalls).
+                let on = match (&prog.hook, &p.path) {
+                    (Hook::RawTp(n), crate::attach::plan::Path::Tracepoint { .. }) => {
+                        format!(", on the raw tracepoint {n}")
+                    }
+                    _ => String::new(),
+                };
+                format!(
+                    "{}: compiled to BPF ({} instructions{on})",
+                    p.probe.name,
+                    prog.insns.len()
+                )
+            }
             Err(why) => format!("{}: script machine ({why})", p.probe.name),
         })
         .collect()
