@@ -537,13 +537,15 @@ impl<'obj> Session<'obj> {
     /// templates alone (`templates`), or every other program.
     fn object_misses(&self, templates: bool) -> u64 {
         use libbpf_rs::AsRawLibbpf;
+        // The templates by identity, as the skeleton holds them.
+        let tmpl = [
+            self.skel.progs.bpfscope_fentry.as_libbpf_object().as_ptr(),
+            self.skel.progs.bpfscope_fexit.as_libbpf_object().as_ptr(),
+        ];
         self.skel
             .object()
             .progs()
-            .filter(|p| {
-                let name = p.name().to_str().unwrap_or_default();
-                templates == matches!(name, "bpfscope_fentry" | "bpfscope_fexit")
-            })
+            .filter(|p| templates == tmpl.contains(&p.as_libbpf_object().as_ptr()))
             .filter_map(|p| {
                 // SAFETY: the program pointer is valid for the object's lifetime.
                 let fd = unsafe { libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
