@@ -61,11 +61,26 @@ const BSS_EPOCH: u32 = offset_of!(bpfscope_bpf::abi::bss, epoch) as u32;
 const BSS_T0: u32 = offset_of!(bpfscope_bpf::abi::bss, vm_t0) as u32;
 const BSS_STOPPED: u32 = offset_of!(bpfscope_bpf::abi::bss, vm_stopped) as u32;
 /// x86-64 pt_regs: r10 (the first of the 8 words read: r10, r9, r8, ax,
-/// cx, dx, si, di) and orig_ax, the syscall number.
-const REGS_R10: i32 = 56;
-const REGS_ORIG_AX: i32 = 120;
-/// Argument slot -> word of the 8 read from pt_regs at r10 (di, si, dx, r10, r8, r9).
-const ARG_WORD: [usize; 6] = [7, 6, 5, 0, 2, 1];
+/// cx, dx, si, di) and orig_ax, the syscall number (8 bytes).
+#[cfg(target_arch = "x86_64")]
+mod regs {
+    pub const ARGS: i32 = 56;
+    pub const NR: i32 = 120;
+    pub const NR_SIZE: u8 = 8;
+    /// Argument slot -> word of the 8 read (di, si, dx, r10, r8, r9).
+    pub const ARG_WORD: [usize; 6] = [7, 6, 5, 0, 2, 1];
+}
+/// arm64 pt_regs: x0..x7 from its start (at sys_enter x0 is still the
+/// first argument, orig_x0), and syscallno (an s32 after orig_x0). The
+/// layout up to syscallno is the same from 4.x to 6.18.
+#[cfg(target_arch = "aarch64")]
+mod regs {
+    pub const ARGS: i32 = 0;
+    pub const NR: i32 = 280;
+    pub const NR_SIZE: u8 = 4;
+    pub const ARG_WORD: [usize; 6] = [0, 1, 2, 3, 4, 5];
+}
+use regs::ARG_WORD;
 /// Frame slots: a u32 map key, a zeroed aggregate, a notice's header.
 const FP_KEY: i16 = -8;
 const FP_ZERO: i16 = -8 - AGG_VAL as i16;
@@ -816,9 +831,7 @@ pub fn emit(low: &Lowered, idx: usize, env: &Env) -> Result<Prog, String> {
         return Err("run by bpfscope itself".into());
     }
     let hook = match &p.path {
-        Path::Syscall(sc) if cfg!(target_arch = "x86_64") => {
-            Hook::RawTp(if sc.exit { "sys_exit" } else { "sys_enter" }.into())
-        }
+        Path::Syscall(sc) => Hook::RawTp(if sc.exit { "sys_exit" } else { "sys_enter" }.into()),
         Path::RawTp { name } => Hook::RawTp(name.clone()),
         Path::Tracepoint { subsys, event } => {
             // raw_syscalls' records are built from the raw tracepoint's
@@ -935,14 +948,16 @@ fn entry(e: &mut E<'_>, path: &Path) {
     e.put(mov(R6, R1));
     if let Path::Syscall(sc) = path {
         if sc.exit {
-            // sys_exit's number: pt_regs' orig_ax (the tracepoint has none).
+            // sys_exit's number: pt_regs' orig_ax or syscallno (the
+            // tracepoint has none).
             e.put(ldx(DW, R3, R6, 0));
-            e.put(alui(alu::ADD, R3, REGS_ORIG_AX));
+            e.put(alui(alu::ADD, R3, regs::NR));
             e.put(mov(R1, FP));
             e.put(alui(alu::ADD, R1, i32::from(FP_KEY)));
-            e.put(movi(R2, 8));
+            e.put(movi(R2, i32::from(regs::NR_SIZE)));
             e.put(call(helper::PROBE_READ_KERNEL));
-            e.put(ldx(DW, R1, FP, FP_KEY));
+            let size = if regs::NR_SIZE == 8 { DW } else { W };
+            e.put(ldx(size, R1, FP, FP_KEY));
         } else {
             e.put(ldx(DW, R1, R6, 8));
         }
@@ -962,12 +977,13 @@ fn entry(e: &mut E<'_>, path: &Path) {
     e.far(ji(jmp::JEQ, R0, 0, 0), To::End);
     e.put(mov(R9, R0));
     if e.need_args {
-        // The 8 words from r10 to di in one read, as bs_syscall_args.
+        // The 8 words holding the arguments in one read (regs::ARGS), as
+        // bs_syscall_args reads them.
         e.put(mov(R1, R9));
         e.put(alui(alu::ADD, R1, SCRATCH_ARGS as i32));
         e.put(movi(R2, 64));
         e.put(ldx(DW, R3, R6, 0));
-        e.put(alui(alu::ADD, R3, REGS_R10));
+        e.put(alui(alu::ADD, R3, regs::ARGS));
         e.put(call(helper::PROBE_READ_KERNEL));
     }
 }
