@@ -55,9 +55,16 @@ int main(int argc, char **argv)
 			/* The syscalls statsnoop names (glibc's stat() is newfstatat). */
 			struct stat st;
 			struct statfs sf;
+#ifdef SYS_stat
 			syscall(SYS_stat, "/etc/hostname", &st);
 			syscall(SYS_stat, "/nonexistent/bpfscope-btdrive", &st);
 			syscall(SYS_lstat, "/etc", &st);
+#else
+			/* arm64 has no stat or lstat: fstatat stands for both. */
+			syscall(SYS_newfstatat, AT_FDCWD, "/etc/hostname", &st, 0);
+			syscall(SYS_newfstatat, AT_FDCWD, "/nonexistent/bpfscope-btdrive", &st, 0);
+			syscall(SYS_newfstatat, AT_FDCWD, "/etc", &st, AT_SYMLINK_NOFOLLOW);
+#endif
 			statfs("/", &sf);
 		} else if (!strcmp(what, "setuid")) {
 			if (setuid(getuid()) || setresuid(-1, -1, -1))
