@@ -271,15 +271,26 @@ fn short_lived_processes_keep_their_names() {
         .map(|(_, n)| n)
         .sum();
     let named = weight_with(&lines, "uw_short", &["main", "short_spin"]);
+    let spin = weight_with(&lines, "uw_short", &["short_spin"]);
     assert!(total > min_samples(300), "too few samples: {total}\n{err}");
     assert!(
         (unknown as f64) < (1.0 - share(0.99)) * total as f64,
         "{unknown} of {total} samples with [unknown] frames\n{}",
         show(&lines)
     );
+    // The spinning is most of each process; the rest is its start and
+    // exit (the loader, closing files), which under emulation with four
+    // guests on two cores took a fifth of the samples (492 of 2415 on
+    // arm64 6.12), all of them named too.
     assert!(
-        named as f64 >= share(0.95) * total as f64,
-        "{named} of {total} in main;short_spin\n{}",
+        spin as f64 >= 0.7 * total as f64,
+        "{spin} of {total} in short_spin\n{}",
+        show(&lines)
+    );
+    // Every sample in the spin reaches main: nothing cut short.
+    assert!(
+        named as f64 >= share(0.97) * spin as f64,
+        "{named} of {spin} in short_spin have main;short_spin\n{}",
         show(&lines)
     );
 }
