@@ -107,9 +107,17 @@ fn leaf_without_prologue_keeps_its_caller() {
         "{chain} of {leaf} hot_leaf samples have the whole chain\n{}",
         show(&lines)
     );
+    // Samples in do_exit, as its address space is torn down, have no
+    // stack left to walk (emulated, exit_mmap is slow enough to be hit).
+    let exiting = lines
+        .iter()
+        .filter(|(f, _)| f[0] == "uw_chain" && f.iter().any(|x| x == "do_exit_[k]"))
+        .map(|(_, n)| n)
+        .sum::<u64>();
+    let reach = reaching_start(&lines, "uw_chain");
     assert!(
-        reaching_start(&lines, "uw_chain") as f64 >= 0.99 * total as f64,
-        "{}",
+        reach as f64 >= 0.99 * (total - exiting) as f64,
+        "{reach} of {total} reach _start ({exiting} in do_exit)\n{}",
         show(&lines)
     );
     assert!(
