@@ -213,6 +213,18 @@ pub(crate) fn tool_present(name: &str) -> bool {
     false
 }
 
+/// getppid's and kill's syscall numbers on this architecture (x86-64, arm64).
+const NR_GETPPID: u32 = if cfg!(target_arch = "aarch64") {
+    173
+} else {
+    110
+};
+const NR_KILL: u32 = if cfg!(target_arch = "aarch64") {
+    129
+} else {
+    62
+};
+
 /// Runs the workload as `comm` doing `what` `n` times; its stdout.
 fn drive(comm: &str, what: &str, n: u32, extra: &[&str]) -> String {
     let out = Command::new(workload("btdrive"))
@@ -430,14 +442,8 @@ fn syscount_agrees_with_bpftrace() {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0);
     assert!((20000..20010).contains(&n), "{ours:?}");
-    // getppid (110 on x86-64, 173 on arm64) is among the top 10 syscall
-    // ids in both.
-    let getppid = if cfg!(target_arch = "aarch64") {
-        173
-    } else {
-        110
-    };
-    let id = format!("@syscall[{getppid}]:");
+    // getppid is among the top 10 syscall ids in both.
+    let id = format!("@syscall[{NR_GETPPID}]:");
     assert!(a.iter().any(|l| l.starts_with(&id)), "{a:#?}");
 }
 
@@ -1062,16 +1068,10 @@ fn run_on(script: &str, cmd: &str, vm: bool) -> (String, String) {
 fn compiled_probes_print_what_the_machine_prints() {
     require_root();
     let drive = |what: &str, n: u32| format!("{} bt_jit {what} {n}", workload("btdrive").display());
-    // The syscalls' numbers on this architecture (getppid, kill).
-    let (getppid, kill) = if cfg!(target_arch = "aarch64") {
-        (173, 129)
-    } else {
-        (110, 62)
-    };
     let ids = (
-        format!("@syscall[{getppid}]: 2000\n"),
+        format!("@syscall[{NR_GETPPID}]: 2000\n"),
         format!(
-            r#"tracepoint:raw_syscalls:sys_exit /comm == "bt_jit" && args->id == {kill}/ {{ @k = count(); @r = sum(args->ret); }}"#
+            r#"tracepoint:raw_syscalls:sys_exit /comm == "bt_jit" && args->id == {NR_KILL}/ {{ @k = count(); @r = sum(args->ret); }}"#
         ),
     );
     let cases: [(&str, String, &[&str]); 7] = [

@@ -44,6 +44,22 @@ fn reaching_start(lines: &[(Vec<String>, u64)], comm: &str) -> u64 {
         .sum()
 }
 
+/// A folded stack's user part: kernel frames on top of the leaf (an
+/// interrupt taken there, a fault, a reschedule) cut off.
+fn user_part(f: &[String]) -> &[String] {
+    let n = f
+        .iter()
+        .rposition(|x| !x.ends_with("_[k]"))
+        .map_or(0, |i| i + 1);
+    &f[..n]
+}
+
+/// A sample taken in do_exit, as the address space is torn down: past
+/// exit_mm its user pc is in no mapping and its stack cannot be walked.
+fn in_do_exit(f: &[String]) -> bool {
+    f.iter().any(|x| x == "do_exit_[k]")
+}
+
 fn show(lines: &[(Vec<String>, u64)]) -> String {
     let mut v: Vec<_> = lines.iter().collect();
     v.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
@@ -67,18 +83,13 @@ fn leaf_without_prologue_keeps_its_caller() {
         &[w.to_str().unwrap(), "chain", "uw_chain", "2"],
     );
     let total = root_weight(&lines, "uw_chain");
-    // The user stack's leaf: kernel frames after it (an interrupt taken
-    // there, a reschedule on its way back) do not change it. Emulated,
-    // with four guests on two cores, a tenth of the samples had them.
+    // The user stack's leaf: kernel frames after it do not change it.
+    // Emulated, with four guests on two cores, a tenth of the samples had
+    // them.
     let leaf: u64 = lines
         .iter()
         .filter(|(f, _)| {
-            f[0] == "uw_chain"
-                && f.iter()
-                    .rev()
-                    .find(|x| !x.ends_with("_[k]"))
-                    .map(String::as_str)
-                    == Some("hot_leaf")
+            f[0] == "uw_chain" && user_part(f).last().map(String::as_str) == Some("hot_leaf")
         })
         .map(|(_, n)| n)
         .sum();
@@ -107,11 +118,10 @@ fn leaf_without_prologue_keeps_its_caller() {
         "{chain} of {leaf} hot_leaf samples have the whole chain\n{}",
         show(&lines)
     );
-    // Samples in do_exit, as its address space is torn down, have no
-    // stack left to walk (emulated, exit_mmap is slow enough to be hit).
+    // Samples in do_exit (emulated, exit_mmap is slow enough to be hit).
     let exiting = lines
         .iter()
-        .filter(|(f, _)| f[0] == "uw_chain" && f.iter().any(|x| x == "do_exit_[k]"))
+        .filter(|(f, _)| f[0] == "uw_chain" && in_do_exit(f))
         .map(|(_, n)| n)
         .sum::<u64>();
     let reach = reaching_start(&lines, "uw_chain");
@@ -146,11 +156,7 @@ fn recursion_300_deep_is_whole_within_max_depth_and_cut_beyond() {
     let mut whole = 0;
     for (f, n) in &lines {
         // The user part: an interrupt or fault may sit on top of the leaf.
-        let user = f
-            .iter()
-            .rposition(|x| !x.ends_with("_[k]"))
-            .map_or(0, |i| i + 1);
-        let f = &f[..user];
+        let f = user_part(f);
         if f.is_empty() || f[0] != "uw_deep" || f.last().map(String::as_str) != Some("deep_leaf") {
             continue;
         }
@@ -283,15 +289,12 @@ fn short_lived_processes_keep_their_names() {
     );
     let (lines, err) = profile("short", &[], &["sh", "-c", &script]);
     let total = root_weight(&lines, "uw_short");
-    // Past do_exit's release of the address space, the user pc a sample
-    // carries is in no mapping any more: those samples (the exit's own
-    // file closing, slow over 9p when emulated) are not the unwinder's.
+    // Samples in do_exit (the exit's own file closing, slow over 9p when
+    // emulated) are not the unwinder's unknowns.
     let unknown: u64 = lines
         .iter()
         .filter(|(f, _)| {
-            f[0] == "uw_short"
-                && f.iter().any(|x| x.starts_with("[unknown"))
-                && !f.iter().any(|x| x == "do_exit_[k]")
+            f[0] == "uw_short" && f.iter().any(|x| x.starts_with("[unknown")) && !in_do_exit(f)
         })
         .map(|(_, n)| n)
         .sum();
