@@ -94,10 +94,10 @@ fn program_loaded_and_unloaded_mid_profile_is_named_and_annotated() {
         .unwrap_or_else(|| panic!("the counter's program: {progs:?}"));
     // ...made hot by a million writes...
     let w = workload("writer");
-    let st = Command::new(&w)
-        .args(["wr_bpfprof", "1000000", "1"])
-        .status()
-        .unwrap();
+    let st = status_within(
+        Command::new(&w).args(["wr_bpfprof", "1000000", "1"]),
+        Duration::from_secs(60),
+    );
     assert!(st.success());
     // ...and unloaded while recording goes on.
     let _ = counter.interrupt();
@@ -268,7 +268,7 @@ fn classic_tracepoint_program_time_is_taken_by_the_second_sampler() {
     let _ = Command::new("kill")
         .args(["-INT", &bt.id().to_string()])
         .status();
-    let _ = bt.wait();
+    wait_within(&mut bt, "bpftrace after Ctrl-C", Duration::from_secs(30));
     ok(&o);
     let (total, in_prog, text) = samples_in_write_program(&folded);
     // dd keeps one CPU busy, a fair part of it in the program; a program
@@ -306,10 +306,24 @@ pub fn start_bpftrace_write_count() -> Option<std::process::Child> {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut out = BufReader::new(bt.stdout.take().unwrap());
-    let mut line = String::new();
-    while out.read_line(&mut line).unwrap() > 0 && !line.contains("Attaching") {
-        line.clear();
+    // Its output is read on a thread until it ends, so the wait for the
+    // "Attaching" line has a deadline (one without held a CI run to its
+    // end) and what bpftrace prints at exit has a reader.
+    let out = BufReader::new(bt.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            if line.contains("Attaching") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let limit = Duration::from_secs(if emulated() { 240 } else { 60 });
+    if let Err(e) = rx.recv_timeout(limit) {
+        let threads = thread_states(bt.id());
+        let _ = bt.kill();
+        wait_within(&mut bt, "bpftrace after Ctrl-C", Duration::from_secs(30));
+        panic!("bpftrace did not attach ({e:?} after {limit:?}); its threads: {threads}");
     }
     std::thread::sleep(Duration::from_millis(500));
     Some(bt)
@@ -372,7 +386,7 @@ fn a_blocking_program_loaded_mid_profile_starts_the_second_sampler() {
     let _ = Command::new("kill")
         .args(["-INT", &bt.id().to_string()])
         .status();
-    let _ = bt.wait();
+    wait_within(&mut bt, "bpftrace after Ctrl-C", Duration::from_secs(30));
     assert!(err.contains("taken by a second sampler"), "{err}");
     let (total, in_prog, text) = samples_in_write_program(&folded);
     // The program runs for about the profile's last 3 of 4 s (emulated, for

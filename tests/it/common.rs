@@ -288,8 +288,16 @@ pub fn run_cmd_timeout(cmd: &mut Command, timeout: Duration) -> Output {
         if Instant::now() > deadline {
             let threads = thread_states(child.id());
             let _ = child.kill();
-            let _ = child.wait();
-            let err = t_err.join().unwrap_or_default();
+            // A process stuck in the kernel may not die: do not wait on it.
+            let gone = Instant::now() + Duration::from_secs(10);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < gone {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let err = if t_err.is_finished() {
+                t_err.join().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
             panic!(
                 "bpfscope {args:?} did not finish within {timeout:?}; its threads: {threads}; stderr: {}",
                 String::from_utf8_lossy(&err)
@@ -302,6 +310,33 @@ pub fn run_cmd_timeout(cmd: &mut Command, timeout: Duration) -> Output {
         stdout: t_out.join().unwrap(),
         stderr: t_err.join().unwrap(),
     }
+}
+
+/// Waits for a child for at most `limit` (four times that under
+/// emulation); past it, says where its threads are, kills it and fails.
+/// A test's wait on another program must end: one that never did held a
+/// CI run until its time ran out, with nothing to say where.
+pub fn wait_within(child: &mut Child, what: &str, limit: Duration) -> std::process::ExitStatus {
+    let limit = if emulated() { limit * 4 } else { limit };
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().expect("waiting") {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let threads = thread_states(child.id());
+            let _ = child.kill();
+            panic!("{what} did not end within {limit:?}; its threads: {threads}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs a command (output inherited) to its end within `limit`.
+pub fn status_within(cmd: &mut Command, limit: Duration) -> std::process::ExitStatus {
+    let what = format!("{cmd:?}");
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: {e}"));
+    wait_within(&mut child, &what, limit)
 }
 
 /// Where each thread of a process is (state, kernel function it waits
@@ -418,7 +453,12 @@ impl Drop for Running {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
-            let _ = self.child.wait();
+            // Reaped if it dies soon; one stuck in the kernel is left
+            // rather than holding the test (and the run) forever.
+            let gone = Instant::now() + Duration::from_secs(10);
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < gone {
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
     }
 }
@@ -446,13 +486,29 @@ impl Running {
     pub fn finish(&mut self) -> (String, String) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.child.try_wait().expect("waiting").is_none() {
-            assert!(Instant::now() < deadline, "bpfscope did not exit");
+            assert!(
+                Instant::now() < deadline,
+                "bpfscope did not exit; its threads: {}",
+                thread_states(self.child.id())
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
+        // The output ends with the process, unless something it started
+        // holds the pipe: bounded too.
         let out = self
             .stdout
             .take()
-            .map(|h| h.join().unwrap())
+            .map(|h| {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !h.is_finished() {
+                    assert!(
+                        Instant::now() < deadline,
+                        "bpfscope's output did not end with it"
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                h.join().unwrap()
+            })
             .unwrap_or_default();
         while let Ok(l) = self.stderr_lines.recv_timeout(Duration::from_millis(200)) {
             self.stderr_seen.push(l);
