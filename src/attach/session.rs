@@ -1024,6 +1024,7 @@ fn specialize(
     ro.fast_slots = u32::from(shape.slot_buckets.is_some());
     ro.slot_buckets = shape.slot_buckets.unwrap_or(1);
     ro.fast_key = shape.builtin_key;
+    (ro.fast_cache, ro.cache_mask) = shape.cache_words();
     if let Some(f) = shape.comm_filter {
         ro.fast_comm_op = if f.negate { 2 } else { 1 };
         ro.fast_comm = f.words;
@@ -1055,6 +1056,11 @@ fn size_maps(
 ) -> Result<Option<VmMaps>> {
     let maps = &mut open.maps;
     let mut vm_maps = None;
+    if shape.cache_key.is_none() {
+        // Without the key cache its code is left out at load; one entry
+        // (8 KiB per CPU) stays, as a map cannot have none.
+        maps.kcache.set_max_entries(1)?;
+    }
     if let Some(n) = shape.slot_buckets {
         // Keyless: the slots hold the aggregates, the hash map is not used.
         maps.slots.set_max_entries(2 * n)?;

@@ -40,6 +40,28 @@ pub struct Shape {
     /// Every probe's filter is `comm == "X"` (or `!=`): compared as two
     /// words in place of the filter machine.
     pub comm_filter: Option<CommFilter>,
+    /// Keyed, with key data of 1-16 bytes: its size. Aggregates go
+    /// in the per-CPU cache (`kcache`) when their entry is free.
+    pub cache_key: Option<u32>,
+}
+
+/// Key data the per-CPU cache holds at most (two words).
+const CACHE_KEY_MAX: usize = 16;
+
+impl Shape {
+    /// fast.bpf.h's `fast_cache` and `cache_mask`: the words of key data
+    /// the cache compares, and which of their bytes are the key's.
+    pub fn cache_words(&self) -> (u32, [u64; 2]) {
+        let Some(n) = self.cache_key else {
+            return (0, [0, 0]);
+        };
+        let mask = |bytes: u32| match bytes {
+            0 => 0,
+            1..=7 => u64::from_ne_bytes(std::array::from_fn(|i| if (i as u32) < bytes { 0xff } else { 0 })),
+            _ => u64::MAX,
+        };
+        (n.div_ceil(8), [mask(n.min(8)), mask(n.saturating_sub(8))])
+    }
 }
 
 /// `comm == "X"` or `comm != "X"` as two masked words: the bytes of X and
@@ -107,7 +129,11 @@ impl Shape {
             Some(_) => ", comm filter as two words",
             None => "",
         };
-        format!("plain {agg}, {key}{filter}")
+        let cache = match self.cache_key {
+            Some(_) => ", per-CPU key cache",
+            None => "",
+        };
+        format!("plain {agg}, {key}{filter}{cache}")
     }
 }
 
@@ -144,12 +170,15 @@ fn shape_of(plan: &Plan) -> Shape {
             .unwrap_or(2),
         _ => 1,
     });
+    let cache_key = (slot_buckets.is_none() && (1..=CACHE_KEY_MAX).contains(&plan.key_size))
+        .then_some(plan.key_size as u32);
     Shape {
         plain,
         agg,
         slot_buckets,
         builtin_key: builtin_key(plan),
         comm_filter: comm_filter(plan),
+        cache_key,
     }
 }
 

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::attach::session::Session;
-use bpfscope_bpf::abi::bs_agg_val;
+use bpfscope_bpf::abi::{bs_agg_val, bs_cache_ent};
 use bpfscope_sys::pod;
 
 /// Merged value of one key (and bucket) over all CPUs.
@@ -93,10 +93,73 @@ pub fn read_session(
     delete: bool,
 ) -> Result<BTreeMap<Vec<u8>, KeyAgg>> {
     let maps = &session.skel.maps;
-    match session.shape.slot_buckets {
-        Some(n) => read_slots(&maps.slots, n, epoch, signed, delete),
-        None => read(&maps.aggs, epoch, signed, delete),
+    if let Some(n) = session.shape.slot_buckets {
+        return read_slots(&maps.slots, n, epoch, signed, delete);
     }
+    let mut out = read(&maps.aggs, epoch, signed, delete)?;
+    if let Some(key_bytes) = session.shape.cache_key {
+        let cached = read_cache(&maps.kcache, key_bytes as usize, epoch, signed, delete)?;
+        merge_into(&mut out, &cached, signed);
+    }
+    Ok(out)
+}
+
+/// Reads the keyed path's per-CPU cache (fast.bpf.h): the entries of the
+/// epoch's half (both when None), by key data and bucket as `read` gives
+/// them; with `delete`, clears the half. A key's aggregate can be in both
+/// (a nested run goes to the hash map): `read_session` merges them.
+pub fn read_cache(
+    map: &dyn MapCore,
+    key_bytes: usize,
+    epoch: Option<u32>,
+    signed: bool,
+    delete: bool,
+) -> Result<BTreeMap<Vec<u8>, KeyAgg>> {
+    let mut out: BTreeMap<Vec<u8>, KeyAgg> = BTreeMap::new();
+    let halves: &[u32] = match epoch {
+        Some(e) => &[e & 1][..],
+        None => &[0, 1],
+    };
+    let ent = std::mem::size_of::<bs_cache_ent>();
+    for half in halves {
+        let key = half.to_ne_bytes();
+        let Some(percpu) = map
+            .lookup_percpu(&key, MapFlags::ANY)
+            .context("reading the key cache")?
+        else {
+            continue;
+        };
+        for cpu in &percpu {
+            for raw in cpu.chunks_exact(ent) {
+                let Some(e) = pod::read::<bs_cache_ent>(raw) else {
+                    continue;
+                };
+                if e.used == 0 || e.val.count == 0 {
+                    continue;
+                }
+                let mut data: Vec<u8> = e.k.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                data.truncate(key_bytes);
+                let v = AggVal {
+                    count: e.val.count,
+                    sum: e.val.sum,
+                    min: e.val.min,
+                    max: e.val.max,
+                };
+                out.entry(data)
+                    .or_default()
+                    .buckets
+                    .entry(e.bucket)
+                    .or_default()
+                    .merge(v, signed);
+            }
+        }
+        if delete {
+            let zero: Vec<Vec<u8>> = percpu.iter().map(|c| vec![0u8; c.len()]).collect();
+            map.update_percpu(&key, &zero, MapFlags::ANY)
+                .context("clearing the key cache")?;
+        }
+    }
+    Ok(out)
 }
 
 /// Reads keyless aggregates from their per-CPU array (fast.bpf.h): the

@@ -1222,19 +1222,19 @@ fn specialized_shapes_equal_the_general_path() {
         (&["count", WRITE], "plain count, no key, per-CPU slots"),
         (
             &["count", WRITE, "--by", "pid"],
-            "plain count, pid key in place",
+            "plain count, pid key in place, per-CPU key cache",
         ),
         (
             &["count", WRITE, "--by", "comm"],
-            "plain count, comm key in place",
+            "plain count, comm key in place, per-CPU key cache",
         ),
         (
             &["count", WRITE, "--by", "count"],
-            "plain count, general keys",
+            "plain count, general keys, per-CPU key cache",
         ),
         (
             &["count", WRITE, "--by", "comm", "--filter", "count >= 100"],
-            "plain count, comm key in place",
+            "plain count, comm key in place, per-CPU key cache",
         ),
         (
             &[
@@ -1245,7 +1245,7 @@ fn specialized_shapes_equal_the_general_path() {
                 "--filter",
                 "comm == \"wr_shape\"",
             ],
-            "plain count, comm key in place, comm filter as two words",
+            "plain count, comm key in place, comm filter as two words, per-CPU key cache",
         ),
         (
             &["count", WRITE, "--filter", "comm != \"wr_shape\""],
@@ -1261,7 +1261,7 @@ fn specialized_shapes_equal_the_general_path() {
         ),
         (
             &["stats", WRITE, "--value", "count", "--by", "comm"],
-            "plain stats, comm key in place",
+            "plain stats, comm key in place, per-CPU key cache",
         ),
     ];
     for (args, path) in shapes {
@@ -1290,5 +1290,64 @@ fn specialized_shapes_equal_the_general_path() {
             _ => 160,
         };
         assert_eq!(n, want, "{args:?}: {fast:?}");
+    }
+}
+
+/// The keyed path's per-CPU cache holds 128 entries: of 300 keys, those
+/// whose entry another key holds go to the hash map, and intervals switch
+/// halves. Every key's count, sum, min and max stay exact, as on the
+/// general path, whole and summed over intervals.
+#[test]
+#[ignore = "needs root and BPF"]
+fn key_cache_keeps_every_key_exact_past_its_size_and_over_intervals() {
+    require_root();
+    let w = workload("writer");
+    let sizes: Vec<String> = (1..=300).map(|n| n.to_string()).collect();
+    for interval in [None, Some("0.02")] {
+        for generic in [false, true] {
+            let mut args = vec!["stats", WRITE, "--value", "count", "--by", "count"];
+            args.extend(["--json", "-v"]);
+            if let Some(i) = interval {
+                args.extend(["--interval", i]);
+            }
+            args.extend(["--", w.to_str().unwrap(), "wr_cache", "3"]);
+            args.extend(sizes.iter().map(String::as_str));
+            // Spread over about 45 intervals of 20 ms.
+            let pause = if interval.is_some() { "1000" } else { "0" };
+            let env = [
+                ("BPFSCOPE_GENERIC", if generic { "1" } else { "" }),
+                ("PAUSE_US", pause),
+            ];
+            let o = run_env(&args, &env, Duration::from_secs(120));
+            let err = stderr(&o);
+            let lines = json_lines(&ok(&o));
+            assert_eq!(
+                err.contains("per-CPU key cache"),
+                !generic,
+                "{interval:?} generic {generic}: {err}"
+            );
+            // key -> (count, sum, min, max), over intervals.
+            let mut by_key: std::collections::BTreeMap<u64, (u64, i64, i64, i64)> =
+                Default::default();
+            let mut intervals = std::collections::BTreeSet::new();
+            for v in lines.iter().filter(|v| v["type"] == "stats") {
+                let k = v["key"]["count"].as_u64().unwrap();
+                let e = by_key.entry(k).or_insert((0, 0, i64::MAX, i64::MIN));
+                e.0 += v["count"].as_u64().unwrap();
+                e.1 += v["sum"].as_i64().unwrap();
+                e.2 = e.2.min(v["min"].as_i64().unwrap());
+                e.3 = e.3.max(v["max"].as_i64().unwrap());
+                if let Some(i) = v["interval"].as_u64() {
+                    intervals.insert(i);
+                }
+            }
+            let want: std::collections::BTreeMap<u64, (u64, i64, i64, i64)> = (1..=300u64)
+                .map(|k| (k, (3, 3 * k as i64, k as i64, k as i64)))
+                .collect();
+            assert_eq!(by_key, want, "{interval:?} generic {generic}");
+            if interval.is_some() {
+                assert!(intervals.len() >= 5, "{intervals:?}");
+            }
+        }
     }
 }

@@ -72,6 +72,8 @@ unsafe impl Pod for trace::types::bs_src {}
 // SAFETY: as above.
 unsafe impl Pod for trace::types::bs_agg_val {}
 // SAFETY: as above.
+unsafe impl Pod for trace::types::bs_cache_ent {}
+// SAFETY: as above.
 unsafe impl Pod for profile::types::bp_key {}
 // SAFETY: as above.
 unsafe impl Pod for profile::types::bp_val {}

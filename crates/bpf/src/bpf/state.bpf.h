@@ -76,6 +76,9 @@ struct bs_abi {
 	enum bs_target_mode target_mode;
 	struct bs_key_hdr key_hdr;
 	struct bs_agg_val agg_val;
+	enum bs_cache_limits cache_limits;
+	struct bs_cache_ent cache_ent;
+	struct bs_cache cache;
 	struct bs_event_hdr event_hdr;
 	struct bs_str str;
 	struct bs_match_key match_key;

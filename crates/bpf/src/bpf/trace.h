@@ -321,6 +321,30 @@ struct bs_agg_val {
 	__s64 max;
 };
 
+/*
+ * The keyed plain path's per-CPU cache (fast.bpf.h): one struct bs_cache
+ * per epoch half, BS_CACHE_N entries each, indexed by a hash of the key
+ * data (at most two words) and bucket. The first key to reach an entry in
+ * an epoch keeps it; others go to `aggs`. User space reads both.
+ */
+enum bs_cache_limits {
+	BS_CACHE_N = 128,
+};
+
+struct bs_cache_ent {
+	__u64 k[2];
+	__u32 bucket;
+	__u32 used;
+	/* Taken (1) while a run updates the entry: a nested run goes to the hash map. */
+	__u32 lock;
+	__u32 pad;
+	struct bs_agg_val val;
+};
+
+struct bs_cache {
+	struct bs_cache_ent e[BS_CACHE_N];
+};
+
 struct bs_event_hdr {
 	__u64 ts_ns;
 	__u32 probe;
