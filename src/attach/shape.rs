@@ -57,7 +57,13 @@ impl Shape {
         };
         let mask = |bytes: u32| match bytes {
             0 => 0,
-            1..=7 => u64::from_ne_bytes(std::array::from_fn(|i| if (i as u32) < bytes { 0xff } else { 0 })),
+            1..=7 => u64::from_ne_bytes(std::array::from_fn(|i| {
+                if (i as u32) < bytes {
+                    0xff
+                } else {
+                    0
+                }
+            })),
             _ => u64::MAX,
         };
         (n.div_ceil(8), [mask(n.min(8)), mask(n.saturating_sub(8))])
