@@ -21,8 +21,9 @@ Configurations:
 - each shape (keyless count, count by pid, by comm, by a field, log2
   histogram of a field, count by comm filtered by comm), with bpfscope
   stopped after each stage of its path (BPFSCOPE_BENCH_STAGE: dispatch,
-  config, target, filter, key) and run to the end, and bpftrace's program
-  of the same shape.
+  config, target, filter, key) and run to the end, keyed shapes also
+  without the per-CPU key cache (BPFSCOPE_KEY_CACHE=0), and bpftrace's
+  program of the same shape.
 
 Printed per shape: bpfscope and bpftrace, ns added per event and ns per
 run, and the ratios against the targets: bpfscope's added cost <= 1.3 x
@@ -94,11 +95,13 @@ def per_call(loop):
     return float(out.stdout)
 
 
-def start_bpfscope(args, stage=None):
+def start_bpfscope(args, stage=None, cache=True):
     env = dict(os.environ)
     env.pop("BPFSCOPE_BENCH_STAGE", None)
     if stage:
         env["BPFSCOPE_BENCH_STAGE"] = stage
+    if not cache:
+        env["BPFSCOPE_KEY_CACHE"] = "0"
     return Background([BIN, *args], "Attached", env=env)
 
 
@@ -178,6 +181,10 @@ def main():
                 row(f"bpfscope, stopped after {stage}", m, floor)
         ours = measure(loop, lambda: start_bpfscope(full), ROUNDS)
         row("bpfscope", ours, floor)
+        if "--by" in args:
+            # The same without the per-CPU key cache: the hash map for every event.
+            m = measure(loop, lambda: start_bpfscope(full, cache=False), ROUNDS)
+            row("bpfscope without the key cache", m, floor)
         theirs = measure(loop, lambda: start_bpftrace(f"{PROBE} {pred} {{ {body} }}"), ROUNDS)
         row("bpftrace", theirs, floor)
         summary.append((shape, ours, theirs))

@@ -22,6 +22,10 @@ pub const BENCH_STAGE: &str = "BPFSCOPE_BENCH_STAGE";
 /// measure before and after).
 pub const GENERIC: &str = "BPFSCOPE_GENERIC";
 
+/// Set to 0: keyed plans leave the per-CPU key cache out (benches measure
+/// with and without it in one run).
+pub const KEY_CACHE: &str = "BPFSCOPE_KEY_CACHE";
+
 /// Buckets of a log2 histogram (0 negatives, 1 zero, 2 + k for bit k) and
 /// of the agent's pow2 one (one more: 2^64's bucket).
 const LOG2_BUCKETS: u32 = 67;
@@ -176,8 +180,10 @@ fn shape_of(plan: &Plan) -> Shape {
             .unwrap_or(2),
         _ => 1,
     });
-    let cache_key = (slot_buckets.is_none() && (1..=CACHE_KEY_MAX).contains(&plan.key_size))
-        .then_some(plan.key_size as u32);
+    let cache_off = std::env::var(KEY_CACHE).is_ok_and(|v| v == "0");
+    let cache_key =
+        (!cache_off && slot_buckets.is_none() && (1..=CACHE_KEY_MAX).contains(&plan.key_size))
+            .then_some(plan.key_size as u32);
     Shape {
         plain,
         agg,
