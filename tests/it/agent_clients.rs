@@ -579,8 +579,14 @@ fn other_tools_bpf_programs_are_in_the_agents_profiles() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // The agent starts its second sampler within a second of the load.
-    std::thread::sleep(Duration::from_secs(2));
+    // The agent starts its second sampler once it has seen the load
+    // (within a second on a quiet machine; a loaded one ran this test
+    // before it had, with a fixed two-second wait): the profile is asked
+    // for once that sampler has taken samples in the program.
+    wait_for(30, "samples in bpftrace's program", || {
+        let text = agent.metric_text_unchecked();
+        (value_in(&text, "bpfscope_agent_samples_in_bpf_total")? > 0.0).then_some(())
+    });
     let (st, _, body) = agent.get(&format!("/debug/pprof/profile?seconds=3&pid={}", dd.id()));
     let _ = dd.kill();
     let _ = dd.wait();
