@@ -187,8 +187,11 @@ pub fn build(p: &Symbolized) -> Profile {
                     num_unit: 0,
                 },
             ];
-            let extra = (!s.thread.is_empty())
-                .then_some(("thread_name", s.thread.as_str()))
+            // The process's name where the thread's was not read, as the
+            // other outputs name it: every sample names its thread.
+            let thread = Symbolized::thread_name(s);
+            let extra = (!thread.is_empty())
+                .then_some(("thread_name", thread))
                 .into_iter()
                 .chain(s.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             for (k, v) in extra {
