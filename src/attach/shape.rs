@@ -59,18 +59,10 @@ impl Shape {
         let Some(n) = self.cache_key else {
             return (0, [0, 0]);
         };
-        let mask = |bytes: u32| match bytes {
-            0 => 0,
-            1..=7 => u64::from_ne_bytes(std::array::from_fn(|i| {
-                if (i as u32) < bytes {
-                    0xff
-                } else {
-                    0
-                }
-            })),
-            _ => u64::MAX,
-        };
-        (n.div_ceil(8), [mask(n.min(8)), mask(n.saturating_sub(8))])
+        // The key's bytes as the comm filter's words mask theirs.
+        let w = crate::filter::raw::masked_words(&[], n as usize);
+        let mask = |i: usize| w.get(i).map_or(0, |&(_, m)| m);
+        (w.len() as u32, [mask(0), mask(1)])
     }
 }
 

@@ -44,7 +44,12 @@ impl AggVal {
 
     /// One CPU's value as the map holds it.
     pub fn from_bytes(b: &[u8]) -> AggVal {
-        let v: bs_agg_val = pod::read(b).unwrap_or_default();
+        AggVal::from(pod::read::<bs_agg_val>(b).unwrap_or_default())
+    }
+}
+
+impl From<bs_agg_val> for AggVal {
+    fn from(v: bs_agg_val) -> AggVal {
         AggVal {
             count: v.count,
             sum: v.sum,
@@ -52,6 +57,23 @@ impl AggVal {
             max: v.max,
         }
     }
+}
+
+/// The halves of a per-CPU array of two epoch halves to read: the
+/// epoch's, or both.
+fn halves(epoch: Option<u32>) -> &'static [u32] {
+    match epoch {
+        Some(e) if e & 1 == 1 => &[1],
+        Some(_) => &[0],
+        None => &[0, 1],
+    }
+}
+
+/// Zeroes one element of a per-CPU array on every CPU.
+fn clear_percpu(map: &dyn MapCore, key: &[u8], percpu: &[Vec<u8>], what: &str) -> Result<()> {
+    let zero: Vec<Vec<u8>> = percpu.iter().map(|c| vec![0u8; c.len()]).collect();
+    map.update_percpu(key, &zero, MapFlags::ANY)
+        .with_context(|| format!("clearing {what}"))
 }
 
 /// Aggregates of one key: per-bucket values (a single bucket 0 for counts and stats).
@@ -116,12 +138,8 @@ pub fn read_cache(
     delete: bool,
 ) -> Result<BTreeMap<Vec<u8>, KeyAgg>> {
     let mut out: BTreeMap<Vec<u8>, KeyAgg> = BTreeMap::new();
-    let halves: &[u32] = match epoch {
-        Some(e) => &[e & 1][..],
-        None => &[0, 1],
-    };
     let ent = std::mem::size_of::<bs_cache_ent>();
-    for half in halves {
+    for half in halves(epoch) {
         let key = half.to_ne_bytes();
         let Some(percpu) = map
             .lookup_percpu(&key, MapFlags::ANY)
@@ -139,24 +157,16 @@ pub fn read_cache(
                 }
                 let mut data: Vec<u8> = e.k.iter().flat_map(|w| w.to_ne_bytes()).collect();
                 data.truncate(key_bytes);
-                let v = AggVal {
-                    count: e.val.count,
-                    sum: e.val.sum,
-                    min: e.val.min,
-                    max: e.val.max,
-                };
                 out.entry(data)
                     .or_default()
                     .buckets
                     .entry(e.bucket)
                     .or_default()
-                    .merge(v, signed);
+                    .merge(AggVal::from(e.val), signed);
             }
         }
         if delete {
-            let zero: Vec<Vec<u8>> = percpu.iter().map(|c| vec![0u8; c.len()]).collect();
-            map.update_percpu(&key, &zero, MapFlags::ANY)
-                .context("clearing the key cache")?;
+            clear_percpu(map, &key, &percpu, "the key cache")?;
         }
     }
     Ok(out)
@@ -173,11 +183,7 @@ pub fn read_slots(
     delete: bool,
 ) -> Result<BTreeMap<Vec<u8>, KeyAgg>> {
     let mut agg = KeyAgg::default();
-    let halves: &[u32] = match epoch {
-        Some(e) => &[e & 1][..],
-        None => &[0, 1],
-    };
-    for half in halves {
+    for half in halves(epoch) {
         for bucket in 0..buckets {
             let key = (half * buckets + bucket).to_ne_bytes();
             let Some(percpu) = map
@@ -191,9 +197,7 @@ pub fn read_slots(
                 v.merge(AggVal::from_bytes(cpu), signed);
             }
             if delete && v.count > 0 {
-                let zero: Vec<Vec<u8>> = percpu.iter().map(|c| vec![0u8; c.len()]).collect();
-                map.update_percpu(&key, &zero, MapFlags::ANY)
-                    .context("clearing aggregates")?;
+                clear_percpu(map, &key, &percpu, "aggregates")?;
             }
             if v.count > 0 {
                 agg.buckets.entry(bucket).or_default().merge(v, signed);

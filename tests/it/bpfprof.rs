@@ -322,7 +322,7 @@ pub fn start_bpftrace_write_count() -> Option<std::process::Child> {
     if let Err(e) = rx.recv_timeout(limit) {
         let threads = thread_states(bt.id());
         let _ = bt.kill();
-        wait_within(&mut bt, "bpftrace after Ctrl-C", Duration::from_secs(30));
+        wait_within(&mut bt, "bpftrace after SIGKILL", Duration::from_secs(30));
         panic!("bpftrace did not attach ({e:?} after {limit:?}); its threads: {threads}");
     }
     std::thread::sleep(Duration::from_millis(500));

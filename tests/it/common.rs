@@ -288,11 +288,7 @@ pub fn run_cmd_timeout(cmd: &mut Command, timeout: Duration) -> Output {
         if Instant::now() > deadline {
             let threads = thread_states(child.id());
             let _ = child.kill();
-            // A process stuck in the kernel may not die: do not wait on it.
-            let gone = Instant::now() + Duration::from_secs(10);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < gone {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            reap_within(&mut child, Duration::from_secs(10));
             let err = if t_err.is_finished() {
                 t_err.join().unwrap_or_default()
             } else {
@@ -328,6 +324,15 @@ pub fn wait_within(child: &mut Child, what: &str, limit: Duration) -> std::proce
             let _ = child.kill();
             panic!("{what} did not end within {limit:?}; its threads: {threads}");
         }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Reaps a killed child if it dies within `limit`; one stuck in the
+/// kernel is left rather than holding the test (and the run) forever.
+fn reap_within(child: &mut Child, limit: Duration) {
+    let gone = Instant::now() + limit;
+    while matches!(child.try_wait(), Ok(None)) && Instant::now() < gone {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -453,12 +458,7 @@ impl Drop for Running {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
-            // Reaped if it dies soon; one stuck in the kernel is left
-            // rather than holding the test (and the run) forever.
-            let gone = Instant::now() + Duration::from_secs(10);
-            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < gone {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            reap_within(&mut self.child, Duration::from_secs(10));
         }
     }
 }

@@ -70,18 +70,26 @@ static __always_inline u32 bs_bucket(const struct bs_probe_cfg *cfg, u64 v)
 
 /*
  * Adds v to an aggregate: the count always, the sum with `sum`, min and
- * max with `minmax` (compared signed with `is_signed`).
+ * max with `minmax` (compared signed with `is_signed`); the count and sum
+ * atomically with `atomic` (a constant at each call).
  */
-static __always_inline void bs_agg_val_add(struct bs_agg_val *a, u64 v, int sum, int minmax,
-					   int is_signed)
+static __always_inline void bs_agg_val_update(struct bs_agg_val *a, u64 v, int sum, int minmax,
+					      int is_signed, int atomic)
 {
 	u64 old;
 
-	/* Atomics: uprobe programs can be preempted by another task on this CPU. */
-	old = __sync_fetch_and_add(&a->count, 1);
+	if (atomic) {
+		old = __sync_fetch_and_add(&a->count, 1);
+	} else {
+		old = a->count;
+		a->count = old + 1;
+	}
 	if (!sum)
 		return;
-	__sync_fetch_and_add(&a->sum, v);
+	if (atomic)
+		__sync_fetch_and_add(&a->sum, v);
+	else
+		a->sum += v;
 	if (!minmax)
 		return;
 	/* A slot with count 0 has no min/max yet (other CPUs' slots start zeroed). */
@@ -98,6 +106,28 @@ static __always_inline void bs_agg_val_add(struct bs_agg_val *a, u64 v, int sum,
 	}
 }
 
+/* Atomics: uprobe programs can be preempted by another task on this CPU. */
+static __always_inline void bs_agg_val_add(struct bs_agg_val *a, u64 v, int sum, int minmax,
+					   int is_signed)
+{
+	bs_agg_val_update(a, v, sum, minmax, is_signed, 1);
+}
+
+/* The aggregate of `key` in `map`, inserted empty if new; NULL when the
+ * map is full. */
+static __always_inline struct bs_agg_val *bs_agg_slot(void *map, const void *key)
+{
+	struct bs_agg_val *a = bpf_map_lookup_elem(map, key);
+
+	if (!a) {
+		struct bs_agg_val zero = {};
+
+		bpf_map_update_elem(map, key, &zero, BPF_NOEXIST);
+		a = bpf_map_lookup_elem(map, key);
+	}
+	return a;
+}
+
 /*
  * Adds v to the aggregate of the key in s->key, in `bucket`, in `map`
  * (the verbs' `aggs`, or a script map's own): the count always, the sum
@@ -112,15 +142,9 @@ static __always_inline int bs_agg_add_to(void *map, struct bs_scratch *s, u32 bu
 
 	hdr->bucket = bucket;
 	hdr->epoch = epoch;
-	a = bpf_map_lookup_elem(map, s->key);
-	if (!a) {
-		struct bs_agg_val zero = {};
-
-		bpf_map_update_elem(map, s->key, &zero, BPF_NOEXIST);
-		a = bpf_map_lookup_elem(map, s->key);
-		if (!a)
-			return -1;
-	}
+	a = bs_agg_slot(map, s->key);
+	if (!a)
+		return -1;
 	bs_agg_val_add(a, v, sum, minmax, is_signed);
 	return 0;
 }

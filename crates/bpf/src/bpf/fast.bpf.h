@@ -78,6 +78,13 @@ static __always_inline void bs_slot_add(u32 bucket, u64 v, int is_signed)
 		       fast_agg == BS_AGG_STATS || fast_agg == BS_AGG_STATS_SIGN, is_signed);
 }
 
+/* The entry holds another key. */
+static __always_inline int bs_cache_other(const struct bs_cache_ent *e, u64 k0, u64 k1,
+					  u32 bucket)
+{
+	return e->used && (e->k[0] != k0 || e->k[1] != k1 || e->bucket != bucket);
+}
+
 /*
  * Adds v to the key in s->key (and bucket) through the cache. Returns 0
  * when done, -1 when the caller is to use the hash map: the entry holds
@@ -87,8 +94,6 @@ static __always_inline void bs_slot_add(u32 bucket, u64 v, int is_signed)
  */
 static __always_inline int bs_cache_add(struct bs_scratch *s, u32 bucket, u64 v, int is_signed)
 {
-	int sum = fast_agg != BS_AGG_COUNT;
-	int minmax = fast_agg == BS_AGG_STATS || fast_agg == BS_AGG_STATS_SIGN;
 	u64 *d = (u64 *)(s->key + sizeof(struct bs_key_hdr));
 	u64 k0 = d[0] & cache_mask[0];
 	u64 k1 = fast_cache > 1 ? d[1] & cache_mask[1] : 0;
@@ -103,17 +108,18 @@ static __always_inline int bs_cache_add(struct bs_scratch *s, u32 bucket, u64 v,
 	h = k0 * 0x9E3779B97F4A7C15ull ^ k1 * 0xC2B2AE3D27D4EB4Full ^
 	    (u64)bucket * 0x165667B19E3779F9ull;
 	e = &c->e[(h >> 57) & (BS_CACHE_N - 1)];
-	/* Another key's: checked again below, under the entry's lock. */
-	if (e->used && (e->k[0] != k0 || e->k[1] != k1 || e->bucket != bucket))
+	/* Another key's: checked again under the entry's lock. */
+	if (bs_cache_other(e, k0, k1, bucket))
 		return -1;
 	if (__sync_lock_test_and_set(&e->lock, 1))
 		return -1;
-	if (e->used && (e->k[0] != k0 || e->k[1] != k1 || e->bucket != bucket)) {
+	if (bs_cache_other(e, k0, k1, bucket)) {
 		*(volatile u32 *)&e->lock = 0;
 		return -1;
 	}
 	if (!e->used) {
 		struct bs_key_hdr *hdr = (struct bs_key_hdr *)s->key;
+		struct bs_agg_val zero = {};
 
 		/*
 		 * The key takes a place in the map (an empty aggregate) before
@@ -123,41 +129,19 @@ static __always_inline int bs_cache_add(struct bs_scratch *s, u32 bucket, u64 v,
 		 */
 		hdr->bucket = bucket;
 		hdr->epoch = ep;
-		if (!bpf_map_lookup_elem(&aggs, s->key)) {
-			struct bs_agg_val zero = {};
-
-			if (bpf_map_update_elem(&aggs, s->key, &zero, BPF_NOEXIST) &&
-			    !bpf_map_lookup_elem(&aggs, s->key)) {
-				*(volatile u32 *)&e->lock = 0;
-				return -1;
-			}
+		if (!bs_agg_slot(&aggs, s->key)) {
+			*(volatile u32 *)&e->lock = 0;
+			return -1;
 		}
 		e->k[0] = k0;
 		e->k[1] = k1;
 		e->bucket = bucket;
-		e->val.count = 0;
-		e->val.sum = 0;
-		e->val.min = v;
-		e->val.max = v;
+		e->val = zero;
 		e->used = 1;
 	}
-	e->val.count++;
-	if (sum) {
-		e->val.sum += v;
-		if (minmax) {
-			if (is_signed) {
-				if ((s64)v < e->val.min)
-					e->val.min = v;
-				if ((s64)v > e->val.max)
-					e->val.max = v;
-			} else {
-				if (v < (u64)e->val.min)
-					e->val.min = v;
-				if (v > (u64)e->val.max)
-					e->val.max = v;
-			}
-		}
-	}
+	/* Plain adds: the entry's lock keeps other runs out. */
+	bs_agg_val_update(&e->val, v, fast_agg != BS_AGG_COUNT,
+			  fast_agg == BS_AGG_STATS || fast_agg == BS_AGG_STATS_SIGN, is_signed, 0);
 	/* Released after the updates: a later run on this CPU sees them. */
 	asm volatile("" ::: "memory");
 	*(volatile u32 *)&e->lock = 0;
