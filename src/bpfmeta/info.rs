@@ -50,6 +50,19 @@ pub fn prog_fd(id: u32) -> Result<OwnedFd, InfoError> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Whether no program has this id any more (ENOENT; a refusal such as
+/// EPERM says nothing either way).
+pub fn is_gone(id: u32) -> bool {
+    // SAFETY: no pointers; returns a new descriptor or a negative error.
+    let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(id) };
+    if fd >= 0 {
+        // SAFETY: fd is a fresh descriptor we own; dropping closes it.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        return false;
+    }
+    fd == -libc::ENOENT
+}
+
 /// The program type's name as libbpf spells it (`kprobe`, `tracepoint`, ...).
 pub fn type_name(t: u32) -> String {
     // SAFETY: returns a static string or null for unknown types.

@@ -34,6 +34,17 @@ struct State {
     /// Readable once a program was loaded (its info read, or given up on):
     /// a profiler waiting for one sleeps on it instead of looking every so often.
     loads: Option<Arc<EventFd>>,
+    /// Called on this thread with each program loaded once its info is read.
+    on_load: Option<OnLoad>,
+}
+
+/// What `SideBand::on_load` runs.
+struct OnLoad(Box<dyn FnMut(&BpfProg) + Send>);
+
+impl std::fmt::Debug for OnLoad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnLoad")
+    }
 }
 
 impl State {
@@ -91,7 +102,7 @@ impl State {
                         match info::fetch(id) {
                             Ok(prog) => {
                                 self.progs.insert(id, prog);
-                                self.loaded();
+                                self.loaded(id);
                             }
                             Err(_) => self.pending.push((id, tag, Instant::now())),
                         }
@@ -121,9 +132,12 @@ impl State {
         }
     }
 
-    fn loaded(&self) {
+    fn loaded(&mut self, id: u32) {
         if let Some(l) = &self.loads {
             l.notify();
+        }
+        if let (Some(h), Some(p)) = (self.on_load.as_mut(), self.progs.get(&id)) {
+            (h.0)(p);
         }
     }
 
@@ -134,12 +148,12 @@ impl State {
             match info::fetch(id) {
                 Ok(prog) => {
                     self.progs.insert(id, prog);
-                    self.loaded();
+                    self.loaded(id);
                 }
                 Err(_) if since.elapsed() > PENDING_MAX => {
                     let prog = self.gone_prog(id, tag);
                     self.progs.insert(id, prog);
-                    self.loaded();
+                    self.loaded(id);
                 }
                 Err(_) => self.pending.push((id, tag, since)),
             }
@@ -190,8 +204,11 @@ pub struct SideBand {
 
 /// Per-CPU ring size in pages: loads are rare, records small.
 const PAGES: usize = 16;
-/// How long a load may stay unreadable before only its JIT symbols are kept.
-const PENDING_MAX: Duration = Duration::from_millis(500);
+/// How long a load may stay unreadable before only its JIT symbols are kept
+/// (and its type is unknown, so it cannot start the second sampler). The
+/// loader can be descheduled between the record and publishing the id:
+/// half a second was not enough for bpftrace on one busy emulated CPU.
+const PENDING_MAX: Duration = Duration::from_secs(5);
 
 fn attr() -> libbpf_sys::perf_event_attr {
     let mut attr = libbpf_sys::perf_event_attr {
@@ -262,6 +279,16 @@ impl SideBand {
         })
     }
 
+    /// Runs `f` with each program loaded from now on, on the side-band's
+    /// own thread, as soon as its info is read: what must not wait for the
+    /// caller's loop (which can be busy for seconds compiling a large
+    /// binary's unwind tables) runs there.
+    pub fn on_load(&self, f: impl FnMut(&BpfProg) + Send + 'static) {
+        if let Ok(mut s) = self.state.lock() {
+            s.on_load = Some(OnLoad(Box::new(f)));
+        }
+    }
+
     /// Becomes readable when a program is loaded; `loads_seen` resets it.
     pub fn loads_fd(&self) -> i32 {
         self.loads.raw()
@@ -320,6 +347,16 @@ impl SideBand {
         let Ok(mut s) = self.state.lock() else {
             return (Vec::new(), 0);
         };
+        // Kernels up to 6.1 free a program's id before they write its
+        // unload record (from a work item when the last reference went in
+        // an interrupt), so a program unloaded just before the stop can be
+        // gone with no record read: its id says so.
+        let now = bpfscope_sys::monotonic_ns();
+        for (id, p) in s.progs.iter_mut() {
+            if p.unloaded_ns.is_none() && info::is_gone(*id) {
+                p.unloaded_ns = Some(now);
+            }
+        }
         let progs = std::mem::take(&mut s.progs).into_values().collect();
         (progs, s.lost)
     }

@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
@@ -190,6 +191,9 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     let own_progs = crate::bpfmeta::info::own_prog_ids();
     let mut blocked = BlockedBpf::new(s);
     if let Some(b) = blocked.as_mut() {
+        if let Some(sb) = &sideband {
+            b.watch(sb, own_progs.clone());
+        }
         b.check(sideband.as_ref(), &own_progs);
     }
     let start_unix_ns = SystemTime::now()
@@ -545,8 +549,19 @@ fn read_out(
 /// the start, or from the moment the side-band sees one load. Where it
 /// cannot run, their run time is measured instead, with BPF run-time
 /// statistics held on for the run, and added as estimated samples.
+///
+/// The side-band starts it from its own thread the moment such a program's
+/// load is read (`watch`): the profile's loop can be busy for seconds
+/// compiling a large binary's unwind tables (bpftrace's, LLVM included, is
+/// one), and a look from there came that much late.
 struct BlockedBpf {
     frequency: u64,
+    verbose: bool,
+    state: Arc<Mutex<Blocked>>,
+}
+
+#[derive(Default)]
+struct Blocked {
     sampler: Option<GuardedSampler>,
     /// The sampler could not start: run-time statistics instead.
     measured: Option<(StatsGuard, Vec<stats::ProgStats>)>,
@@ -556,41 +571,18 @@ struct BlockedBpf {
 /// Program types whose runs hold the recursion guard.
 pub(crate) const GUARDED_TYPES: &[&str] = &["kprobe", "tracepoint", "perf_event"];
 
-impl BlockedBpf {
-    /// None for off-CPU profiles (no samples to lose) and profiles of some
-    /// processes (both ways see programs, not processes).
-    fn new(s: &SamplingConfig) -> Option<BlockedBpf> {
-        if s.mode != Mode::Cpu || s.target != Target::All || s.cgroup.is_some() {
-            return None;
-        }
-        Some(BlockedBpf {
-            frequency: s.frequency,
-            sampler: None,
-            measured: None,
-            failed: false,
-        })
-    }
-
-    /// Starts the second sampler (or the fallback) once a guarded program
-    /// other than bpfscope's own is loaded; said once if neither can run.
+impl Blocked {
     /// Neither way has started, nor been given up.
     fn waiting(&self) -> bool {
         self.sampler.is_none() && self.measured.is_none() && !self.failed
     }
 
-    fn check(&mut self, sideband: Option<&SideBand>, own: &[u32]) {
+    /// The second sampler, or the fallback; said once if neither can run.
+    fn start(&mut self, frequency: u64) {
         if !self.waiting() {
             return;
         }
-        let loaded = match sideband {
-            Some(sb) => sb.any_loaded(GUARDED_TYPES, own),
-            // Without the side-band, assume so: better the cost than the loss.
-            None => true,
-        };
-        if !loaded {
-            return;
-        }
-        let sampler_err = match GuardedSampler::start(self.frequency) {
+        let sampler_err = match GuardedSampler::start(frequency) {
             Ok(g) => {
                 self.sampler = Some(g);
                 return;
@@ -612,15 +604,86 @@ impl BlockedBpf {
             }
         }
     }
+}
+
+impl BlockedBpf {
+    /// None for off-CPU profiles (no samples to lose) and profiles of some
+    /// processes (both ways see programs, not processes).
+    fn new(s: &SamplingConfig) -> Option<BlockedBpf> {
+        if s.mode != Mode::Cpu || s.target != Target::All || s.cgroup.is_some() {
+            return None;
+        }
+        Some(BlockedBpf {
+            frequency: s.frequency,
+            verbose: s.verbose,
+            state: Arc::new(Mutex::new(Blocked::default())),
+        })
+    }
+
+    /// Whether the profile's loop should still look (see `check`).
+    fn waiting(&self) -> bool {
+        self.state.lock().is_ok_and(|b| b.waiting())
+    }
+
+    /// Starts the second sampler (or the fallback) if a guarded program
+    /// other than bpfscope's own is loaded now; without the side-band,
+    /// assumes so (better the cost than the loss).
+    fn check(&mut self, sideband: Option<&SideBand>, own: &[u32]) {
+        if !self.waiting() {
+            return;
+        }
+        // The side-band's lock is taken and let go before this one: its
+        // thread holds it while it runs `watch`'s hook, which takes ours.
+        let loaded = sideband.is_none_or(|sb| sb.any_loaded(GUARDED_TYPES, own));
+        if loaded {
+            if self.verbose {
+                eprintln!("bpfscope: a kprobe, tracepoint or perf_event BPF program is loaded: second sampler started");
+            }
+            if let Ok(mut b) = self.state.lock() {
+                b.start(self.frequency);
+            }
+        }
+    }
+
+    /// From now on the side-band starts it when a guarded program other
+    /// than one of `own` is loaded.
+    fn watch(&self, sideband: &SideBand, own: Vec<u32>) {
+        let state = self.state.clone();
+        let frequency = self.frequency;
+        let verbose = self.verbose;
+        sideband.on_load(move |p| {
+            if GUARDED_TYPES.contains(&p.prog_type.as_str()) && !own.contains(&p.id) {
+                if let Ok(mut b) = state.lock() {
+                    if verbose && b.waiting() {
+                        eprintln!(
+                            "bpfscope: {} program {} ({}) loaded: second sampler started",
+                            p.prog_type, p.id, p.name
+                        );
+                    }
+                    b.start(frequency);
+                }
+            }
+        });
+    }
 
     /// The second sampler's samples, or the run time per guarded program
     /// since the fallback started; bpfscope's own programs excepted (their
     /// cost is the profiler's, not the system's).
     fn finish(self, own: &[u32]) -> (Vec<(u32, u64)>, Option<Guarded>) {
-        if let Some(g) = self.sampler {
+        // Taken, and marked given up, so a load the side-band reads after
+        // this starts nothing.
+        let b = match self.state.lock() {
+            Ok(mut b) => {
+                let taken = std::mem::take(&mut *b);
+                b.failed = true;
+                taken
+            }
+            Err(_) => return (Vec::new(), None),
+        };
+        if let Some(g) = b.sampler {
             return (Vec::new(), Some(g.finish()));
         }
-        let Some((_guard, before)) = self.measured else {
+        let Some((_guard, before)) = b.measured else {
             return (Vec::new(), None);
         };
         let ns = stats::snapshot()
