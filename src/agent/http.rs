@@ -481,6 +481,7 @@ async fn profile(q: &[(String, String)], ctx: &Ctx) -> Response<Body> {
     let (tx, rx) = oneshot::channel();
     let r = ProfileRequest {
         seconds,
+        arrived_ns: crate::profile::continuous::now_ns(),
         sel: Selection { pid, comm, cgroup },
         reply: tx,
     };

@@ -58,6 +58,10 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 /// A profile an HTTP request waits for.
 pub struct ProfileRequest {
     pub seconds: u64,
+    /// When the server received it (`now_ns`): the span starts there, not
+    /// when the profiler's loop gets to it (seconds later when the loop is
+    /// busy, say on an emulated CPU).
+    pub arrived_ns: u64,
     pub sel: Selection,
     pub reply: tokio::sync::oneshot::Sender<Result<Arc<Vec<u8>>, String>>,
 }
@@ -389,7 +393,7 @@ impl Agent {
     }
 
     /// Moves the requests the server handed over into `pending`, each
-    /// starting where the tick in progress started: requests that arrive
+    /// starting where the tick it arrived in started: requests that arrive
     /// in the same second for the same span and selection get one profile.
     fn take_requests(&mut self, requests: &Receiver<ProfileRequest>) {
         while let Ok(r) = requests.try_recv() {
@@ -400,7 +404,7 @@ impl Agent {
                         .send(Err("profiling is off (profile hz is 0)".into()));
                 }
                 Some(p) => self.pending.push_back(Pending {
-                    from_ns: p.read_until_ns(),
+                    from_ns: p.tick_start_at(r.arrived_ns),
                     req: r,
                 }),
             }

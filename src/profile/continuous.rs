@@ -307,6 +307,18 @@ impl Profiler {
         self.tick_start_ns
     }
 
+    /// The start of the tick that `ns` fell in: the one in progress, a kept
+    /// one, or (older than every kept tick) the oldest kept.
+    pub fn tick_start_at(&self, ns: u64) -> u64 {
+        if ns >= self.tick_start_ns {
+            return self.tick_start_ns;
+        }
+        self.ticks
+            .iter()
+            .find(|t| ns < t.end_ns)
+            .map_or(self.tick_start_ns, |t| t.start_ns)
+    }
+
     /// Housekeeping once per window: processes that are gone and in no
     /// kept tick are forgotten, so memory does not grow with processes
     /// that came and went.
@@ -347,9 +359,13 @@ impl Profiler {
         self.session.tables.used_bytes()
     }
 
-    /// The samples of the ticks ending in (from_ns, to_ns] that `keep`
+    /// The samples of the ticks that overlap (from_ns, to_ns] that `keep`
     /// selects, merged, as a recording (to symbolize and render), with
-    /// the monotonic span its ticks cover.
+    /// the monotonic span its ticks cover. Windows start and end where
+    /// ticks do; a request's span ends anywhere, and the tick read out
+    /// across its end is in it: when the loop was held up (tables compiled,
+    /// a profile symbolized; seconds on an emulated CPU), one tick can
+    /// outlast a short span, which would otherwise get no samples at all.
     pub fn recording(
         &mut self,
         from_ns: u64,
@@ -364,7 +380,7 @@ impl Profiler {
         for t in self
             .ticks
             .iter()
-            .filter(|t| t.end_ns > from_ns && t.end_ns <= to_ns)
+            .filter(|t| t.end_ns > from_ns && t.start_ns < to_ns)
         {
             start_ns = start_ns.min(t.start_ns);
             last_end = last_end.max(t.end_ns);
