@@ -590,10 +590,7 @@ fn other_tools_bpf_programs_are_in_the_agents_profiles() {
     let (st, _, body) = agent.get(&format!("/debug/pprof/profile?seconds=3&pid={}", dd.id()));
     let _ = dd.kill();
     let _ = dd.wait();
-    let _ = Command::new("kill")
-        .args(["-INT", &bt.id().to_string()])
-        .status();
-    wait_within(&mut bt, "bpftrace after Ctrl-C", Duration::from_secs(30));
+    stop_bpftrace(&mut bt, Duration::from_secs(30));
     assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
     let p = decode_pprof(&body);
     let name = |loc: u64| -> Vec<String> {

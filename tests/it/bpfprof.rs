@@ -18,8 +18,11 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A file in the target directory, by kernel: guests booted at once share
+/// that directory and run these tests at the same time (one guest's
+/// recording was read by the other's test).
 fn tmp(name: &str) -> PathBuf {
-    tmp_dir().join(name)
+    tmp_dir().join(format!("{}-{name}", release_tag()))
 }
 
 /// The files the tracing object is compiled from, by name: trace.bpf.c and
@@ -70,22 +73,23 @@ fn program_loaded_and_unloaded_mid_profile_is_named_and_annotated() {
     let _turn = one_at_a_time();
     let rec = tmp("bpfprof.bscope");
     let _ = std::fs::remove_file(&rec);
-    let recorder = start(&[
-        "record",
-        "-F",
-        "499",
-        "--duration",
-        "5",
-        "-o",
-        rec.to_str().unwrap(),
-    ]);
+    // Ended by Ctrl-C once the program is gone, not after a fixed time:
+    // an emulated guest took longer than 5 s for the writes, and the
+    // recording ended with the program still loaded.
+    let recorder = start(&["record", "-F", "499", "-o", rec.to_str().unwrap()]);
     // A program that does not exist when recording starts...
-    let counter = start(&[
+    // Without the per-CPU key cache: the general path's hash-map update
+    // keeps the program long enough on the CPU for the sampler to find it
+    // (with the cache, a loaded host once gave it fewer than 5 samples).
+    let mut cmd = Command::new(bin());
+    cmd.args([
         "count",
         "tracepoint:syscalls:sys_enter_write",
         "--by",
         "comm",
-    ]);
+    ])
+    .env("BPFSCOPE_KEY_CACHE", "0");
+    let counter = start_cmd(cmd, "Attached");
     let progs = progs_of(counter.pid());
     let (id, tag, name) = progs
         .iter()
@@ -115,8 +119,7 @@ fn program_loaded_and_unloaded_mid_profile_is_named_and_annotated() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut recorder = recorder;
-    let (_, err) = recorder.finish();
+    let (_, err) = recorder.interrupt();
     assert!(rec.exists(), "recording written: {err}");
 
     // Reported after the program is gone: named by the kernel's own scheme.
@@ -265,10 +268,7 @@ fn classic_tracepoint_program_time_is_taken_by_the_second_sampler() {
     ]);
     let _ = dd.kill();
     let _ = dd.wait();
-    let _ = Command::new("kill")
-        .args(["-INT", &bt.id().to_string()])
-        .status();
-    wait_within(&mut bt, "bpftrace after Ctrl-C", Duration::from_secs(30));
+    stop_bpftrace(&mut bt, Duration::from_secs(30));
     ok(&o);
     let (total, in_prog, text) = samples_in_write_program(&folded);
     // dd keeps one CPU busy, a fair part of it in the program; a program
@@ -325,6 +325,8 @@ pub fn start_bpftrace_write_count() -> Option<std::process::Child> {
         wait_within(&mut bt, "bpftrace after SIGKILL", Duration::from_secs(30));
         panic!("bpftrace did not attach ({e:?} after {limit:?}); its threads: {threads}");
     }
+    // BPF_PROG_TYPE_TRACEPOINT.
+    wait_for_program_of(bt.id() as i32, 5, limit);
     std::thread::sleep(Duration::from_millis(500));
     Some(bt)
 }
@@ -350,9 +352,9 @@ fn samples_in_write_program(folded: &Path) -> (u64, u64, String) {
 }
 
 /// The second sampler starts when such a program is loaded after the
-/// profile has attached. (The side-band's load record wakes the profile;
-/// bpftrace's own exec and mappings wake it too, so this checks the
-/// outcome, not which wakeup brought it.)
+/// profile has attached: the side-band starts it from its own thread as it
+/// reads the load (the profile's loop was seconds late, busy compiling
+/// bpftrace's unwind tables, LLVM's included).
 #[test]
 #[ignore = "needs root and BPF"]
 fn a_blocking_program_loaded_mid_profile_starts_the_second_sampler() {
@@ -364,35 +366,41 @@ fn a_blocking_program_loaded_mid_profile_starts_the_second_sampler() {
         .spawn()
         .unwrap();
     let folded = tmp("bpf-mid-run.folded");
-    // bpftrace compiles its program with LLVM first: seconds when emulated.
-    let duration = if emulated() { "20" } else { "4" };
-    let mut r = start(&[
-        "profile",
-        "-F",
-        "499",
-        "--duration",
-        duration,
-        "-o",
-        folded.to_str().unwrap(),
-    ]);
+    // Ended by Ctrl-C a while after bpftrace has attached: it compiles with
+    // LLVM first, which took more than a fixed 20 s in a loaded emulated
+    // guest.
+    let r = start(&["profile", "-v", "-F", "499", "-o", folded.to_str().unwrap()]);
     std::thread::sleep(Duration::from_millis(500));
     let bt = start_bpftrace_write_count();
-    let (_, err) = r.finish();
+    std::thread::sleep(Duration::from_secs(secs(3)));
+    let (_, err) = r.interrupt();
     let _ = dd.kill();
     let _ = dd.wait();
     let Some(mut bt) = bt else {
         return;
     };
-    let _ = Command::new("kill")
-        .args(["-INT", &bt.id().to_string()])
-        .status();
-    wait_within(&mut bt, "bpftrace after Ctrl-C", Duration::from_secs(30));
+    stop_bpftrace(&mut bt, Duration::from_secs(30));
+    // Started once bpftrace loaded a program that holds the guard (its
+    // feature probes' kprobe, or its tracepoint program), said with -v.
+    assert!(
+        err.lines()
+            .any(|l| l.contains("loaded: second sampler started")),
+        "{err}"
+    );
+    if skip_if_emulated(
+        "samples inside the program: an emulated CPU takes timer interrupts only between translated blocks, and bpftrace's short program gave the second sampler 0 of them in 9 s of dd (984452 writes through it) in a 6.12 guest",
+    ) {
+        return;
+    }
     assert!(err.contains("taken by a second sampler"), "{err}");
     let (total, in_prog, text) = samples_in_write_program(&folded);
-    // The program runs for about the profile's last 3 of 4 s (emulated, for
-    // what is left of 20 s once bpftrace has compiled and attached).
+    // The program runs for the profile's last 3 s, after whatever
+    // bpftrace's compiling took (the profile's share of it varies
+    // with that, so a count, not a share): dd on one CPU at 499 Hz is
+    // ~1500 samples in 3 s, a fair part of them in the program (~600 on
+    // this machine); a program left out would give 0.
     assert!(
-        in_prog * 50 >= total,
+        in_prog >= 50,
         "{in_prog} of {total} samples in the program\n{text}"
     );
 }

@@ -634,6 +634,18 @@ impl Drop for Gated {
     }
 }
 
+/// A workload that runs until the test is done with it: killed and reaped
+/// when dropped, so one started for longer than any test needs never
+/// outlives a failing test.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Child processes of `pid` (of all its threads), from /proc/PID/task/*/children.
 pub fn children_of(pid: i32) -> Vec<i32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -703,6 +715,68 @@ pub fn try_prog_ids_of(pid: i32) -> Vec<u64> {
     ids.sort();
     ids.dedup();
     ids
+}
+
+/// Ends a bpftrace the test started: Ctrl-C (SIGINT), sent again every 5 s
+/// since one that lands while bpftrace still attaches can be lost (a 6.12
+/// guest's bpftrace then slept in epoll_wait for good), then SIGKILL after
+/// `limit`. bpftrace is the peer here, not what is tested: how it ends is
+/// not checked.
+pub fn stop_bpftrace(bt: &mut Child, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let mut next_int = Instant::now();
+    while Instant::now() < deadline {
+        if !matches!(bt.try_wait(), Ok(None)) {
+            return;
+        }
+        if Instant::now() >= next_int {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(bt.id() as i32, libc::SIGINT) };
+            next_int = Instant::now() + Duration::from_secs(5);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "bpftrace did not end on Ctrl-C within {limit:?}: killed; its threads: {}",
+        thread_states(bt.id())
+    );
+    let _ = bt.kill();
+    reap_within(bt, Duration::from_secs(10));
+}
+
+/// Waits until `pid` holds a BPF program of type `prog_type` (the kernel's
+/// number: 5 is a classic tracepoint program) and returns its id.
+/// bpftrace prints "Attaching" before it compiles, loads and attaches
+/// (seconds before, in an emulated guest), and keeps a kprobe program of
+/// its feature probes open meanwhile, so neither says its program is in.
+pub fn wait_for_program_of(pid: i32, prog_type: u32, limit: Duration) -> u64 {
+    let deadline = Instant::now() + limit;
+    loop {
+        let held = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .find_map(|s| {
+                let field = |k: &str| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix(k))
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                };
+                (field("prog_type:")? == u64::from(prog_type))
+                    .then(|| field("prog_id:"))
+                    .flatten()
+            });
+        if let Some(id) = held {
+            return id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} held no BPF program of type {prog_type} within {limit:?}; its threads: {}",
+            thread_states(pid as u32)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Loaded BPF programs as (id, name, pids holding them), from bpftool.
