@@ -38,6 +38,17 @@ pub fn start_agent(args: &[&str]) -> Agent {
 }
 
 impl Agent {
+    /// Waits (up to 20 s, scaled) until the agent has closed one more window.
+    pub fn next_window(&self, what: &str) {
+        let windows = self
+            .metric("bpfscope_agent_windows_total", None)
+            .unwrap_or(0.0);
+        wait_for(20, what, || {
+            self.metric("bpfscope_agent_windows_total", None)
+                .filter(|v| *v >= windows + 1.0)
+        });
+    }
+
     pub fn get(&self, path: &str) -> (u16, String, Vec<u8>) {
         http(self.addr, "GET", path, &[])
     }
@@ -1099,14 +1110,7 @@ fn a_scrape_storm_is_bounded_and_the_profile_unaffected() {
     assert!(anon < 64.0, "anonymous memory {anon:.1} MiB in the storm");
     // The profile did not notice: the next full window has the workload's
     // samples at the rate asked for, and the kernel lost none.
-    let windows = agent
-        .metric("bpfscope_agent_windows_total", None)
-        .unwrap_or(0.0);
-    wait_for(20, "a window after the storm", || {
-        agent
-            .metric("bpfscope_agent_windows_total", None)
-            .filter(|v| *v >= windows + 1.0)
-    });
+    agent.next_window("a window after the storm");
     for reason in ["keys", "kernel_stack", "user_stack", "stack_collision"] {
         assert_eq!(
             agent.metric(
@@ -1330,14 +1334,7 @@ fn runs_unprivileged_with_the_units_capabilities() {
         &["hot_leaf"]
     };
     for attempt in 1.. {
-        let windows = agent
-            .metric("bpfscope_agent_windows_total", None)
-            .unwrap_or(0.0);
-        wait_for(20, "a window with the workload", || {
-            agent
-                .metric("bpfscope_agent_windows_total", None)
-                .filter(|v| *v >= windows + 1.0)
-        });
+        agent.next_window("a window with the workload");
         let (st, _, body) = agent.get("/debug/pprof/recent");
         assert_eq!(st, 200);
         let p = decode_pprof(&body);
