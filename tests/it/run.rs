@@ -150,6 +150,18 @@ pub(crate) fn side_by_side(
     header: usize,
     work: impl FnOnce(),
 ) -> Option<(Vec<String>, Vec<String>)> {
+    side_by_side_until(script, header, work, |_| true)
+}
+
+/// As `side_by_side`, and after `work` waits (up to 20 s) until each
+/// tool's lines satisfy `settled`: output made on a clock (intervals)
+/// comes when the tool's loop gets the CPU, which a loaded machine delays.
+pub(crate) fn side_by_side_until(
+    script: &Path,
+    header: usize,
+    work: impl FnOnce(),
+    settled: impl Fn(&[String]) -> bool,
+) -> Option<(Vec<String>, Vec<String>)> {
     if !have_bpftrace() {
         skip("bpftrace is not installed (scripts/install-deps installs it)");
         return None;
@@ -188,6 +200,12 @@ pub(crate) fn side_by_side(
     // Records still in flight reach both before they stop (an emulated
     // CPU takes longer to deliver them).
     std::thread::sleep(Duration::from_millis(if emulated() { 2000 } else { 300 }));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(settled(&ours.lines.lock().unwrap()) && settled(&theirs.lines.lock().unwrap()))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let (a, aerr) = ours.stop();
     let (b, _) = theirs.stop();
     assert!(
@@ -494,21 +512,26 @@ fn pidpersec_counts_forks_per_interval() {
     if !tool_present("pidpersec") {
         return;
     }
-    let Some((a, b)) = side_by_side(&tool("pidpersec"), 1, || {
-        drive("bt_fork", "fork", 200, &[]);
-        std::thread::sleep(Duration::from_millis(1200));
-    }) else {
-        return;
-    };
     let total = |v: &[String]| -> u64 {
         v.iter()
             .filter_map(|l| l.split("PIDs/sec: @: ").nth(1)?.parse::<u64>().ok())
             .sum()
     };
-    // END clears the last, partial interval: on a slow (emulated) CPU
-    // some of the forks may fall in it.
-    assert!(total(&a) >= 100, "{a:#?}");
-    assert!(total(&b) >= 100, "{b:#?}");
+    // Both count from before their header line, so an interval printed
+    // after the forks holds them all: the run ends once each printed one
+    // (a fixed time was too short on a loaded CI host: no interval yet).
+    let Some((a, b)) = side_by_side_until(
+        &tool("pidpersec"),
+        1,
+        || {
+            drive("bt_fork", "fork", 200, &[]);
+        },
+        |v| total(v) >= 200,
+    ) else {
+        return;
+    };
+    assert!(total(&a) >= 200, "{a:#?}");
+    assert!(total(&b) >= 200, "{b:#?}");
     // At exit: the cleared map prints as zero, in both.
     assert_eq!(a.last(), b.last());
     assert_eq!(a.last().map(String::as_str), Some("@: 0"));
@@ -943,24 +966,27 @@ fn vfsstat_counts_kernel_functions_per_interval() {
     if !tool_present("vfsstat") || !kernel_functions("vfsstat") {
         return;
     }
-    let Some((a, b)) = side_by_side(&tool("vfsstat"), 1, || {
-        drive("bt_vfs", "open", 100, &[]);
-        // END clears the last, partial interval: wait past a whole one.
-        std::thread::sleep(Duration::from_millis(2500));
-    }) else {
-        return;
-    };
     let opens = |v: &[String]| -> u64 {
         v.iter()
             .filter_map(|l| l.strip_prefix("@[vfs_open]: ")?.parse::<u64>().ok())
             .sum()
     };
     // One vfs_open per round (/etc/hostname; the missing file fails
-    // before it), and whatever else opens files meanwhile. END clears the
-    // last, partial interval, and on an emulated CPU the 100 rounds can
-    // run into it: at least half must be in the intervals printed.
-    assert!(opens(&a) >= 50, "{a:#?}");
-    assert!(opens(&b) >= 50, "{b:#?}");
+    // before it), and whatever else opens files meanwhile: the run ends
+    // once each tool printed intervals holding the 100 rounds (END clears
+    // the last, partial one).
+    let Some((a, b)) = side_by_side_until(
+        &tool("vfsstat"),
+        1,
+        || {
+            drive("bt_vfs", "open", 100, &[]);
+        },
+        |v| opens(v) >= 100,
+    ) else {
+        return;
+    };
+    assert!(opens(&a) >= 100, "{a:#?}");
+    assert!(opens(&b) >= 100, "{b:#?}");
 }
 
 #[test]
