@@ -81,6 +81,17 @@ fn profile_python(
     folded(&out)
 }
 
+/// CPython's native frames that run only before the script starts or
+/// after it ends: the loader, the interpreter's set-up, its finalization.
+const START_OR_EXIT: &[&str] = &[
+    "_dl_start",
+    "pymain_init",
+    "pymain_get_importer",
+    "Py_FinalizeEx",
+    "pymain_free",
+    "_exit",
+];
+
 #[test]
 #[ignore = "needs root and BPF"]
 fn python_split_and_lines_under_each_cpython() {
@@ -107,10 +118,13 @@ fn python_split_and_lines_under_each_cpython() {
         let lines = profile_python(py, &dir, &s, &[run]);
         let what = format!("{} (3.{minor})", py.display());
         let total: u64 = lines.iter().map(|(_, n)| n).sum();
-        let (mut heavy, mut light, mut with_py) = (0u64, 0u64, 0u64);
+        let (mut heavy, mut light, mut with_py, mut outside) = (0u64, 0u64, 0u64, 0u64);
         for (stack, n) in &lines {
             let frames = py_frames(stack, "pysplit.py");
             if frames.is_empty() {
+                if stack.iter().any(|f| START_OR_EXIT.contains(&f.as_str())) {
+                    outside += n;
+                }
                 continue;
             }
             with_py += n;
@@ -166,9 +180,13 @@ fn python_split_and_lines_under_each_cpython() {
         assert!(total > min_samples(500), "{what}: too few samples: {total}");
         // Every sample but interpreter start-up and exit has Python frames
         // (a shared build's libpython is ready before the command starts).
+        // Those named as start-up or exit are left out of the count: in a
+        // 6.12 guest pyenv's 3.10 spent 747 of 3267 samples there.
+        let running = total - outside;
         assert!(
-            with_py as f64 >= share(0.95) * total as f64,
-            "{what}: {with_py} of {total} samples have Python frames\n{lines:?}"
+            with_py as f64 >= share(0.95) * running as f64,
+            "{what}: {with_py} of {running} samples ({outside} more in start-up or exit) \
+             have Python frames\n{lines:?}"
         );
         // About 1500 samples: the share's binomial error is 1.1 points;
         // bench/python_vs_pyspy.py holds it to 3 points with 2500.
@@ -177,7 +195,9 @@ fn python_split_and_lines_under_each_cpython() {
             (0.70..=0.80).contains(&share),
             "{what}: heavy share {share:.3} (heavy {heavy}, light {light}), expected 0.75"
         );
-        eprintln!("{what}: heavy share {share:.3}, {with_py}/{total} samples with Python frames");
+        eprintln!(
+            "{what}: heavy share {share:.3}, {with_py}/{running} samples with Python frames, {outside} in start-up or exit"
+        );
     }
 }
 
@@ -401,7 +421,8 @@ fn node_jit_frames_named_from_its_perf_map() {
     );
     // The JavaScript callers are named too (interpreted frames get their
     // own trampoline copies, which the map names).
-    let (share, h, l) = share_of(&lines, "JS:~heavyJs ", "JS:~lightJs ");
+    // In whichever tier V8 runs them (~ interpreted, ^ baseline, * optimized).
+    let (share, h, l) = share_of(&lines, "heavyJs /", "lightJs /");
     assert!(
         (0.68..=0.82).contains(&share),
         "heavyJs share {share:.3} ({h} vs {l})\n{lines:?}"
@@ -602,12 +623,22 @@ fn go_stripped_binary_named_with_every_caller() {
             .sum()
     };
     let (heavy, light) = (chain("main.heavyGo"), chain("main.lightGo"));
-    let total: u64 = lines.iter().map(|(_, n)| n).sum();
     // The leaf has no frame: its caller comes from Go's own stack-pointer
-    // table, not from frame pointers.
+    // table, not from frame pointers. Counted among the leaf's samples, not
+    // all: emulated, Go's start-up (its CPUID probes, sysmon) took 108 of
+    // 483 samples in a 6.12 guest.
+    let spin: u64 = lines
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f == "main.(*worker).spin"))
+        .map(|(_, n)| n)
+        .sum();
     assert!(
-        (heavy + light) as f64 > share(0.95) * total as f64,
-        "heavy {heavy} light {light} of {total}\n{lines:?}"
+        heavy + light > min_samples(100),
+        "heavy {heavy} light {light}\n{lines:?}"
+    );
+    assert!(
+        (heavy + light) as f64 >= share(0.95) * spin as f64,
+        "heavy {heavy} light {light} of {spin} in the leaf\n{lines:?}"
     );
     let share = heavy as f64 / (heavy + light) as f64;
     assert!((0.70..=0.80).contains(&share), "heavyGo share {share:.3}");
