@@ -574,21 +574,31 @@ pub fn counts_by(
         .collect()
 }
 
-/// BPF program ids a process holds, from its fdinfo.
-pub fn prog_ids_of(pid: i32) -> Vec<u64> {
-    let mut ids: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .unwrap()
+/// The BPF programs a process holds, as (id, type), from its fdinfo;
+/// None when the process is gone.
+pub fn held_programs(pid: i32) -> Option<Vec<(u64, u64)>> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).ok()?;
+    let mut held: Vec<(u64, u64)> = dir
         .flatten()
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
         .filter_map(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("prog_id:"))
-                .map(|v| v.trim().parse().unwrap())
+            let field = |k: &str| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            };
+            Some((field("prog_id:")?, field("prog_type:")?))
         })
         .collect();
-    ids.sort();
-    ids.dedup();
-    ids
+    held.sort();
+    held.dedup();
+    Some(held)
+}
+
+/// BPF program ids a process holds, from its fdinfo.
+pub fn prog_ids_of(pid: i32) -> Vec<u64> {
+    let held = held_programs(pid).unwrap_or_else(|| panic!("process {pid} is gone"));
+    held.into_iter().map(|(id, _)| id).collect()
 }
 
 /// A workload started with GATE=1: it waits, stopped before its work, until
@@ -642,7 +652,7 @@ pub struct KillOnDrop(pub Child);
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
-        let _ = self.0.wait();
+        reap_within(&mut self.0, Duration::from_secs(10));
     }
 }
 
@@ -700,21 +710,8 @@ pub fn still_alive(pid: i32, start: u64) -> bool {
 
 /// BPF program ids a process holds, from its fdinfo; empty when it is gone.
 pub fn try_prog_ids_of(pid: i32) -> Vec<u64> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return Vec::new();
-    };
-    let mut ids: Vec<u64> = dir
-        .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("prog_id:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .collect();
-    ids.sort();
-    ids.dedup();
-    ids
+    let held = held_programs(pid).unwrap_or_default();
+    held.into_iter().map(|(id, _)| id).collect()
 }
 
 /// Ends a bpftrace the test started: Ctrl-C (SIGINT), sent again every 5 s
@@ -752,21 +749,10 @@ pub fn stop_bpftrace(bt: &mut Child, limit: Duration) {
 pub fn wait_for_program_of(pid: i32, prog_type: u32, limit: Duration) -> u64 {
     let deadline = Instant::now() + limit;
     loop {
-        let held = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        let held = held_programs(pid)
+            .unwrap_or_default()
             .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-            .find_map(|s| {
-                let field = |k: &str| {
-                    s.lines()
-                        .find_map(|l| l.strip_prefix(k))
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                };
-                (field("prog_type:")? == u64::from(prog_type))
-                    .then(|| field("prog_id:"))
-                    .flatten()
-            });
+            .find_map(|(id, ty)| (ty == u64::from(prog_type)).then_some(id));
         if let Some(id) = held {
             return id;
         }
