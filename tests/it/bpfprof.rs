@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::common::*;
 
@@ -369,9 +369,19 @@ fn a_blocking_program_loaded_mid_profile_starts_the_second_sampler() {
     // Ended by Ctrl-C a while after bpftrace has attached: it compiles with
     // LLVM first, which took more than a fixed 20 s in a loaded emulated
     // guest.
-    let r = start(&["profile", "-v", "-F", "499", "-o", folded.to_str().unwrap()]);
+    let mut r = start(&["profile", "-v", "-F", "499", "-o", folded.to_str().unwrap()]);
     std::thread::sleep(Duration::from_millis(500));
     let bt = start_bpftrace_write_count();
+    // Started once the side-band has read the load (-v says so): in a
+    // one-vCPU guest beside another, its thread can be seconds late to run.
+    let held = Instant::now();
+    let limit = Duration::from_secs(if emulated() { 60 } else { 10 });
+    if r.wait_for_stderr("loaded: second sampler started", limit) {
+        eprintln!(
+            "second sampler started {:.1} s after bpftrace held its program",
+            held.elapsed().as_secs_f64()
+        );
+    }
     std::thread::sleep(Duration::from_secs(secs(3)));
     let (_, err) = r.interrupt();
     let _ = dd.kill();

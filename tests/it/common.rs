@@ -93,6 +93,14 @@ pub fn share(host: f64) -> f64 {
     }
 }
 
+/// How far a sampled split of `n` samples may stray from its expected
+/// share `p`: four standard deviations of a binomial count, at least 0.05.
+/// An emulated guest delivers a fraction of the samples (a 2 s Go run gave
+/// 375), where a fixed +-0.05 is under three deviations.
+pub fn split_tolerance(n: u64, p: f64) -> f64 {
+    (4.0 * (p * (1.0 - p) / n.max(1) as f64).sqrt()).max(0.05)
+}
+
 /// Says SKIP and returns true under emulation, for a test whose
 /// measurement an emulated CPU cannot give (`why`).
 pub fn skip_if_emulated(why: &str) -> bool {
@@ -466,6 +474,29 @@ impl Drop for Running {
 impl Running {
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
+    }
+
+    /// Waits up to `limit` for a stderr line containing `pat` (the lines
+    /// read are kept for `finish`); whether one came.
+    pub fn wait_for_stderr(&mut self, pat: &str, limit: Duration) -> bool {
+        if self.stderr_seen.iter().any(|l| l.contains(pat)) {
+            return true;
+        }
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            match self.stderr_lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(l) => {
+                    let found = l.contains(pat);
+                    self.stderr_seen.push(l);
+                    if found {
+                        return true;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+            }
+        }
+        false
     }
 
     /// Sends SIGINT (what Ctrl-C does), collects the output and checks
