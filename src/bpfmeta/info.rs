@@ -39,27 +39,28 @@ pub fn prog_ids() -> Vec<u32> {
     ids
 }
 
-/// A descriptor for a program, by id: `Gone` when no program has the id
-/// (ENOENT), `Io` for a refusal such as EPERM, which says nothing either way.
+/// A descriptor for a program, by id.
 pub fn prog_fd(id: u32) -> Result<OwnedFd, InfoError> {
     // SAFETY: no pointers; returns a new descriptor or a negative error.
     let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(id) };
-    if fd == -libc::ENOENT {
-        return Err(InfoError::Gone(id));
-    }
     if fd < 0 {
-        return Err(InfoError::Io {
-            id,
-            err: std::io::Error::from_raw_os_error(-fd),
-        });
+        return Err(InfoError::Gone(id));
     }
     // SAFETY: fd is a fresh descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Whether no program has this id any more.
+/// Whether no program has this id any more (ENOENT; a refusal such as
+/// EPERM says nothing either way).
 pub fn is_gone(id: u32) -> bool {
-    matches!(prog_fd(id), Err(InfoError::Gone(_)))
+    // SAFETY: no pointers; returns a new descriptor or a negative error.
+    let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(id) };
+    if fd >= 0 {
+        // SAFETY: fd is a fresh descriptor we own; dropping closes it.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        return false;
+    }
+    fd == -libc::ENOENT
 }
 
 /// The program type's name as libbpf spells it (`kprobe`, `tracepoint`, ...).

@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+
+use bpfscope_sys::eventfd::EventFd;
 
 use super::info;
 use super::perfbuf::{Handlers, Reader};
@@ -29,6 +31,9 @@ struct State {
     events: u64,
     /// Loads whose program could not be read yet: (id, tag, first try).
     pending: Vec<(u32, Option<String>, Instant)>,
+    /// Readable once a program was loaded (its info read, or given up on):
+    /// a profiler waiting for one sleeps on it instead of looking every so often.
+    loads: Option<Arc<EventFd>>,
     /// Called on this thread with each program loaded once its info is read.
     on_load: Option<OnLoad>,
 }
@@ -128,6 +133,9 @@ impl State {
     }
 
     fn loaded(&mut self, id: u32) {
+        if let Some(l) = &self.loads {
+            l.notify();
+        }
         if let (Some(h), Some(p)) = (self.on_load.as_mut(), self.progs.get(&id)) {
             (h.0)(p);
         }
@@ -190,6 +198,7 @@ impl State {
 /// The side-band reader, running in its own thread until stopped.
 pub struct SideBand {
     state: Arc<Mutex<State>>,
+    loads: Arc<EventFd>,
     reader: Reader,
 }
 
@@ -223,7 +232,11 @@ fn attr() -> libbpf_sys::perf_event_attr {
 impl SideBand {
     /// Starts following loads and unloads, then reads the programs already loaded.
     pub fn start() -> Result<SideBand> {
-        let state = Arc::new(Mutex::new(State::default()));
+        let loads = Arc::new(EventFd::new().context("creating an eventfd")?);
+        let state = Arc::new(Mutex::new(State {
+            loads: Some(loads.clone()),
+            ..State::default()
+        }));
         let reader = Reader::spawn(
             "BPF side-band events",
             attr(),
@@ -259,7 +272,11 @@ impl SideBand {
                 s.progs.entry(p.id).or_insert(p);
             }
         }
-        Ok(SideBand { state, reader })
+        Ok(SideBand {
+            state,
+            loads,
+            reader,
+        })
     }
 
     /// Runs `f` with each program loaded from now on, on the side-band's
@@ -270,6 +287,17 @@ impl SideBand {
         if let Ok(mut s) = self.state.lock() {
             s.on_load = Some(OnLoad(Box::new(f)));
         }
+    }
+
+    /// Becomes readable when a program is loaded; `loads_seen` resets it.
+    pub fn loads_fd(&self) -> i32 {
+        self.loads.raw()
+    }
+
+    /// Called before looking at the programs, so a load after the look
+    /// makes the descriptor readable again.
+    pub fn loads_seen(&self) {
+        self.loads.drain();
     }
 
     /// Whether a program that is loaded now, not one of `own`, has one of

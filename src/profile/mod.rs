@@ -191,8 +191,6 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
     let own_progs = crate::bpfmeta::info::own_prog_ids();
     let mut blocked = BlockedBpf::new(s);
     if let Some(b) = blocked.as_mut() {
-        // The hook first: a load read before it is registered is in the
-        // side-band's programs when `check` looks, one read after runs it.
         if let Some(sb) = &sideband {
             b.watch(sb, own_progs.clone());
         }
@@ -216,7 +214,14 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
 
     // New processes are announced on a ring buffer; their mappings are
     // read right away, while they still exist.
-    let reason = follow_processes(&mut session, &stopper, &mut snapshots)?;
+    let reason = follow_processes(
+        &mut session,
+        &stopper,
+        &mut snapshots,
+        blocked
+            .as_mut()
+            .map(|b| (b, sideband.as_ref(), &own_progs[..])),
+    )?;
     if let (Some(StopReason::Duration), Target::Command { .. }) = (reason, &s.target) {
         eprintln!(
             "bpfscope: --duration ended the profile before the command exited; it is sent SIGTERM when bpfscope exits"
@@ -299,6 +304,7 @@ fn follow_processes(
     session: &mut ProfileSession<'_>,
     stopper: &Stopper,
     snapshots: &mut Snapshots,
+    mut blocked: Option<(&mut BlockedBpf, Option<&SideBand>, &[u32])>,
 ) -> Result<Option<StopReason>> {
     let fresh: RefCell<Vec<Note>> = RefCell::new(Vec::new());
     let reason;
@@ -322,7 +328,20 @@ fn follow_processes(
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            wait_readable(&[rb.epoll_fd(), stopper.wake_fd().as_raw_fd()], timeout);
+            // While no program that blocks sampling is loaded, look again
+            // whenever the side-band sees a load.
+            let mut fds = vec![rb.epoll_fd(), stopper.wake_fd().as_raw_fd()];
+            if let Some((b, sb, own)) = blocked.as_mut() {
+                if let Some(sb) = sb {
+                    sb.loads_seen();
+                }
+                b.check(*sb, own);
+                // (Without a side-band, `check` never leaves it waiting.)
+                if let (true, Some(sb)) = (b.waiting(), sb) {
+                    fds.push(sb.loads_fd());
+                }
+            }
+            wait_readable(&fds, timeout);
             rb.consume().context("reading process notifications")?;
             let now = Instant::now();
             let notes: Vec<Note> = fresh.borrow_mut().drain(..).collect();
@@ -601,21 +620,28 @@ impl BlockedBpf {
         })
     }
 
+    /// Whether the profile's loop should still look (see `check`).
+    fn waiting(&self) -> bool {
+        self.state.lock().is_ok_and(|b| b.waiting())
+    }
+
     /// Starts the second sampler (or the fallback) if a guarded program
     /// other than bpfscope's own is loaded now; without the side-band,
     /// assumes so (better the cost than the loss).
-    fn check(&self, sideband: Option<&SideBand>, own: &[u32]) {
+    fn check(&mut self, sideband: Option<&SideBand>, own: &[u32]) {
+        if !self.waiting() {
+            return;
+        }
         // The side-band's lock is taken and let go before this one: its
         // thread holds it while it runs `watch`'s hook, which takes ours.
         let loaded = sideband.is_none_or(|sb| sb.any_loaded(GUARDED_TYPES, own));
-        if !loaded {
-            return;
-        }
-        if let Ok(mut b) = self.state.lock() {
-            if self.verbose && b.waiting() {
+        if loaded {
+            if self.verbose {
                 eprintln!("bpfscope: a kprobe, tracepoint or perf_event BPF program is loaded: second sampler started");
             }
-            b.start(self.frequency);
+            if let Ok(mut b) = self.state.lock() {
+                b.start(self.frequency);
+            }
         }
     }
 
