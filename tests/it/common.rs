@@ -733,6 +733,18 @@ pub fn proc_start_state(pid: i32) -> Option<(u64, char)> {
     Some((start, state))
 }
 
+/// The CPU time a process has had (user and system), in seconds.
+pub fn cpu_seconds(pid: i32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime: fields 14 and 15, the 12th and 13th after the comm.
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some(ticks as f64 / hz.max(1) as f64)
+}
+
 /// True while the process that had this start time is alive (zombies,
 /// which hold no descriptors, count as gone).
 pub fn still_alive(pid: i32, start: u64) -> bool {
