@@ -436,25 +436,13 @@ pub fn start_cmd(mut cmd: Command, ready: &str) -> Running {
         stderr_lines: rx,
         stderr_seen: Vec::new(),
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match r.stderr_lines.recv_timeout(Duration::from_millis(100)) {
-            Ok(l) => {
-                let done = l.starts_with(ready);
-                r.stderr_seen.push(l);
-                if done {
-                    return r;
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                panic!(
-                    "bpfscope {args:?} exited before attaching: {:?}",
-                    r.stderr_seen
-                )
-            }
-        }
-        if Instant::now() > deadline {
+    match r.wait_for_line(|l| l.starts_with(ready), Duration::from_secs(60)) {
+        Ok(()) => r,
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!(
+            "bpfscope {args:?} exited before attaching: {:?}",
+            r.stderr_seen
+        ),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
             let _ = r.child.kill();
             panic!("bpfscope {args:?} did not attach: {:?}", r.stderr_seen);
         }
@@ -479,24 +467,35 @@ impl Running {
     /// Waits up to `limit` for a stderr line containing `pat` (the lines
     /// read are kept for `finish`); whether one came.
     pub fn wait_for_stderr(&mut self, pat: &str, limit: Duration) -> bool {
-        if self.stderr_seen.iter().any(|l| l.contains(pat)) {
-            return true;
+        self.wait_for_line(|l| l.contains(pat), limit).is_ok()
+    }
+
+    /// Waits up to `limit` for a stderr line `found` accepts, among those
+    /// seen so far or coming (all kept for `finish`); Disconnected when
+    /// stderr ended first, Timeout when the time ran out.
+    fn wait_for_line(
+        &mut self,
+        found: impl Fn(&str) -> bool,
+        limit: Duration,
+    ) -> Result<(), mpsc::RecvTimeoutError> {
+        if self.stderr_seen.iter().any(|l| found(l)) {
+            return Ok(());
         }
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             match self.stderr_lines.recv_timeout(Duration::from_millis(100)) {
                 Ok(l) => {
-                    let found = l.contains(pat);
+                    let hit = found(&l);
                     self.stderr_seen.push(l);
-                    if found {
-                        return true;
+                    if hit {
+                        return Ok(());
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+                Err(e) => return Err(e),
             }
         }
-        false
+        Err(mpsc::RecvTimeoutError::Timeout)
     }
 
     /// Sends SIGINT (what Ctrl-C does), collects the output and checks
@@ -724,20 +723,23 @@ pub fn descendants_of(pid: i32) -> Vec<i32> {
 /// A process's start time (clock ticks since boot, /proc/PID/stat field 22)
 /// and state letter, so a reused pid is not mistaken for the same process.
 pub fn proc_start_state(pid: i32) -> Option<(u64, char)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The comm (field 2) may hold spaces and parentheses: fields after the last ')'.
-    let rest = &s[s.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    let f = stat_fields(pid)?;
     let state = f.first()?.chars().next()?;
     let start = f.get(19)?.parse().ok()?;
     Some((start, state))
 }
 
-/// The CPU time a process has had (user and system), in seconds.
-pub fn cpu_seconds(pid: i32) -> Option<f64> {
+/// The fields of /proc/PID/stat after the comm (field 2, which may hold
+/// spaces and parentheses: what follows the last ')'), from the state on.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &s[s.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// The CPU time a process has had (user and system), in seconds.
+pub fn cpu_seconds(pid: i32) -> Option<f64> {
+    let f = stat_fields(pid)?;
     // utime and stime: fields 14 and 15, the 12th and 13th after the comm.
     let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
     // SAFETY: sysconf has no memory-safety preconditions.
