@@ -7,6 +7,14 @@ use bpfscope::cli::{Cli, Settings};
 use bpfscope::error::exit_code;
 
 fn main() {
+    // A panic on any thread ends the whole process at once, as the release
+    // profile's `panic = "abort"` did (dropped so that test builds share
+    // its dependencies): no thread goes on with the others gone.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
