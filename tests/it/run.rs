@@ -62,7 +62,8 @@ impl Tool {
 
     /// Waits until the tool printed its "Attaching" line and `more` lines after it.
     fn wait_ready(&mut self, more: usize) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        // Emulated, bpftrace's LLVM alone took over 60 s beside another guest.
+        let deadline = Instant::now() + Duration::from_secs(secs(60));
         loop {
             {
                 let l = self.lines.lock().unwrap();
@@ -172,7 +173,16 @@ pub(crate) fn side_by_side_until(
     let mut theirs = Tool::spawn("bpftrace", bt);
     let ours_ready = ours.wait_ready(header);
     if !theirs.wait_ready(header) {
+        let exited = matches!(theirs.child.try_wait(), Ok(Some(_)));
         let (_, err) = theirs.stop();
+        if !exited {
+            skip(&format!(
+                "bpftrace did not attach {} within {} s",
+                script.display(),
+                secs(60)
+            ));
+            return None;
+        }
         skip(&format!(
             "bpftrace cannot run {} here: {}",
             script.display(),
