@@ -76,7 +76,17 @@ fn program_loaded_and_unloaded_mid_profile_is_named_and_annotated() {
     // Ended by Ctrl-C once the program is gone, not after a fixed time:
     // an emulated guest took longer than 5 s for the writes, and the
     // recording ended with the program still loaded.
-    let recorder = start(&["record", "-F", "499", "-o", rec.to_str().unwrap()]);
+    // Without -d a recording ends after 10 s: in a slow guest that came
+    // before the unload (and the Ctrl-C then found it finishing).
+    let recorder = start(&[
+        "record",
+        "-F",
+        "499",
+        "--duration",
+        "3600",
+        "-o",
+        rec.to_str().unwrap(),
+    ]);
     // A program that does not exist when recording starts...
     // Without the per-CPU key cache: the general path's hash-map update
     // keeps the program long enough on the CPU for the sampler to find it
@@ -373,7 +383,18 @@ fn a_blocking_program_loaded_mid_profile_starts_the_second_sampler() {
     // Ended by Ctrl-C a while after bpftrace has attached: it compiles with
     // LLVM first, which took more than a fixed 20 s in a loaded emulated
     // guest.
-    let mut r = start(&["profile", "-v", "-F", "499", "-o", folded.to_str().unwrap()]);
+    // -d: without it the profile ends after 10 s, before bpftrace's load
+    // in a slow guest, and the Ctrl-C below then killed it while it wrote.
+    let mut r = start(&[
+        "profile",
+        "-v",
+        "-F",
+        "499",
+        "--duration",
+        "3600",
+        "-o",
+        folded.to_str().unwrap(),
+    ]);
     std::thread::sleep(Duration::from_millis(500));
     let bt = start_bpftrace_write_count();
     // Started once the side-band has read the load (-v says so): in a
