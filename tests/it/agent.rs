@@ -136,10 +136,8 @@ impl Agent {
 
 /// RssAnon of a process, in MiB (0 once it is gone).
 pub fn anon_mib(pid: i32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
+    status_field(pid, "RssAnon")
+        .as_deref()
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(0.0)

@@ -75,9 +75,8 @@ fn program_loaded_and_unloaded_mid_profile_is_named_and_annotated() {
     let _ = std::fs::remove_file(&rec);
     // Ended by Ctrl-C once the program is gone, not after a fixed time:
     // an emulated guest took longer than 5 s for the writes, and the
-    // recording ended with the program still loaded.
-    // Without -d a recording ends after 10 s: in a slow guest that came
-    // before the unload (and the Ctrl-C then found it finishing).
+    // recording ended with the program still loaded. Hence --duration too:
+    // its 10 s default came before the unload in a slow guest.
     let recorder = start(&[
         "record",
         "-F",
@@ -382,9 +381,8 @@ fn a_blocking_program_loaded_mid_profile_starts_the_second_sampler() {
     let folded = tmp("bpf-mid-run.folded");
     // Ended by Ctrl-C a while after bpftrace has attached: it compiles with
     // LLVM first, which took more than a fixed 20 s in a loaded emulated
-    // guest.
-    // -d: without it the profile ends after 10 s, before bpftrace's load
-    // in a slow guest, and the Ctrl-C below then killed it while it wrote.
+    // guest. Hence --duration too: at its 10 s default the profile ended
+    // before bpftrace's load, and the Ctrl-C then killed it while it wrote.
     let mut r = start(&[
         "profile",
         "-v",

@@ -747,6 +747,22 @@ pub fn cpu_seconds(pid: i32) -> Option<f64> {
     Some(ticks as f64 / hz.max(1) as f64)
 }
 
+/// The value of `key` (`"SigCgt"`, `"RssAnon"`) in /proc/PID/status.
+pub fn status_field(pid: i32, key: &str) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+}
+
+/// Whether `pid` has a handler for `sig` now: bit sig-1 of SigCgt (an
+/// exited process shows none).
+pub fn catches(pid: i32, sig: i32) -> bool {
+    status_field(pid, "SigCgt")
+        .and_then(|m| u64::from_str_radix(&m, 16).ok())
+        .is_some_and(|m| m & (1u64 << (sig - 1)) != 0)
+}
+
 /// True while the process that had this start time is alive (zombies,
 /// which hold no descriptors, count as gone).
 pub fn still_alive(pid: i32, start: u64) -> bool {

@@ -340,16 +340,6 @@ fn fault_run(args: &[String], ready: &str, moment: Moment, sig: i32) -> Outcome 
     }
 }
 
-/// Whether `pid` has a handler for `sig`: bit sig-1 of SigCgt.
-fn catches(pid: i32, sig: i32) -> bool {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigCgt:"))
-        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-        .is_some_and(|m| m & (1u64 << (sig - 1)) != 0)
-}
-
 /// Problems with the output directory: temporary files, or an output
 /// that exists but is not complete. `required`: the output must exist.
 fn output_problems(c: &Case, dir: &Path, required: bool) -> Vec<String> {

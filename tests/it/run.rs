@@ -60,10 +60,10 @@ impl Tool {
         }
     }
 
-    /// Waits until the tool printed its "Attaching" line and `more` lines after it.
+    /// Waits until the tool printed its "Attaching" line and `more` lines
+    /// after it, up to `attach_limit()`.
     fn wait_ready(&mut self, more: usize) -> bool {
-        // Emulated, bpftrace's LLVM alone took over 60 s beside another guest.
-        let deadline = Instant::now() + Duration::from_secs(secs(60));
+        let deadline = Instant::now() + attach_limit();
         loop {
             {
                 let l = self.lines.lock().unwrap();
@@ -130,6 +130,12 @@ impl Drop for Tool {
     }
 }
 
+/// How long each tool gets to attach: emulated, bpftrace's LLVM alone took
+/// over 60 s beside another guest.
+fn attach_limit() -> Duration {
+    Duration::from_secs(secs(60))
+}
+
 fn have_bpftrace() -> bool {
     Command::new("bpftrace")
         .arg("--version")
@@ -177,9 +183,9 @@ pub(crate) fn side_by_side_until(
         let (_, err) = theirs.stop();
         if !exited {
             skip(&format!(
-                "bpftrace did not attach {} within {} s",
+                "bpftrace did not attach {} within {:?}",
                 script.display(),
-                secs(60)
+                attach_limit()
             ));
             return None;
         }

@@ -677,18 +677,9 @@ fn ctrl_c_at_once_still_runs_end_and_prints_the_maps() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
         let mut child = c.spawn().unwrap();
-        let caught = |pid: u32| {
-            std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .ok()
-                .and_then(|s| {
-                    let l = s.lines().find(|l| l.starts_with("SigCgt:"))?;
-                    u64::from_str_radix(l[7..].trim(), 16).ok()
-                })
-                .is_some_and(|m| m & (1 << (libc::SIGINT - 1)) != 0)
-        };
         // A bpfscope that ended before its handlers were seen (an
         // exited process shows none) fails here instead of waiting forever.
-        while !caught(child.id()) {
+        while !catches(child.id() as i32, libc::SIGINT) {
             if child.try_wait().unwrap().is_some() {
                 let o = child.wait_with_output().unwrap();
                 panic!("{delay} ms: bpfscope ended before it caught SIGINT: {o:?}");
