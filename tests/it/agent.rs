@@ -192,7 +192,7 @@ pub fn http(
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, String, Vec<u8>) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(secs(5))).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
@@ -882,8 +882,10 @@ fn windows_are_pushed_with_labels_and_a_dead_store_costs_nothing() {
         let t = Instant::now();
         let (st, _, _) = agent.get("/healthz");
         assert_eq!(st, 200);
+        // Emulated, 3 s: a guest's one vCPU is shared with the busy
+        // workload and a second test; a push's retries take longer still.
         assert!(
-            t.elapsed() < Duration::from_secs(1),
+            t.elapsed() < Duration::from_secs(secs(1)),
             "healthz took {:?}",
             t.elapsed()
         );
@@ -902,8 +904,14 @@ fn windows_are_pushed_with_labels_and_a_dead_store_costs_nothing() {
     let pid = agent.run.pid();
     let t = Instant::now();
     agent.terminate();
-    // Retries are given up within the stop's grace, not waited out.
-    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    // Retries are given up within the stop's grace (5 s at most), not
+    // waited out (a backoff grows to 30 s); emulated, unloading takes longer.
+    let limit = if emulated() { 20 } else { 10 };
+    assert!(
+        t.elapsed() < Duration::from_secs(limit),
+        "{:?}",
+        t.elapsed()
+    );
     no_program_of(pid);
 }
 
@@ -1106,7 +1114,7 @@ fn a_scrape_storm_is_bounded_and_the_profile_unaffected() {
         codes.iter().step_by(10).filter(|&&c| c == 200).count() >= 4,
         "{codes:?}"
     );
-    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert!(took < Duration::from_secs(secs(30)), "{took:?}");
     // Connections are tasks, not threads.
     let (peak, anon) = *max_threads.lock().unwrap();
     assert!(peak <= before + 1, "threads {before} -> {peak}");

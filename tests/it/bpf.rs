@@ -230,8 +230,9 @@ fn top_on_a_terminal_ends_on(key: &[u8]) {
             break st;
         }
         assert!(
-            sent.elapsed() < Duration::from_secs(1),
-            "bpf top still runs 1 s after {key:?}"
+            sent.elapsed() < Duration::from_secs(secs(1)),
+            "bpf top still runs {} s after {key:?}",
+            secs(1)
         );
         std::thread::sleep(Duration::from_millis(10));
     };

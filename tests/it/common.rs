@@ -436,17 +436,55 @@ pub fn start_cmd(mut cmd: Command, ready: &str) -> Running {
         stderr_lines: rx,
         stderr_seen: Vec::new(),
     };
-    match r.wait_for_line(|l| l.starts_with(ready), Duration::from_secs(60)) {
+    // Emulated, three times as long: a 6.1 guest, its one vCPU shared with
+    // a second test's workload, once had a profile unattached after 60 s.
+    match r.wait_for_line(|l| l.starts_with(ready), Duration::from_secs(secs(60))) {
         Ok(()) => r,
         Err(mpsc::RecvTimeoutError::Disconnected) => panic!(
             "bpfscope {args:?} exited before attaching: {:?}",
             r.stderr_seen
         ),
         Err(mpsc::RecvTimeoutError::Timeout) => {
+            let whereabouts = threads_of(r.pid());
             let _ = r.child.kill();
-            panic!("bpfscope {args:?} did not attach: {:?}", r.stderr_seen);
+            panic!(
+                "bpfscope {args:?} did not attach: {:?}; its threads: {whereabouts}; load: {}",
+                r.stderr_seen,
+                std::fs::read_to_string("/proc/loadavg")
+                    .unwrap_or_default()
+                    .trim()
+            );
         }
     }
+}
+
+/// Each thread of `pid` as "name state wchan cpu-ticks", for a failure
+/// message that says whether a process was stuck, waiting or starved.
+pub fn threads_of(pid: i32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return "gone".into();
+    };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        let p = t.path();
+        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
+        let stat = read("stat");
+        // After the ")" closing the name: state, then utime and stime are
+        // the 12th and 13th fields.
+        let rest: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        out.push(format!(
+            "{} {} {} {}",
+            read("comm").trim(),
+            rest.first().unwrap_or(&"?"),
+            read("wchan").trim(),
+            ticks(11) + ticks(12)
+        ));
+    }
+    out.join(", ")
 }
 
 impl Drop for Running {
