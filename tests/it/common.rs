@@ -353,7 +353,8 @@ pub fn status_within(cmd: &mut Command, limit: Duration) -> std::process::ExitSt
 }
 
 /// Where each thread of a process is (state, kernel function it waits
-/// in, kernel stack): what a test that timed out on it shows.
+/// in, CPU ticks used, kernel stack): what a test that timed out on it
+/// shows; the ticks tell a starved thread from a stuck one.
 pub fn thread_states(pid: u32) -> String {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return "gone".into();
@@ -364,20 +365,24 @@ pub fn thread_states(pid: u32) -> String {
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
         let stat = read("stat");
         // "tid (comm) state ...": the state follows the last ')'.
-        let state = stat
+        let rest: Vec<&str> = stat
             .rsplit(')')
             .next()
             .unwrap_or("")
             .split_whitespace()
-            .next()
-            .unwrap_or("?")
-            .to_string();
+            .collect();
+        let state = rest.first().copied().unwrap_or("?");
+        // utime and stime are the 12th and 13th fields after the name.
+        let ticks: u64 = [11, 12]
+            .iter()
+            .filter_map(|&i| rest.get(i)?.parse::<u64>().ok())
+            .sum();
         let stack: Vec<String> = read("stack")
             .lines()
             .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
             .collect();
         out.push(format!(
-            "{} {} {} in {} [{}]",
+            "{} {} {} in {} after {ticks} ticks [{}]",
             t.file_name().to_string_lossy(),
             read("comm").trim(),
             state,
@@ -445,7 +450,7 @@ pub fn start_cmd(mut cmd: Command, ready: &str) -> Running {
             r.stderr_seen
         ),
         Err(mpsc::RecvTimeoutError::Timeout) => {
-            let whereabouts = threads_of(r.pid());
+            let whereabouts = thread_states(r.child.id());
             let _ = r.child.kill();
             panic!(
                 "bpfscope {args:?} did not attach: {:?}; its threads: {whereabouts}; load: {}",
@@ -456,35 +461,6 @@ pub fn start_cmd(mut cmd: Command, ready: &str) -> Running {
             );
         }
     }
-}
-
-/// Each thread of `pid` as "name state wchan cpu-ticks", for a failure
-/// message that says whether a process was stuck, waiting or starved.
-pub fn threads_of(pid: i32) -> String {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return "gone".into();
-    };
-    let mut out = Vec::new();
-    for t in tasks.flatten() {
-        let p = t.path();
-        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
-        let stat = read("stat");
-        // After the ")" closing the name: state, then utime and stime are
-        // the 12th and 13th fields.
-        let rest: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r.split_whitespace().collect())
-            .unwrap_or_default();
-        let ticks = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        out.push(format!(
-            "{} {} {} {}",
-            read("comm").trim(),
-            rest.first().unwrap_or(&"?"),
-            read("wchan").trim(),
-            ticks(11) + ticks(12)
-        ));
-    }
-    out.join(", ")
 }
 
 impl Drop for Running {

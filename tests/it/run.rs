@@ -63,18 +63,13 @@ impl Tool {
         }
     }
 
-    /// Waits until the tool printed its "Attaching" line and `more` lines
-    /// after it, up to `attach_limit()`.
-    fn wait_ready(&mut self, more: usize) -> bool {
+    /// Waits until the tool's lines satisfy `ready`, up to
+    /// `attach_limit()`; false if it exited or the time ran out.
+    fn wait_until(&mut self, ready: impl Fn(&[String]) -> bool) -> bool {
         let deadline = Instant::now() + attach_limit();
         loop {
-            {
-                let l = self.lines.lock().unwrap();
-                if let Some(i) = l.iter().position(|x| x.starts_with("Attaching")) {
-                    if l.len() > i + more {
-                        return true;
-                    }
-                }
+            if ready(&self.lines.lock().unwrap()) {
+                return true;
             }
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false;
@@ -86,22 +81,18 @@ impl Tool {
         }
     }
 
-    /// Waits until the tool printed `READY_MARK` (its BEGIN ran: every
-    /// probe is attached), up to `attach_limit()`.
+    /// Waits for the tool's "Attaching" line and `more` lines after it.
+    fn wait_ready(&mut self, more: usize) -> bool {
+        self.wait_until(|l| {
+            l.iter()
+                .position(|x| x.starts_with("Attaching"))
+                .is_some_and(|i| l.len() > i + more)
+        })
+    }
+
+    /// Waits for `READY_MARK` (its BEGIN ran: every probe is attached).
     fn wait_for_mark(&mut self) -> bool {
-        let deadline = Instant::now() + attach_limit();
-        loop {
-            if self.lines.lock().unwrap().iter().any(|x| x == READY_MARK) {
-                return true;
-            }
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return false;
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.wait_until(|l| l.iter().any(|x| x == READY_MARK))
     }
 
     /// Ctrl-C, then everything it printed. bpftrace 0.17 loses a SIGINT
