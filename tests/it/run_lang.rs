@@ -408,8 +408,6 @@ fn stacks_keep_their_limit_and_start_at_the_traced_code() {
     std::fs::write(&path, script).unwrap();
     let mut held = None;
     let Some((a, b)) = crate::run::side_by_side(&path, 0, || {
-        // bpftrace says "Attaching" before it attaches: give it time.
-        std::thread::sleep(Duration::from_secs(1));
         let mut c = Command::new(workload("btdrive"))
             .args(["bt_ustk", "syscalls", "3", "hold"])
             .spawn()
@@ -825,7 +823,6 @@ fn addresses_ports_and_arrays_of_sockets_as_bpftrace() {
     let path = scratch_dir(&test_name()).join("inet.bt");
     std::fs::write(&path, script).unwrap();
     let Some((a, b)) = crate::run::side_by_side(&path, 0, || {
-        std::thread::sleep(Duration::from_secs(1));
         let srv = std::net::TcpListener::bind("127.0.0.1:15581").unwrap();
         let c = std::net::TcpStream::connect("127.0.0.1:15581").unwrap();
         let (s, _) = srv.accept().unwrap();
@@ -922,7 +919,6 @@ fn software_events_count_as_bpftraces() {
     )
     .unwrap();
     let Some((a, b)) = crate::run::side_by_side(&path, 0, || {
-        std::thread::sleep(Duration::from_secs(1));
         let o = Command::new(workload("btdrive"))
             .args(["bt_faults", "faults", "300"])
             .output()
@@ -986,7 +982,6 @@ fn usym_names_a_user_address_as_bpftrace() {
     .unwrap();
     let mut held = None;
     let Some((a, b)) = crate::run::side_by_side(&path, 0, || {
-        std::thread::sleep(Duration::from_secs(1));
         held = Some(
             Command::new(workload("btdrive"))
                 .args(["bt_usym", "syscalls", "1", "hold"])
