@@ -491,8 +491,7 @@ fn no_false_warnings_on_python_extensions_and_short_lived_compilers() {
                 py.to_str().unwrap(),
                 "-c",
                 &format!(
-                    "import json, asyncio, ctypes, zoneinfo\nfor i in range({}): json.dumps({{'a': i}})",
-                    loops
+                    "import json, asyncio, ctypes, zoneinfo\nfor i in range({loops}): json.dumps({{'a': i}})"
                 ),
             ],
         );
