@@ -300,7 +300,9 @@ impl LostWhat {
         match self {
             LostWhat::Events => "the ring buffer was full; raise --ringbuf-kib or filter more",
             LostWhat::Keys => "the key map was full; raise --max-keys",
-            LostWhat::Stacks => "stacks could not be captured",
+            LostWhat::Stacks => {
+                "stacks could not be stored: the stack map was full (raise --max-stacks), another stack held their hash slot, or the thread had no user stack (kernel threads)"
+            }
             LostWhat::Nested => {
                 "events fired while the same program was running on that CPU (the kernel skips them)"
             }
