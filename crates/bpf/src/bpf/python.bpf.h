@@ -86,21 +86,21 @@ static __always_inline int bp_read_ptr(u64 *dst, u64 base, u32 off)
 	return bpf_probe_read_user(dst, sizeof(*dst), (void *)(base + off));
 }
 
-/* Whether the thread state ts is the sampled thread's (tid; fsbase on
- * x86-64); negative when it cannot be read. */
-static __always_inline int bp_py_mine(struct bp_interp *in, u64 ts, u32 tid, u64 fsbase)
+/* Whether the thread state ts is the sampled thread's: its id field (the
+ * native thread id on arm64, pthread_self, the fsbase, on x86-64) is
+ * want_id; negative when it cannot be read. */
+static __always_inline int bp_py_mine(struct bp_interp *in, u64 ts, u64 want_id)
 {
 	u64 id = 0;
 
 #if defined(__TARGET_ARCH_arm64)
 	if (bp_read_ptr(&id, ts, in->o.tstate_native_thread_id))
 		return -1;
-	return id == tid;
 #else
 	if (bp_read_ptr(&id, ts, in->o.tstate_thread_id))
 		return -1;
-	return id == fsbase;
 #endif
+	return id == want_id;
 }
 
 /* The sampled thread's PyThreadState: cached by thread id, else found in
@@ -109,8 +109,11 @@ static __always_inline int bp_py_mine(struct bp_interp *in, u64 ts, u32 tid, u64
  * A global function, so the verifier checks its loop once rather than once
  * per calling state (35,000 of the profiler's 146,000 verified
  * instructions). The interpreter comes by index, looked up inside: a
- * global function's pointer argument may be NULL and is checked anyway. */
-__noinline u64 bp_py_tstate(u32 interp_idx, u64 runtime, u32 tid, u64 fsbase)
+ * global function's pointer argument may be NULL and is checked anyway.
+ * Every argument is read on every architecture: the verifier checks each
+ * register the function's BTF declares, and clang leaves unset one the
+ * body ignores (arm64's unused fsbase: "Caller passes invalid args"). */
+__noinline u64 bp_py_tstate(u32 interp_idx, u64 runtime, u32 tid, u64 want_id)
 {
 	u64 ts = 0, interp = 0, *cached;
 	u32 idx = interp_idx & (BP_MAX_INTERPS - 1);
@@ -122,7 +125,7 @@ __noinline u64 bp_py_tstate(u32 interp_idx, u64 runtime, u32 tid, u64 fsbase)
 	cached = bpf_map_lookup_elem(&pythreads, &tid);
 	if (cached) {
 		ts = *cached;
-		if (bp_py_mine(in, ts, tid, fsbase) == 1)
+		if (bp_py_mine(in, ts, want_id) == 1)
 			return ts;
 	}
 	if (bp_read_ptr(&interp, runtime, in->o.runtime_interpreters_head) || !interp)
@@ -132,7 +135,7 @@ __noinline u64 bp_py_tstate(u32 interp_idx, u64 runtime, u32 tid, u64 fsbase)
 	for (int i = 0; i < BP_PY_THREADS_WALKED; i++) {
 		if (!ts)
 			return 0;
-		mine = bp_py_mine(in, ts, tid, fsbase);
+		mine = bp_py_mine(in, ts, want_id);
 		if (mine < 0)
 			return 0;
 		if (mine) {
@@ -271,7 +274,11 @@ static __always_inline int bp_py_enter(struct bp_unwind *u, u32 interp, struct b
 	u64 ts;
 
 	if (u->py_state == BP_PY_UNKNOWN) {
+#if defined(__TARGET_ARCH_arm64)
+		ts = bp_py_tstate(interp, runtime, u->tid, u->tid);
+#else
 		ts = bp_py_tstate(interp, runtime, u->tid, u->fsbase);
+#endif
 		u->py_frame = ts ? bp_py_current(in, ts) : 0;
 		u->py_state = u->py_frame ? BP_PY_READY : BP_PY_NONE_FOUND;
 		u->py_interp = interp;
