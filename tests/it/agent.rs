@@ -1454,7 +1454,11 @@ fn a_bpf_program_gone_before_its_profile_is_built_is_named_in_it() {
         })
         .map(|s| s.value[0])
         .sum();
-    assert!(in_prog >= 5, "samples in bpfscope_sysin: {in_prog}");
+    // Emulated, a timer interrupt lands only between translated blocks, so
+    // few land inside the program's JIT code (4 in a 6.12 guest once): there
+    // one named sample is the proof.
+    let floor = if emulated() { 1 } else { 5 };
+    assert!(in_prog >= floor, "samples in bpfscope_sysin: {in_prog}");
     let pid = agent.run.pid();
     agent.terminate();
     no_program_of(pid);
