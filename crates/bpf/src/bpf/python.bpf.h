@@ -274,11 +274,7 @@ static __always_inline int bp_py_enter(struct bp_unwind *u, u32 interp, struct b
 	u64 ts;
 
 	if (u->py_state == BP_PY_UNKNOWN) {
-#if defined(__TARGET_ARCH_arm64)
-		ts = bp_py_tstate(interp, runtime, u->tid, u->tid);
-#else
-		ts = bp_py_tstate(interp, runtime, u->tid, u->fsbase);
-#endif
+		ts = bp_py_tstate(interp, runtime, u->tid, u->py_thread_id);
 		u->py_frame = ts ? bp_py_current(in, ts) : 0;
 		u->py_state = u->py_frame ? BP_PY_READY : BP_PY_NONE_FOUND;
 		u->py_interp = interp;

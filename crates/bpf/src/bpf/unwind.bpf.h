@@ -168,12 +168,14 @@ struct bp_unwind {
 	/* Binary search bounds, kept in memory so that the verifier does not
 	 * follow every path of a search with concrete bounds. */
 	u32 lo, hi;
-	/* Python frames (python.bpf.h): the thread, its innermost frame not
-	 * yet stored, whether it was looked for, whether the walk is storing
-	 * an activation's frames, and in which interpreter. */
+	/* Python frames (python.bpf.h): the thread, the id its thread state
+	 * holds (pthread_self, the fsbase, on x86-64; the native thread id on
+	 * arm64), its innermost frame not yet stored, whether it was looked
+	 * for, whether the walk is storing an activation's frames, and in
+	 * which interpreter. */
 	u32 tid;
 	u32 py_state;
-	u64 fsbase;
+	u64 py_thread_id;
 	u64 py_frame;
 	u32 py_emit;
 	u32 py_interp;
@@ -1075,9 +1077,9 @@ static __always_inline u64 bp_user_stack(struct task_struct *t, u32 tgid)
 	u->py_frames = 0;
 	u->native_done = 0;
 #if defined(__TARGET_ARCH_arm64)
-	u->fsbase = 0;
+	u->py_thread_id = t->pid;
 #else
-	u->fsbase = BPF_CORE_READ((struct task_struct___fs *)t, thread.fsbase);
+	u->py_thread_id = BPF_CORE_READ((struct task_struct___fs *)t, thread.fsbase);
 #endif
 	u->h1 = 0x84222325cbf29ce4ULL;
 	u->h2 = 2;
