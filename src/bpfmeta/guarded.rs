@@ -94,7 +94,8 @@ pub struct GuardedSampler {
 }
 
 impl GuardedSampler {
-    /// Starts a cpu-clock sampler on every CPU at `hz`, kernel call chains only.
+    /// Starts a cpu-clock sampler on every CPU at `hz` (a fixed period, as
+    /// the main sampler's), kernel call chains only.
     pub fn start(hz: u64) -> Result<GuardedSampler> {
         let mut attr = libbpf_sys::perf_event_attr {
             type_: libbpf_sys::PERF_TYPE_SOFTWARE,
@@ -108,8 +109,10 @@ impl GuardedSampler {
             ),
             ..Default::default()
         };
-        attr.__bindgen_anon_1.sample_freq = hz;
-        attr.set_freq(1);
+        // The main sampler's fixed period, not a frequency the kernel
+        // adapts per tick: each sample then stands for the same time as
+        // one of the main sampler's, whatever the CPU did before.
+        attr.__bindgen_anon_1.sample_period = 1_000_000_000 / hz.max(1);
         attr.set_exclude_callchain_user(1);
         // Wake the reader every 256 samples, not each one.
         attr.__bindgen_anon_2.wakeup_events = 256;

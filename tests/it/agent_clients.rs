@@ -613,9 +613,38 @@ fn other_tools_bpf_programs_are_in_the_agents_profiles() {
         })
         .map(|s| s.value[0])
         .sum();
+    // What trace_call_bpf called, by name, to tell a program named
+    // otherwise from samples lost when this fails.
+    let mut callees: std::collections::BTreeMap<String, i64> = Default::default();
+    for s in &p.sample {
+        let names: Vec<Vec<String>> = s.location_id.iter().map(|&l| name(l)).collect();
+        if let Some(i) = names
+            .iter()
+            .position(|n| n.iter().any(|n| n == "trace_call_bpf"))
+        {
+            let callee = i
+                .checked_sub(1)
+                .and_then(|j| names[j].last().cloned())
+                .unwrap_or_else(|| "(leaf)".into());
+            *callees.entry(callee).or_default() += s.value[0];
+        }
+    }
+    eprintln!(
+        "{in_prog} of {total} samples of dd in bpftrace's program over {} ns; called by trace_call_bpf: {callees:?}",
+        p.duration_nanos
+    );
     assert!(
         in_prog * 50 >= total && in_prog > 0,
-        "{in_prog} of {total} samples of dd in bpftrace's program"
+        "{in_prog} of {total} samples of dd in bpftrace's program; called by trace_call_bpf: {callees:?}; agent: {}",
+        agent
+            .metric_text_unchecked()
+            .lines()
+            .filter(|l| !l.starts_with('#')
+                && ["samples_lost", "samples_in_bpf", "not_run", "bpf_events_lost"]
+                    .iter()
+                    .any(|k| l.contains(k)))
+            .collect::<Vec<_>>()
+            .join(" | ")
     );
     let n = agent
         .metric("bpfscope_agent_samples_in_bpf_total", None)
