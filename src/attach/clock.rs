@@ -8,15 +8,20 @@ use libbpf_rs::{Link, PerfEventOpts, ProgramMut};
 
 use crate::error::Error;
 
+/// The cpu-clock period in ns for `hz`: a fixed period in the clock's
+/// unit, not a frequency the kernel adapts towards, so samples taken are
+/// exactly ns counted / period. Every cpu-clock sampler takes this one.
+pub fn cpu_clock_period(hz: u64) -> u64 {
+    1_000_000_000 / hz.max(1)
+}
+
 /// One software cpu-clock event on `cpu`, sampling at `hz`, for all tasks.
 pub fn open_cpu_clock(cpu: u32, hz: u64) -> Result<OwnedFd> {
-    // A fixed period in ns (the clock's unit), not a frequency the kernel
-    // adapts towards: samples taken are then exactly ns counted / period.
     open_event(
         cpu,
         libbpf_sys::PERF_TYPE_SOFTWARE,
         u64::from(libbpf_sys::PERF_COUNT_SW_CPU_CLOCK),
-        1_000_000_000 / hz.max(1),
+        cpu_clock_period(hz),
     )
 }
 

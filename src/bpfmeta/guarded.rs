@@ -112,7 +112,7 @@ impl GuardedSampler {
         // The main sampler's fixed period, not a frequency the kernel
         // adapts per tick: each sample then stands for the same time as
         // one of the main sampler's, whatever the CPU did before.
-        attr.__bindgen_anon_1.sample_period = 1_000_000_000 / hz.max(1);
+        attr.__bindgen_anon_1.sample_period = crate::attach::clock::cpu_clock_period(hz);
         attr.set_exclude_callchain_user(1);
         // Wake the reader every 256 samples, not each one.
         attr.__bindgen_anon_2.wakeup_events = 256;

@@ -688,6 +688,7 @@ fn cpu_lines(m: &bpfscope_recording::Meta) -> Vec<String> {
         let mut p = format!("CPU {} {taken} taken", c.cpu);
         let mut notable = false;
         if let Some(idle) = c.idle_ns {
+            let due_idle = idle / period;
             if idle * 10 >= c.clock_ns {
                 notable = true;
                 p.push_str(&format!(
@@ -696,7 +697,6 @@ fn cpu_lines(m: &bpfscope_recording::Meta) -> Vec<String> {
                     secs(c.clock_ns),
                     c.idle
                 ));
-                let due_idle = idle / period;
                 if due_idle > c.idle + slack(due_idle) {
                     p.push_str(&format!(
                         "; its clock skipped {} while the CPU slept, no loss",
@@ -716,7 +716,7 @@ fn cpu_lines(m: &bpfscope_recording::Meta) -> Vec<String> {
             // fell in time the kernel counts as busy (interrupts, the idle
             // loop before the CPU sleeps): they count as busy samples.
             let due = (c.clock_ns - idle) / period;
-            let got = taken.saturating_sub(c.idle.min(idle / period));
+            let got = taken.saturating_sub(c.idle.min(due_idle));
             if due > got + slack(due) {
                 notable = true;
                 short.push((c.cpu, due - got));
