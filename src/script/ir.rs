@@ -17,6 +17,8 @@ pub const STR_MAX: usize = bs_limits::BS_STR_MAX.0 as usize;
 pub(crate) const KEY_MAX: usize = bs_limits::BS_KEY_MAX.0 as usize;
 pub(crate) const EVENT_MAX: usize = bs_limits::BS_EVENT_DATA_MAX.0 as usize;
 pub const JOIN_MAX: usize = bs_limits::BS_VM_JOIN_MAX.0 as usize;
+/// comm's bytes, its NUL included.
+pub(crate) const COMM_LEN: usize = bs_limits::BS_COMM_LEN.0 as usize;
 /// Key data starts with the map's id.
 pub const KEY_ID_LEN: usize = 8;
 /// Instructions in all probes' code.

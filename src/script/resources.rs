@@ -104,11 +104,12 @@ impl Shared {
     }
 
     /// Declares a map's kind and key on first use; later uses must agree.
+    /// `keys`: each part's type and the bytes it needs (see `KeyPart`).
     pub(crate) fn declare(
         &mut self,
         name: &str,
         kind: MapKind,
-        keys: &[Ty],
+        keys: &[(Ty, usize)],
         span: Span,
     ) -> Res<u32> {
         self.declare_as(name, kind, keys, None, span)
@@ -121,7 +122,7 @@ impl Shared {
         name: &str,
         shape: &TShape,
         tys: &[Ty],
-        keys: &[Ty],
+        keys: &[(Ty, usize)],
         span: Span,
     ) -> Res<Vec<u32>> {
         let mut ids = Vec::with_capacity(tys.len());
@@ -150,20 +151,21 @@ impl Shared {
         &mut self,
         name: &str,
         kind: MapKind,
-        keys: &[Ty],
+        keys: &[(Ty, usize)],
         tuple: Option<&TShape>,
         span: Span,
     ) -> Res<u32> {
+        let tys: Vec<Ty> = keys.iter().map(|k| k.0).collect();
         if let Some(id) = self.map_id(name) {
             let m = &mut self.maps[id as usize];
             let same_keys = m.keys.len() == keys.len()
-                && m.keys.iter().zip(keys).all(|(a, b)| same_ty(a.ty, *b));
+                && m.keys.iter().zip(keys).all(|(a, b)| same_ty(a.ty, b.0));
             if !same_keys {
                 return err(
                     span,
                     format!(
                         "{name} is used with keys of different types ({} here, {} before)",
-                        describe_keys(keys),
+                        describe_keys(&tys),
                         describe_keys(&m.keys.iter().map(|k| k.ty).collect::<Vec<_>>())
                     ),
                 );
@@ -218,21 +220,20 @@ impl Shared {
                     )
                 }
             }
+            // A part widens to the longest string any use puts in it.
+            let lens: Vec<usize> = m
+                .keys
+                .iter()
+                .zip(keys)
+                .map(|(a, b)| a.len.max(b.1))
+                .collect();
+            if lens.iter().zip(&m.keys).any(|(l, p)| *l != p.len) {
+                m.keys = key_parts(&tys, &lens, name, span)?;
+            }
             return Ok(id);
         }
-        let mut off = KEY_ID_LEN;
-        let mut parts = Vec::new();
-        for &ty in keys {
-            let len = if ty.in_slot() { STR_MAX } else { 8 };
-            parts.push(KeyPart { ty, off, len });
-            off += len;
-        }
-        if off > KEY_MAX {
-            return err(
-                span,
-                format!("{name}'s key takes {off} bytes; at most {KEY_MAX} fit (strings take {STR_MAX})"),
-            );
-        }
+        let lens: Vec<usize> = keys.iter().map(|k| k.1).collect();
+        let parts = key_parts(&tys, &lens, name, span)?;
         self.maps.push(MapDef {
             name: name.to_string(),
             kind,
@@ -241,6 +242,29 @@ impl Shared {
         });
         Ok((self.maps.len() - 1) as u32)
     }
+}
+
+/// A key's parts laid out in order after the map's id: numbers take 8
+/// bytes, a string part `len` (at most a slot, in whole words).
+fn key_parts(tys: &[Ty], lens: &[usize], name: &str, span: Span) -> Res<Vec<KeyPart>> {
+    let mut off = KEY_ID_LEN;
+    let mut parts = Vec::with_capacity(tys.len());
+    for (&ty, &len) in tys.iter().zip(lens) {
+        let len = if ty.in_slot() {
+            len.clamp(8, STR_MAX).next_multiple_of(8)
+        } else {
+            8
+        };
+        parts.push(KeyPart { ty, off, len });
+        off += len;
+    }
+    if off > KEY_MAX {
+        return err(
+            span,
+            format!("{name}'s key takes {off} bytes; at most {KEY_MAX} fit (strings take up to {STR_MAX})"),
+        );
+    }
+    Ok(parts)
 }
 
 /// Macros of the kernel headers scripts include (`#include <linux/sched.h>`):

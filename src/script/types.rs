@@ -103,7 +103,12 @@ pub enum MapKind {
     Agg(AggFn, /* signed value */ bool),
 }
 
-/// One key part: its type and offset in the key data.
+/// One key part: its type, offset and length in the key data. A number
+/// takes 8 bytes; a string as many as the longest string the map's writes
+/// can put there, its NUL included (comm: 16; anything not bounded: a whole
+/// slot), so a `@[comm]` key hashes and compares 16 bytes, not 64. A longer
+/// string looked up (never stored) is cut to the part: with no NUL in it, it
+/// matches no key, as it would whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyPart {
     pub ty: Ty,

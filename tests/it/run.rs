@@ -1157,7 +1157,7 @@ fn compiled_probes_print_what_the_machine_prints() {
             r#"tracepoint:raw_syscalls:sys_exit /comm == "bt_jit" && args->id == {NR_KILL}/ {{ @k = count(); @r = sum(args->ret); }}"#
         ),
     );
-    let cases: [(&str, String, &[&str]); 7] = [
+    let cases: [(&str, String, &[&str]); 8] = [
         (
             r#"tracepoint:syscalls:sys_enter_getppid /comm == "bt_jit"/ { @[comm] = count(); }"#,
             drive("syscalls", 3000),
@@ -1199,6 +1199,18 @@ fn compiled_probes_print_what_the_machine_prints() {
             drive("syscalls", 1000),
             &["@c: 1000\n", "@s: 499500\n", "@neg: -999\n", "@big: 499\n"],
         ),
+        // comm keys take 16 bytes, one part or beside a number, and are
+        // looked up by comm read again; comm read twice in a run is read once.
+        (
+            r#"tracepoint:syscalls:sys_enter_getppid /comm == "bt_jit"/ { @c[comm] = count(); @t[comm, tid > 0] = count(); @n[comm] = 1; }
+               tracepoint:syscalls:sys_exit_getppid /comm == "bt_jit"/ { @seen[@n[comm]] = count(); }"#,
+            drive("syscalls", 3000),
+            &[
+                "@c[bt_jit]: 3000\n",
+                "@t[bt_jit, 1]: 3000\n",
+                "@seen[1]: 3000\n",
+            ],
+        ),
     ];
     for (script, cmd, expect) in &cases {
         let (a, aerr) = run_on(script, cmd, false);
@@ -1227,6 +1239,53 @@ fn compiled_probes_print_what_the_machine_prints() {
             berr.contains("script machine (BPFSCOPE_SCRIPT_VM is set)"),
             "{berr}"
         );
+    }
+}
+
+/// A string key part is as long as the longest string its map's writes
+/// hold (comm 16 bytes, a literal its length): a map written with comm
+/// and with a longer literal keeps both whole; a lookup by a string longer
+/// than any key held misses instead of matching its first bytes; parts
+/// read back by `for` are whole strings. bpftrace prints the same maps, and
+/// the machine and compiled probes agree.
+#[test]
+#[ignore = "needs root and BPF"]
+fn string_key_parts_hold_what_is_written() {
+    require_root();
+    let body = r#"tracepoint:syscalls:sys_enter_getppid /comm == "bt_keys"/ {
+            @n[comm] = 1; @w[comm] = count(); @w["a string literal far longer than any comm"] = count(); }
+        tracepoint:syscalls:sys_exit_getppid /comm == "bt_keys"/ {
+            @hit[@n["bt_keys"], @n["bt_keys_but_longer_than_comm"]] = count(); }"#;
+    let cmd = format!("{} bt_keys syscalls 2000", workload("btdrive").display());
+    let expect = [
+        "@w[bt_keys]: 2000\n",
+        "@w[a string literal far longer than any comm]: 2000\n",
+        "@hit[1, 0]: 2000\n",
+    ];
+    let script =
+        format!(r#"{body} END {{ for ($kv : @n) {{ printf("back %s %d\n", $kv.0, $kv.1); }} }}"#);
+    let (a, _) = run_on(&script, &cmd, false);
+    let (b, _) = run_on(&script, &cmd, true);
+    assert_eq!(a, b, "compiled:\n{a}\nmachine:\n{b}");
+    for e in expect.iter().chain(&["back bt_keys 1\n"]) {
+        assert!(a.contains(e), "{e:?} in\n{a}");
+    }
+    // bpftrace 0.17 has no `for`: the maps without it.
+    let Some((ours, theirs)) = both_with_command(body, &cmd, false) else {
+        return;
+    };
+    let sorted = |s: &str| {
+        let mut v: Vec<String> = s.lines().map(str::to_string).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted(&ours),
+        sorted(&theirs),
+        "bpfscope:\n{ours}\nbpftrace:\n{theirs}"
+    );
+    for e in expect {
+        assert!(ours.contains(e), "{e:?} in\n{ours}");
     }
 }
 

@@ -81,7 +81,7 @@ impl<'a> Lower<'a> {
             // count(): AGG takes no value (BS_VMF_COUNT).
             None => (0, false),
         };
-        let kinds: Vec<Ty> = keyvals.iter().map(|k| k.ty.plain()).collect();
+        let kinds = self.key_kinds(keys, &keyvals);
         let id = self
             .sh
             .declare(&name_or_at(name), MapKind::Agg(agg, signed), &kinds, span)?;
@@ -139,8 +139,34 @@ impl<'a> Lower<'a> {
         Ok(out)
     }
 
-    /// The key of map `id` (the zeros past it are set by `finish_keys`,
-    /// once every map's key length is known).
+    /// Key parts as `declare` takes them: each one's type and the bytes
+    /// it needs. A string part needs what its expression can hold: comm
+    /// 16 bytes, a literal its length and NUL, anything else (a variable,
+    /// str(), a tuple's member) a whole slot.
+    pub(super) fn key_kinds(&self, keys: &[Expr], vals: &[Val]) -> Vec<(Ty, usize)> {
+        // A tuple key was flattened: its members' expressions are not at hand.
+        let exact = keys.len() == vals.len();
+        vals.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let len = match (v.ty, exact.then(|| &keys[i].kind)) {
+                    (t, _) if !t.in_slot() => 8,
+                    (Ty::Str, Some(ExprKind::Ident(n)))
+                        if n == "comm" && !self.sh.defines.contains_key(n) =>
+                    {
+                        COMM_LEN
+                    }
+                    (Ty::Str, Some(ExprKind::Str(s))) => crate::filter::raw::len(s) + 1,
+                    _ => STR_MAX,
+                };
+                (v.ty.plain(), len)
+            })
+            .collect()
+    }
+
+    /// The key of map `id`, each part where its map keeps it (the zeros
+    /// past the key are set by `finish_keys`, once every map's key length
+    /// is known).
     pub(super) fn build_key(&mut self, id: u32, vals: &[Val]) {
         // The most common key, one integer (`@start[tid]`), in one step.
         if let [v] = vals {
@@ -150,14 +176,23 @@ impl<'a> Lower<'a> {
             }
         }
         self.emit(insn(bs_vm_op::BS_VM_KEYCLR, 0, 0, 0).arg(id));
+        let parts = self
+            .sh
+            .maps
+            .get(id as usize)
+            .map(|m| m.keys.clone())
+            .unwrap_or_default();
         let mut off = KEY_ID_LEN;
-        for v in vals {
+        for (i, v) in vals.iter().enumerate() {
+            let (at, len) = parts.get(i).map_or((off, 0), |p| (p.off, p.len));
             if v.ty.in_slot() {
-                self.emit(insn(bs_vm_op::BS_VM_KEYSTR, 0, v.loc, 0).arg(off as u32));
-                off += STR_MAX;
+                let mut k = insn(bs_vm_op::BS_VM_KEYSTR, 0, v.loc, 0).arg(at as u32);
+                k.arg2 = if len == 0 { STR_MAX as u32 } else { len as u32 };
+                self.emit(k);
+                off = at + k.arg2 as usize;
             } else {
-                self.emit(insn(bs_vm_op::BS_VM_KEYNUM, 0, v.loc, 0).arg(off as u32));
-                off += 8;
+                self.emit(insn(bs_vm_op::BS_VM_KEYNUM, 0, v.loc, 0).arg(at as u32));
+                off = at + 8;
             }
         }
     }

@@ -436,7 +436,7 @@ impl<'a> Lower<'a> {
             ExprKind::Var(name) => self.set_var(name, v, span),
             ExprKind::Map { name, keys } => {
                 let keyvals = self.keys(keys)?;
-                let kinds: Vec<Ty> = keyvals.iter().map(|k| k.ty.plain()).collect();
+                let kinds = self.key_kinds(keys, &keyvals);
                 let ty = value_ty(v.ty, value.span)?;
                 let id = self
                     .sh

@@ -146,7 +146,7 @@ impl<'a> Lower<'a> {
         span: Span,
     ) -> Res<()> {
         let keyvals = self.keys(keys)?;
-        let kinds: Vec<Ty> = keyvals.iter().map(|k| k.ty.plain()).collect();
+        let kinds = self.key_kinds(keys, &keyvals);
         let mut vals = Vec::new();
         t.flatten(&mut vals);
         let tys = vals
@@ -301,8 +301,9 @@ impl<'a> Lower<'a> {
         );
         let mut parts = Vec::with_capacity(keys.len());
         for k in &keys {
+            // A string part's length (its slot is padded past it); 0: a number.
             let (loc, text) = if k.ty.in_slot() {
-                (self.slot(span)?, 1)
+                (self.slot(span)?, k.len as u32)
             } else {
                 (self.reg(span)?, 0)
             };

@@ -115,6 +115,10 @@ struct E<'a> {
     /// A plain map value read for that key, kept in FP_CACHE: read again
     /// before any write to a plain map, it is not looked up twice.
     cached: Option<KeyId>,
+    /// Slots (a bit each) that hold the task's comm, read earlier in
+    /// straight code: a second read (`/comm == "x"/ { @[comm] = count(); }`)
+    /// is not made again. comm does not change within a run.
+    comm_in: u8,
     /// raw_syscalls:sys_enter (false) or sys_exit (true) compiled onto the
     /// raw tracepoint of that name: its context is (regs, id or ret), not
     /// the record, so only `id` (enter) and `ret` (exit) can be read.
@@ -385,6 +389,10 @@ impl E<'_> {
                 let Some(comm) = self.env.comm_off else {
                     return Err("task_struct.comm not found in the kernel's BTF".into());
                 };
+                let bit = 1u8 << (x.dst & STR_MASK);
+                if self.comm_in & bit != 0 {
+                    return Ok(());
+                }
                 let base = sv_off(x.dst);
                 // Two plain loads through the BTF-typed task, as bs_comm;
                 // the rest of the slot zeroed (keys hash all 64 bytes).
@@ -447,7 +455,12 @@ impl E<'_> {
             bs_vm_op::BS_VM_KEYSTR => {
                 let at = KEYDATA + (x.arg & KEY_MASK) as usize;
                 let from = sv_off(x.a);
-                for w in 0..STR_MAX / 8 {
+                // The part's words (arg2: its length), as the machine copies.
+                let len = match x.arg2 as usize {
+                    0 => STR_MAX,
+                    n => n.min(STR_MAX),
+                };
+                for w in 0..len.div_ceil(8) {
                     self.put(ldx(DW, R1, R9, (from + 8 * w) as i16));
                     self.put(stx(DW, R9, (at + 8 * w) as i16, R1));
                 }
@@ -556,6 +569,30 @@ impl E<'_> {
             // A plain map written: what was read from it may be stale.
             bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MDEL => self.cached = None,
             _ => {}
+        }
+        match op {
+            bs_vm_op::BS_VM_SRCSTR => self.comm_in |= 1 << (x.dst & STR_MASK),
+            // Operations that write no slot.
+            bs_vm_op::BS_VM_AGG
+            | bs_vm_op::BS_VM_ALU
+            | bs_vm_op::BS_VM_BUCKET
+            | bs_vm_op::BS_VM_HALT
+            | bs_vm_op::BS_VM_JMP
+            | bs_vm_op::BS_VM_JZ
+            | bs_vm_op::BS_VM_JNZ
+            | bs_vm_op::BS_VM_KEY1
+            | bs_vm_op::BS_VM_KEYCLR
+            | bs_vm_op::BS_VM_KEYNUM
+            | bs_vm_op::BS_VM_KEYSTR
+            | bs_vm_op::BS_VM_LDI
+            | bs_vm_op::BS_VM_MDEL
+            | bs_vm_op::BS_VM_MGET
+            | bs_vm_op::BS_VM_MOV
+            | bs_vm_op::BS_VM_MSET
+            | bs_vm_op::BS_VM_SRC
+            | bs_vm_op::BS_VM_STREQC => {}
+            // Any other may write the slot it names.
+            _ => self.comm_in &= !(1 << (x.dst & STR_MASK)),
         }
         Ok(())
     }
@@ -878,6 +915,7 @@ fn emit_on(
         prov: [None; 32],
         key: None,
         cached: None,
+        comm_in: 0,
         raw_sys,
     };
     // The body first, to know whether it reads a syscall's arguments; the
@@ -903,6 +941,7 @@ fn emit_on(
             e.prov = [None; 32];
             e.key = None;
             e.cached = None;
+            e.comm_in = 0;
         }
         e.insn(pc, x, &mut cur_map)?;
         e.track(x)?;

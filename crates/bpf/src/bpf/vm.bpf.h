@@ -36,6 +36,23 @@ static __always_inline void bs_copy64(void *dst, const void *src)
 }
 
 /*
+ * A string key part of `len` bytes (a multiple of 8; 0: a whole slot)
+ * copied from src, the rest of dst's slot zeroed: a part is as long as the
+ * longest string its map's keys hold (comm: 16), so a part read back into
+ * a slot is padded as every slot is.
+ */
+static __always_inline void bs_copy_part(void *dst, const void *src, u32 len)
+{
+	u64 *d = dst;
+	const u64 *q = src;
+
+	if (!len)
+		len = BS_STR_MAX;
+	for (int k = 0; k < BS_STR_MAX / 8; k++)
+		d[k] = k * 8 < len ? q[k] : 0;
+}
+
+/*
  * Whether this session's code uses an operation: `vm_ops` is frozen
  * .rodata, so the verifier drops the cases no script of the session
  * uses and checks only the rest (load time falls with the script's size).
@@ -489,9 +506,19 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 	case BS_VM_KEYSTR:
 		if (!BS_ON(BS_VM_KEYSTR))
 			break;
-		/* A string part is a whole slot (zero padded), so keys hash equal. */
-		bs_copy64(BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1)), BS_SV(in->a));
+	{
+		/* The part's words only (arg2: its length): they hold the whole
+		 * string and its NUL, the slot's zero padding the rest; the words
+		 * after it belong to the next part or lie past the key. */
+		u64 *d = (u64 *)(BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1)));
+		const u64 *q = (const u64 *)BS_SV(in->a);
+		u32 len = in->arg2 ? in->arg2 : BS_STR_MAX;
+
+		for (int k = 0; k < BS_STR_MAX / 8; k++)
+			if (k * 8 < len)
+				d[k] = q[k];
 		break;
+	}
 	case BS_VM_BUCKET: {
 		if (!BS_ON(BS_VM_BUCKET))
 			break;
@@ -655,8 +682,10 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 	case BS_VM_KEYGET:
 		if (!BS_ON(BS_VM_KEYGET))
 			break;
+		/* arg2: a string part's length, 0 for a number. */
 		if (in->arg2)
-			bs_copy64(BS_SV(in->dst), BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1)));
+			bs_copy_part(BS_SV(in->dst), BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1)),
+				     in->arg2);
 		else
 			BS_R(in->dst) = *(u64 *)(BS_KEYDATA + (in->arg & (BS_KEY_MAX - 1)));
 		break;
