@@ -24,6 +24,16 @@ pub struct Env {
     pub self_tgid: u32,
     /// Offset of task_struct.comm (from the kernel's BTF).
     pub comm_off: Option<u32>,
+    /// bpf_rdonly_cast's and struct pt_regs' BTF ids, where the kernel has
+    /// the kfunc (6.2+): syscall probes read the registers in place.
+    pub regs_cast: Option<RegsCast>,
+}
+
+/// What a typed read of pt_regs takes (see `Env::regs_cast`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegsCast {
+    pub kfunc: u32,
+    pub pt_regs: u32,
 }
 
 /// Where a compiled probe runs.
@@ -980,13 +990,27 @@ fn emit_on(
     })
 }
 
+/// R0 = the context's pt_regs as the kernel's BTF type (bpf_rdonly_cast,
+/// which the verifier inlines): its fields are then plain loads the kernel
+/// guards, where a helper call (bpf_probe_read_kernel) would copy them.
+fn typed_regs(e: &mut E<'_>, c: RegsCast) {
+    e.put(ldx(DW, R1, R6, 0));
+    e.put(movi(R2, c.pt_regs as i32));
+    e.put(kfunc_call(c.kfunc));
+}
+
 /// What the generic programs do before a probe's code: which syscall,
 /// not bpfscope itself, not after the script ended, the scratch area, a
 /// syscall's arguments.
 fn entry(e: &mut E<'_>, path: &Path) {
     e.put(mov(R6, R1));
+    let size = if regs::NR_SIZE == 8 { DW } else { W };
     if let Path::Syscall(sc) = path {
-        if sc.exit {
+        if let (true, Some(c)) = (sc.exit, e.env.regs_cast) {
+            // sys_exit's number: one load through the typed registers.
+            typed_regs(e, c);
+            e.put(ldx(size, R1, R0, regs::NR as i16));
+        } else if sc.exit {
             // sys_exit's number: pt_regs' orig_ax or syscallno (the
             // tracepoint has none).
             e.put(ldx(DW, R3, R6, 0));
@@ -995,7 +1019,6 @@ fn entry(e: &mut E<'_>, path: &Path) {
             e.put(alui(alu::ADD, R1, i32::from(FP_KEY)));
             e.put(movi(R2, i32::from(regs::NR_SIZE)));
             e.put(call(helper::PROBE_READ_KERNEL));
-            let size = if regs::NR_SIZE == 8 { DW } else { W };
             e.put(ldx(size, R1, FP, FP_KEY));
         } else {
             e.put(ldx(DW, R1, R6, 8));
@@ -1015,7 +1038,16 @@ fn entry(e: &mut E<'_>, path: &Path) {
     e.put(call(helper::MAP_LOOKUP_ELEM));
     e.far(ji(jmp::JEQ, R0, 0, 0), To::End);
     e.put(mov(R9, R0));
-    if e.need_args {
+    if let (true, Some(c)) = (e.need_args, e.env.regs_cast) {
+        // The arguments' words through the typed registers, where
+        // bs_syscall_args' one read would put them.
+        typed_regs(e, c);
+        for w in ARG_WORD {
+            let at = regs::ARGS + 8 * w as i32;
+            e.put(ldx(DW, R1, R0, at as i16));
+            e.put(stx(DW, R9, (SCRATCH_ARGS + 8 * w) as i16, R1));
+        }
+    } else if e.need_args {
         // The 8 words holding the arguments in one read (regs::ARGS), as
         // bs_syscall_args reads them.
         e.put(mov(R1, R9));

@@ -218,6 +218,12 @@ pub fn call(helper: i32) -> Insn {
     i(JMP | jmp::CALL, 0, 0, 0, helper)
 }
 
+/// A call of the kernel function whose BTF id (in vmlinux) is `btf_id`
+/// (BPF_PSEUDO_KFUNC_CALL).
+pub fn kfunc_call(btf_id: u32) -> Insn {
+    i(JMP | jmp::CALL, 0, 2, 0, btf_id as i32)
+}
+
 pub fn exit() -> Insn {
     i(JMP | jmp::EXIT, 0, 0, 0, 0)
 }
@@ -405,6 +411,7 @@ pub fn listing(
             let to = k as i64 + 1 + i64::from(x.off);
             match op {
                 jmp::JA => format!("goto {to}"),
+                jmp::CALL if x.src == 2 => format!("call kfunc#{}", x.imm),
                 jmp::CALL => format!("call {}", helper_name(x.imm)),
                 jmp::EXIT => "exit".into(),
                 _ if x.code & X != 0 => {

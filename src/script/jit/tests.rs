@@ -36,6 +36,11 @@ fn lowered(src: &str) -> Lowered {
 const ENV: Env = Env {
     self_tgid: 4242,
     comm_off: Some(1752),
+    // A kernel with bpf_rdonly_cast; `without_the_kfunc` has none.
+    regs_cast: Some(RegsCast {
+        kfunc: 65477,
+        pt_regs: 162,
+    }),
 };
 
 fn listing_of(low: &Lowered) -> String {
@@ -149,6 +154,23 @@ fn comm_offset_comes_from_btf() {
             .comm_off
             .unwrap();
         assert!(off > 64 && off < 16384, "{off}");
+        // libbpf's parser finds what bpfscope's BTF index finds.
+        let btf = crate::probe::btf::vmlinux().unwrap();
+        let task = btf.struct_id("task_struct").unwrap();
+        let step = crate::probe::btf::Step {
+            arrow: false,
+            member: "comm".into(),
+        };
+        let w = btf.walk_in_memory("comm", task, &[step]).unwrap();
+        assert_eq!(u32::from(w.leaf_off), off);
+        // bpf_rdonly_cast's id and pt_regs' are the ones the index has
+        // (6.2+; none before).
+        let cast = env(&lowered("interval:ms:1 { @[tid] = count(); }")).regs_cast;
+        let want = btf.func("bpf_rdonly_cast").map(|f| RegsCast {
+            kfunc: f.func_id,
+            pt_regs: btf.struct_id("pt_regs").unwrap(),
+        });
+        assert_eq!(cast, want);
     }
     assert_eq!(
         env(&lowered("interval:ms:1 { @[tid] = count(); }")).comm_off,
@@ -188,4 +210,23 @@ fn a_value_read_again_for_the_same_key_is_not_looked_up_twice() {
     // after the write (the body's first read is the predicate's value).
     assert_eq!(text.matches("r1 = map @s").count(), 4, "{text}");
     assert_eq!(text.matches("*(u64 *)(fp-96)").count(), 3, "{text}");
+}
+
+/// sys_exit's number is a load through the typed registers where the
+/// kernel has bpf_rdonly_cast, a helper's copy where it has not.
+#[test]
+fn registers_are_read_in_place_where_the_kernel_has_the_kfunc() {
+    let low = lowered("interval:ms:1 { @a = count(); } interval:ms:2 { @b = count(); }");
+    let exit = |env: &Env| listing(&low, &emit(&low, 1, env).unwrap());
+    let typed = exit(&ENV);
+    assert!(typed.contains("call kfunc#65477"), "{typed}");
+    assert!(typed.contains("r2 = 162"), "{typed}");
+    assert!(!typed.contains("probe_read_kernel"), "{typed}");
+    let without_the_kfunc = Env {
+        regs_cast: None,
+        ..ENV
+    };
+    let copied = exit(&without_the_kfunc);
+    assert!(copied.contains("call probe_read_kernel"), "{copied}");
+    assert!(!copied.contains("kfunc"), "{copied}");
 }

@@ -47,6 +47,23 @@ struct pt_regs___bs {
 	__u64 orig_x0;
 	__s32 syscallno;
 } __attribute__((preserve_access_index));
+#else
+/* x86-64's pt_regs under the kernel's field names (the uapi header's are
+ * rdi, orig_rax, ...): the syscall raw tracepoints read the arguments and
+ * number in place through bpf_core_cast. */
+struct pt_regs___bs {
+	unsigned long r10;
+	unsigned long r9;
+	unsigned long r8;
+	unsigned long dx;
+	unsigned long si;
+	unsigned long di;
+	unsigned long orig_ax;
+} __attribute__((preserve_access_index));
 #endif
+
+/* A pointer as the kernel's BTF type its id names, read with plain loads
+ * the kernel guards (6.2+; the programs check bpf_ksym_exists first). */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 
 #endif /* BPFSCOPE_KERNEL_H */
