@@ -182,18 +182,20 @@ impl<'a> Lower<'a> {
             .get(id as usize)
             .map(|m| m.keys.clone())
             .unwrap_or_default();
+        // A map declared has a part per value; the layout before parts had
+        // lengths (whole slots) otherwise.
         let mut off = KEY_ID_LEN;
         for (i, v) in vals.iter().enumerate() {
-            let (at, len) = parts.get(i).map_or((off, 0), |p| (p.off, p.len));
+            let whole = if v.ty.in_slot() { STR_MAX } else { 8 };
+            let (at, len) = parts.get(i).map_or((off, whole), |p| (p.off, p.len));
             if v.ty.in_slot() {
                 let mut k = insn(bs_vm_op::BS_VM_KEYSTR, 0, v.loc, 0).arg(at as u32);
-                k.arg2 = if len == 0 { STR_MAX as u32 } else { len as u32 };
+                k.arg2 = len as u32;
                 self.emit(k);
-                off = at + k.arg2 as usize;
             } else {
                 self.emit(insn(bs_vm_op::BS_VM_KEYNUM, 0, v.loc, 0).arg(at as u32));
-                off = at + 8;
             }
+            off = at + len;
         }
     }
 

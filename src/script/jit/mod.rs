@@ -17,6 +17,8 @@ pub mod load;
 
 pub use emit::{emit, Env, Hook, Prog, RegsCast};
 
+use bpfscope_bpf::abi::bs_insn;
+
 use crate::script::ir::Lowered;
 
 /// Set to keep every probe on the script machine.
@@ -28,30 +30,40 @@ pub fn forced_vm() -> bool {
 }
 
 /// What this session's emitted code needs to know. The kernel's BTF is
-/// read only for a script that reads `comm` or has syscall probes.
+/// read only for a script that reads `comm`, or has syscall probes that
+/// read the registers (sys_exit's number, or an argument at sys_enter).
 pub fn env(low: &Lowered) -> Env {
+    use crate::attach::plan::Path;
     use bpfscope_bpf::abi::{bs_src_kind, bs_vm_op};
-    let comm = low.probes.iter().flat_map(|p| &p.code).any(|x| {
-        bs_vm_op(u32::from(x.op)) == bs_vm_op::BS_VM_SRCSTR
-            && low
-                .srcs
-                .get(x.arg as usize)
-                .is_some_and(|s| bs_src_kind(u32::from(s.kind)) == bs_src_kind::BS_SRC_COMM)
-    });
-    let syscalls = low
+    let reads = |code: &[bs_insn], op: bs_vm_op, kind: bs_src_kind| {
+        code.iter().any(|x| {
+            bs_vm_op(u32::from(x.op)) == op
+                && low
+                    .srcs
+                    .get(x.arg as usize)
+                    .is_some_and(|s| bs_src_kind(u32::from(s.kind)) == kind)
+        })
+    };
+    let comm = low
         .probes
         .iter()
-        .any(|p| matches!(p.path, crate::attach::plan::Path::Syscall(_)));
+        .any(|p| reads(&p.code, bs_vm_op::BS_VM_SRCSTR, bs_src_kind::BS_SRC_COMM));
+    let regs = low.probes.iter().any(|p| match &p.path {
+        Path::Syscall(sc) => {
+            sc.exit || reads(&p.code, bs_vm_op::BS_VM_SRC, bs_src_kind::BS_SRC_ARG)
+        }
+        _ => false,
+    });
     // libbpf's parser, not crate::probe::btf's index of every function:
     // 6 ms at start here, against 27.
-    let btf = (comm || syscalls)
+    let btf = (comm || regs)
         .then(|| libbpf_rs::btf::Btf::from_vmlinux().ok())
         .flatten();
     let btf = btf.as_ref();
     Env {
         self_tgid: std::process::id(),
         comm_off: btf.filter(|_| comm).and_then(comm_offset),
-        regs_cast: btf.filter(|_| syscalls).and_then(regs_cast),
+        regs_cast: btf.filter(|_| regs).and_then(regs_cast),
     }
 }
 

@@ -164,8 +164,11 @@ fn comm_offset_comes_from_btf() {
         let w = btf.walk_in_memory("comm", task, &[step]).unwrap();
         assert_eq!(u32::from(w.leaf_off), off);
         // bpf_rdonly_cast's id and pt_regs' are the ones the index has
-        // (6.2+; none before).
-        let cast = env(&lowered("interval:ms:1 { @[tid] = count(); }")).regs_cast;
+        // (6.2+; none before), for a sys_exit probe (the second).
+        let cast = env(&lowered(
+            "interval:ms:1 { @[tid] = count(); } interval:ms:2 { @[tid] = count(); }",
+        ))
+        .regs_cast;
         let want = btf.func("bpf_rdonly_cast").map(|f| RegsCast {
             kfunc: f.func_id,
             pt_regs: btf.struct_id("pt_regs").unwrap(),
@@ -174,6 +177,11 @@ fn comm_offset_comes_from_btf() {
     }
     assert_eq!(
         env(&lowered("interval:ms:1 { @[tid] = count(); }")).comm_off,
+        None
+    );
+    // A sys_enter probe that reads no argument reads no register: no BTF.
+    assert_eq!(
+        env(&lowered("interval:ms:1 { @[tid] = count(); }")).regs_cast,
         None
     );
 }
