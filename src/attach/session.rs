@@ -17,7 +17,7 @@ use crate::attach::features::{Features, Template};
 use crate::attach::kfunc::{self, ProgImage, RawLink};
 
 use crate::attach::libbpf_log;
-use crate::attach::plan::{KfuncPath, Mech, Path, Plan, PlannedProbe, VmImage};
+use crate::attach::plan::{KfuncPath, Mech, Path, Plan, PlannedProbe, VmImage, VmMapKind};
 use crate::attach::shape::{self, Shape};
 use crate::attach::target::Target;
 use bpfscope_bpf::abi::{bs_limits, bs_target_mode};
@@ -1092,7 +1092,7 @@ fn size_maps(
             .set_max_entries((vm.srcs.len() as u32).max(1))?;
         let nmaps = (vm.maps.len() as u32).max(1);
         let made = VmMaps::create(vm, start_size(plan))?;
-        for (outer, (h, _, _)) in [&mut maps.vm_aggs, &mut maps.vm_vals]
+        for (outer, (h, _, _)) in [&mut maps.vm_aggs, &mut maps.vm_vals, &mut maps.vm_slots]
             .into_iter()
             .zip(&made.outer)
         {
@@ -1114,24 +1114,31 @@ fn size_maps(
     Ok(vm_maps)
 }
 
-/// The inner template of a script's array of maps (vm_aggs, vm_vals):
-/// its inner maps must have the template's key size, the script's
-/// longest key. Held until the object is loaded.
-fn inner_template(agg: bool, key_size: u32) -> Result<MapHandle> {
-    inner_map(agg, "bs_inner", key_size, 1)
+/// The inner template of a script's array of maps (vm_aggs, vm_vals,
+/// vm_slots): its inner maps must have the template's key size, the
+/// script's longest key. Held until the object is loaded.
+/// Per-CPU arrays (vm_slots) all have `slots` entries: the kernel checks
+/// an array's size against its template's, and takes BPF_F_INNER_MAP
+/// (any size) for plain arrays only.
+fn inner_template(kind: VmMapKind, key_size: u32, slots: u32) -> Result<MapHandle> {
+    let entries = if kind == VmMapKind::Slots { slots } else { 1 };
+    inner_map(kind, "bs_inner", key_size, entries)
 }
 
 /// A script map's kernel map: per-CPU aggregates allocated as keys come
-/// (most maps hold few), or plain values preallocated (as bpftrace's).
-fn inner_map(agg: bool, name: &str, key_size: u32, entries: u32) -> Result<MapHandle> {
-    let (ty, value_size, flags) = if agg {
-        (
+/// (most maps hold few), plain values preallocated (as bpftrace's), or a
+/// keyless aggregation's buckets in a per-CPU array.
+fn inner_map(kind: VmMapKind, name: &str, key_size: u32, entries: u32) -> Result<MapHandle> {
+    let agg_val = std::mem::size_of::<bpfscope_bpf::abi::bs_agg_val>() as u32;
+    let (ty, key_size, value_size, flags) = match kind {
+        VmMapKind::Aggs => (
             MapType::PercpuHash,
-            std::mem::size_of::<bpfscope_bpf::abi::bs_agg_val>() as u32,
+            key_size,
+            agg_val,
             libbpf_sys::BPF_F_NO_PREALLOC,
-        )
-    } else {
-        (MapType::Hash, bs_limits::BS_VAL_MAX.0, 0)
+        ),
+        VmMapKind::Values => (MapType::Hash, key_size, bs_limits::BS_VAL_MAX.0, 0),
+        VmMapKind::Slots => (MapType::PercpuArray, 4, agg_val, 0),
     };
     let opts = libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as libbpf_sys::size_t,
@@ -1155,18 +1162,34 @@ fn inner_map(agg: bool, name: &str, key_size: u32, entries: u32) -> Result<MapHa
 struct VmMaps {
     /// Each script map's kernel map, in id order.
     inner: Vec<MapHandle>,
-    /// vm_aggs and vm_vals, each with the ids and map fds it is filled with.
+    /// vm_aggs, vm_vals and vm_slots (in `OUTER`'s order), each with the
+    /// ids and map fds it is filled with.
     outer: Vec<(MapHandle, Vec<u8>, Vec<u8>)>,
 }
+
+/// The script maps' arrays, by kind.
+const OUTER: [(VmMapKind, &str); 3] = [
+    (VmMapKind::Aggs, "vm_aggs"),
+    (VmMapKind::Values, "vm_vals"),
+    (VmMapKind::Slots, "vm_slots"),
+];
 
 impl VmMaps {
     fn create(vm: &VmImage, key_size: u32) -> Result<VmMaps> {
         let nmaps = (vm.maps.len() as u32).max(1);
-        let mut outer = Vec::with_capacity(2);
-        for (agg, name) in [(true, "vm_aggs"), (false, "vm_vals")] {
+        let slots = vm
+            .maps
+            .iter()
+            .filter(|m| m.kind == VmMapKind::Slots)
+            .map(|m| m.entries)
+            .max()
+            .unwrap_or(1);
+        let mut outer = Vec::with_capacity(OUTER.len());
+        for (kind, name) in OUTER {
             // The kernel keeps the template's shape: it may go once the
             // array exists.
-            let t = inner_template(agg, key_size).context("creating the script maps' template")?;
+            let t = inner_template(kind, key_size, slots)
+                .context("creating the script maps' template")?;
             let opts = libbpf_sys::bpf_map_create_opts {
                 sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as libbpf_sys::size_t,
                 inner_map_fd: t.as_fd().as_raw_fd() as u32,
@@ -1185,16 +1208,21 @@ impl VmMaps {
                 .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .take(12)
                 .collect();
-            let h = inner_map(m.agg, &format!("bs_{name}"), key_size, m.entries).with_context(
-                || {
+            let entries = if m.kind == VmMapKind::Slots {
+                slots
+            } else {
+                m.entries
+            };
+            let h =
+                inner_map(m.kind, &format!("bs_{name}"), key_size, entries).with_context(|| {
                     format!(
                         "creating the kernel map of {} ({} entries)",
                         m.name, m.entries
                     )
-                },
-            )?;
+                })?;
             let fd = h.as_fd().as_raw_fd() as u32;
-            let (_, keys, fds) = &mut outer[usize::from(!m.agg)];
+            let at = OUTER.iter().position(|o| o.0 == m.kind).unwrap_or(0);
+            let (_, keys, fds) = &mut outer[at];
             keys.extend_from_slice(&(id as u32).to_ne_bytes());
             fds.extend_from_slice(&fd.to_ne_bytes());
             inner.push(h);

@@ -162,6 +162,7 @@ pub fn run(s: RunSettings) -> Result<()> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(10240),
         syms: RefCell::new(SymCache::new(&low.texts)),
+        kept: HashMap::new(),
     };
     let result = ctx.main_loop(&stopper, gated);
     match result {
@@ -216,6 +217,9 @@ struct RunCtx<'a, 'obj> {
     keys_max: u32,
     cat_max: u64,
     syms: RefCell<SymCache>,
+    /// Per keyless aggregation (by map id), the buckets zero() kept:
+    /// they print as 0, as a hash map's zeroed keys do, until clear().
+    kept: HashMap<u32, BTreeSet<u32>>,
 }
 
 impl RunCtx<'_, '_> {
@@ -528,7 +532,12 @@ impl RunCtx<'_, '_> {
     fn read_map(&self, id: u32) -> Result<MapData> {
         let def = &self.low.maps[id as usize];
         let map = self.map_of(id);
-        let keys: Vec<Vec<u8>> = map.keys().collect();
+        let keys: Vec<Vec<u8>> = if def.slots {
+            // A keyless aggregation's array: every bucket, as a key header.
+            (0..def.buckets()).map(slot_key).collect()
+        } else {
+            map.keys().collect()
+        };
         let stack_ids = keys.iter().flat_map(|k| {
             let data = k.get(KHDR..).unwrap_or(&[]);
             def.keys.iter().filter_map(move |p| match p.ty {
@@ -584,13 +593,21 @@ impl RunCtx<'_, '_> {
                 // Key data (without the bucket) -> per-bucket totals.
                 let mut acc: BTreeMap<Vec<u8>, KeyTotals> = BTreeMap::new();
                 for k in keys {
+                    let bucket = u32::from_ne_bytes(k[..4].try_into().unwrap_or([0; 4]));
+                    let at = if def.slots { &k[..4] } else { &k[..] };
                     let Some(per_cpu) = map
-                        .lookup_percpu(&k, MapFlags::ANY)
+                        .lookup_percpu(at, MapFlags::ANY)
                         .context("reading a map")?
                     else {
                         continue;
                     };
-                    let bucket = u32::from_ne_bytes(k[..4].try_into().unwrap_or([0; 4]));
+                    // An array's bucket exists once counted (or kept by zero()).
+                    if def.slots
+                        && per_cpu.iter().all(|c| AggVal::from_bytes(c).count == 0)
+                        && !self.kept.get(&id).is_some_and(|b| b.contains(&bucket))
+                    {
+                        continue;
+                    }
                     let e = acc
                         .entry(group(&k))
                         .or_insert_with(|| (decode_key(&k), BTreeMap::new(), AggVal::default()));
@@ -704,6 +721,11 @@ impl RunCtx<'_, '_> {
     /// reads 0, as bpftrace's array does).
     fn clear_map(&mut self, id: u32) -> Result<()> {
         for id in self.with_members(id) {
+            if self.low.maps[id as usize].slots {
+                self.kept.remove(&id);
+                self.zero_slots(id, false);
+                continue;
+            }
             let map = self.map_of(id);
             let keys: Vec<Vec<u8>> = map.keys().collect();
             for k in keys {
@@ -722,7 +744,35 @@ impl RunCtx<'_, '_> {
         Ok(())
     }
 
+    /// A keyless aggregation's buckets zeroed on every CPU; with `keep`,
+    /// those counted so far are kept (see `kept`).
+    fn zero_slots(&mut self, id: u32, keep: bool) {
+        let map = self.map_of(id);
+        let mut counted = BTreeSet::new();
+        for b in 0..self.low.maps[id as usize].buckets() {
+            let k = b.to_ne_bytes();
+            let Ok(Some(per_cpu)) = map.lookup_percpu(&k, MapFlags::ANY) else {
+                continue;
+            };
+            if per_cpu.iter().all(|c| AggVal::from_bytes(c).count == 0) {
+                continue;
+            }
+            counted.insert(b);
+            let zero: Vec<Vec<u8>> = per_cpu.iter().map(|v| vec![0u8; v.len()]).collect();
+            // Events may land between the read and the write, as with a
+            // hash map's keys deleted one by one.
+            map.update_percpu(&k, &zero, MapFlags::ANY).ok();
+        }
+        if keep {
+            self.kept.entry(id).or_default().extend(counted);
+        }
+    }
+
     fn zero_one(&mut self, id: u32) {
+        if self.low.maps[id as usize].slots {
+            self.zero_slots(id, true);
+            return;
+        }
         let plain = matches!(self.low.maps[id as usize].kind, MapKind::Plain(_));
         let map = self.map_of(id);
         let keys: Vec<Vec<u8>> = map.keys().collect();
@@ -830,6 +880,14 @@ fn word(b: &[u8]) -> u64 {
     b.get(..8)
         .and_then(|x| x.try_into().ok())
         .map_or(0, u64::from_ne_bytes)
+}
+
+/// A keyless aggregation's bucket `b` as `read_map` takes keys: the key
+/// header (bucket, epoch 0), with no key data.
+fn slot_key(b: u32) -> Vec<u8> {
+    let mut k = b.to_ne_bytes().to_vec();
+    k.extend_from_slice(&[0; 4]);
+    k
 }
 
 /// Kernel and user addresses named so far (ksym(), usym()), and the

@@ -228,4 +228,69 @@ impl Expr {
         }
         Some(path)
     }
+
+    /// Calls `f` on this expression, then (when `f` says true) on each
+    /// expression inside it, in source order.
+    pub fn visit(&self, f: &mut dyn FnMut(&Expr) -> bool) {
+        if !f(self) {
+            return;
+        }
+        match &self.kind {
+            ExprKind::Map { keys: v, .. } | ExprKind::Call { args: v, .. } | ExprKind::Tuple(v) => {
+                v.iter().for_each(|x| x.visit(f))
+            }
+            ExprKind::Field { base, .. } => base.visit(f),
+            ExprKind::Index { base, index } => {
+                base.visit(f);
+                index.visit(f);
+            }
+            ExprKind::Unary { expr, .. } | ExprKind::Cast { expr, .. } => expr.visit(f),
+            ExprKind::Binary { lhs, rhs, .. } => {
+                lhs.visit(f);
+                rhs.visit(f);
+            }
+            ExprKind::Ternary { cond, then, els } => {
+                cond.visit(f);
+                then.visit(f);
+                els.visit(f);
+            }
+            ExprKind::Int(_)
+            | ExprKind::Str(_)
+            | ExprKind::Ident(_)
+            | ExprKind::Var(_)
+            | ExprKind::Positional(_)
+            | ExprKind::PositionalCount
+            | ExprKind::TypeName(_) => {}
+        }
+    }
+}
+
+/// [`Expr::visit`] on every expression the statements hold, nested
+/// blocks' too, in source order.
+pub fn visit_stmts(body: &[Stmt], f: &mut dyn FnMut(&Expr) -> bool) {
+    for s in body {
+        match s {
+            Stmt::Expr(e) | Stmt::Incr { target: e, .. } => e.visit(f),
+            Stmt::Assign { target, value, .. } => {
+                target.visit(f);
+                value.visit(f);
+            }
+            Stmt::If {
+                cond, then, els, ..
+            } => {
+                cond.visit(f);
+                visit_stmts(then, f);
+                visit_stmts(els, f);
+            }
+            Stmt::While { cond, body, .. } => {
+                cond.visit(f);
+                visit_stmts(body, f);
+            }
+            Stmt::Unroll { body, .. } | Stmt::Block { body, .. } | Stmt::For { body, .. } => {
+                visit_stmts(body, f)
+            }
+            Stmt::Let { value, .. } => value.iter().for_each(|v| v.visit(f)),
+            Stmt::Return(_) | Stmt::Break(_) | Stmt::Continue(_) => {}
+        }
+    }
 }

@@ -184,6 +184,10 @@ fn insn(i: &bs_insn, l: &Lowered) -> String {
         bs_vm_op::BS_VM_KEYGET if i.arg2 != 0 => format!("s{d}, key+{}", i.arg),
         bs_vm_op::BS_VM_KEYGET => format!("r{d}, key+{}", i.arg),
         bs_vm_op::BS_VM_BUCKET => format!("r{d}, r{a}, min {} step {} n {}", i.imm, i.arg, i.arg2),
+        // A keyless map's array (BS_VMF_SLOTS, which shares AGG's bit).
+        bs_vm_op::BS_VM_AGG if u32::from(i.flags) & bs_vm_flags::BS_VMF_SLOTS.0 != 0 => {
+            format!("r{a}, bucket r{b}, {} slots {}", map(i.arg), i.arg2)
+        }
         bs_vm_op::BS_VM_AGG => format!("r{a}, bucket r{b}"),
         bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_EVNUM if i.op == bs_vm_op::BS_VM_MSET.0 as u8 => {
             format!("r{a}")
@@ -204,7 +208,11 @@ fn insn(i: &bs_insn, l: &Lowered) -> String {
             i.arg, i.arg2, i.imm
         ),
     };
-    format!("{op:<8} {ops}{}", flags(i.flags))
-        .trim_end()
-        .to_string()
+    // On AGG, the bit BS_VMF_AGG names is BS_VMF_SLOTS, said in the operands.
+    let f = if i.op == bs_vm_op::BS_VM_AGG.0 as u8 {
+        i.flags & !(bs_vm_flags::BS_VMF_SLOTS.0 as u8)
+    } else {
+        i.flags
+    };
+    format!("{op:<8} {ops}{}", flags(f)).trim_end().to_string()
 }

@@ -28,7 +28,7 @@ use crate::attach::plan::{Path, Plan, PlannedProbe, Role, VmImage};
 use crate::error::Error;
 use crate::probe::{self, Probe, ProbeKind, ProbeSpec};
 use crate::usage;
-use ast::{Expr, ExprKind, ProbeBlock, Program, Span, Stmt};
+use ast::{visit_stmts, Expr, ExprKind, ProbeBlock, Program, Span, Stmt};
 use ir::{LowerError, Lowered, LoweredProbe, Trigger};
 use resources::Shared;
 
@@ -221,7 +221,16 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
             blocks: orphans,
         });
     }
-    let maps = types::infer(&probes, &shared);
+    let mut maps = types::infer(&probes, &shared);
+    // A keyless aggregation's buckets are array slots, unless delete()
+    // names it (a slot per CPU cannot be deleted from one probe).
+    let deleted = deleted_maps(&program, &defines);
+    for m in &mut maps {
+        m.slots = m.keys.is_empty()
+            && m.tuple.is_none()
+            && matches!(m.kind, types::MapKind::Agg(..))
+            && !deleted.contains(&m.name);
+    }
     // Passes 2 and 3, resources and code: the maps as typed, then each
     // probe's code, its errors now the script's.
     let mut sh = shared();
@@ -564,6 +573,33 @@ fn resolve(spec: &str, r: &mut probe::Resolver) -> Result<(Point, Vec<(String, S
     }
 }
 
+/// The maps a `delete()` names anywhere (in a statement, an expression
+/// or a `#define`'s body), with their '@'.
+fn deleted_maps(
+    program: &Program,
+    defines: &std::collections::HashMap<String, Expr>,
+) -> std::collections::HashSet<String> {
+    let mut out = std::collections::HashSet::new();
+    let mut f = |e: &Expr| {
+        if let ExprKind::Call { name, args } = &e.kind {
+            if let Some(ExprKind::Map { name: m, .. }) = args.first().map(|a| &a.kind) {
+                if name == "delete" {
+                    out.insert(format!("@{}", m.trim_start_matches('@')));
+                }
+            }
+        }
+        true
+    };
+    for b in &program.probes {
+        if let Some(p) = &b.predicate {
+            p.visit(&mut f);
+        }
+        visit_stmts(&b.body, &mut f);
+    }
+    defines.values().for_each(|e| e.visit(&mut f));
+    out
+}
+
 /// The maps some statement assigns (`@m[k] = v`, `@m = count()`, `@m++`),
 /// with their '@': the others are undefined.
 fn assigned_maps(program: &Program) -> std::collections::HashSet<String> {
@@ -612,66 +648,26 @@ fn fields_read(program: &Program, blocks: &[usize]) -> Vec<String> {
 }
 
 fn stmts_fields(body: &[Stmt], out: &mut BTreeSet<String>) {
-    for s in body {
-        match s {
-            Stmt::Expr(e) => expr_fields(e, out),
-            Stmt::Assign { target, value, .. } => {
-                expr_fields(target, out);
-                expr_fields(value, out);
-            }
-            Stmt::Incr { target, .. } => expr_fields(target, out),
-            Stmt::If {
-                cond, then, els, ..
-            } => {
-                expr_fields(cond, out);
-                stmts_fields(then, out);
-                stmts_fields(els, out);
-            }
-            Stmt::Unroll { body, .. } | Stmt::Block { body, .. } | Stmt::For { body, .. } => {
-                stmts_fields(body, out)
-            }
-            Stmt::Let { value, .. } => {
-                if let Some(v) = value {
-                    expr_fields(v, out);
-                }
-            }
-            Stmt::While { cond, body, .. } => {
-                expr_fields(cond, out);
-                stmts_fields(body, out);
-            }
-            Stmt::Return(_) | Stmt::Break(_) | Stmt::Continue(_) => {}
-        }
-    }
+    visit_stmts(body, &mut |e| fields_in(e, out));
 }
 
 fn expr_fields(e: &Expr, out: &mut BTreeSet<String>) {
-    match &e.kind {
-        ExprKind::Field { .. } => match e.args_path() {
-            Some(path) => {
-                out.insert(path);
-            }
-            None => expr_fields(e.member_chain().0, out),
-        },
-        ExprKind::Map { keys, .. } => keys.iter().for_each(|k| expr_fields(k, out)),
-        ExprKind::Index { base, index } => {
-            expr_fields(base, out);
-            expr_fields(index, out);
-        }
-        ExprKind::Unary { expr, .. } | ExprKind::Cast { expr, .. } => expr_fields(expr, out),
-        ExprKind::Binary { lhs, rhs, .. } => {
-            expr_fields(lhs, out);
-            expr_fields(rhs, out);
-        }
-        ExprKind::Ternary { cond, then, els } => {
-            expr_fields(cond, out);
-            expr_fields(then, out);
-            expr_fields(els, out);
-        }
-        ExprKind::Call { args, .. } | ExprKind::Tuple(args) => {
-            args.iter().for_each(|a| expr_fields(a, out))
-        }
-        _ => {}
+    e.visit(&mut |x| fields_in(x, out));
+}
+
+/// An `args` field path where `e` starts one (then nothing inside it is
+/// visited); else true, to visit inside.
+fn fields_in(e: &Expr, out: &mut BTreeSet<String>) -> bool {
+    if !matches!(e.kind, ExprKind::Field { .. }) {
+        return true;
     }
+    match e.args_path() {
+        Some(path) => {
+            out.insert(path);
+        }
+        None => expr_fields(e.member_chain().0, out),
+    }
+    false
 }
 
 /// The attach plan: one configuration per probe naming its code.
@@ -732,20 +728,23 @@ fn plan_of(l: &Lowered, keys_max: u32) -> Result<Plan, Error> {
 /// bucket of a histogram's key is an entry (bpftrace's key is the map's
 /// key and the bucket). A keyless map holds its one key's buckets.
 fn vm_map(m: &types::MapDef, keys_max: u32) -> crate::attach::plan::VmMap {
-    use types::{AggFn, MapKind};
-    let (agg, buckets) = match m.kind {
-        MapKind::Plain(_) => (false, 1),
-        MapKind::Agg(AggFn::Hist, _) => (true, ir::LOG2_BUCKETS),
-        MapKind::Agg(AggFn::Lhist { min, max, step }, _) => (true, ((max - min) / step) as u32 + 2),
-        MapKind::Agg(..) => (true, 1),
+    use crate::attach::plan::VmMapKind;
+    let kind = match m.kind {
+        types::MapKind::Plain(_) => VmMapKind::Values,
+        types::MapKind::Agg(..) if m.slots => VmMapKind::Slots,
+        types::MapKind::Agg(..) => VmMapKind::Aggs,
     };
     // Sized for every key's every bucket (keys_max x 66 for a log2
     // histogram), a map cost its hash buckets' 8 MB and 10 ms of the start
     // each; cpuwalk's keyless lhist of 1,002 buckets took 49 ms and 64 MB.
-    let entries = if m.keys.is_empty() { buckets } else { keys_max };
+    let entries = if m.keys.is_empty() {
+        m.buckets()
+    } else {
+        keys_max
+    };
     crate::attach::plan::VmMap {
         name: m.name.clone(),
-        agg,
+        kind,
         entries: entries.max(1),
     }
 }

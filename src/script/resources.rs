@@ -239,6 +239,7 @@ impl Shared {
             kind,
             keys: parts,
             tuple: tuple.cloned(),
+            slots: false,
         });
         Ok((self.maps.len() - 1) as u32)
     }

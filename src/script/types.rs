@@ -127,9 +127,22 @@ pub struct MapDef {
     /// i > 0 is held, under the same key, by the map named `@m.i` (a name
     /// no script can write), so every value fits the machine's 64 bytes.
     pub tuple: Option<TShape>,
+    /// A keyless aggregation that no `delete()` names: per CPU, an array
+    /// of its buckets (BS_VMF_SLOTS), not a hash map keyed by its id.
+    pub slots: bool,
 }
 
 impl MapDef {
+    /// The buckets one key's aggregate has: a log2 histogram's, an
+    /// lhist's steps and the two beyond its ends, else one.
+    pub fn buckets(&self) -> u32 {
+        match self.kind {
+            MapKind::Agg(AggFn::Hist, _) => LOG2_BUCKETS,
+            MapKind::Agg(AggFn::Lhist { min, max, step }, _) => ((max - min) / step) as u32 + 2,
+            _ => 1,
+        }
+    }
+
     pub fn key_len(&self) -> usize {
         self.keys.last().map_or(KEY_ID_LEN, |k| k.off + k.len)
     }

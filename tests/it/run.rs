@@ -1316,3 +1316,72 @@ fn a_probe_with_printf_falls_back_to_the_machine_and_says_why() {
         "{out}"
     );
 }
+
+/// A keyless aggregation lives in a per-CPU array of its buckets (an
+/// index where a hash map hashes a key), unless delete() names it: each
+/// kind, kept in an array and (named by a delete() that never finds it)
+/// in a hash map, prints the same, on compiled probes and on the machine,
+/// after zero() and clear() too.
+#[test]
+#[ignore = "needs root and BPF"]
+fn keyless_aggregations_in_arrays_print_what_hash_maps_print() {
+    require_root();
+    let script = r#"BEGIN { delete(@hc); delete(@hh); delete(@hl); delete(@hs); delete(@hm); delete(@hz); }
+        tracepoint:syscalls:sys_enter_getppid /comm == "bt_slots"/ {
+            $i = @n; @n = @n + 1;
+            @c = count(); @hc = count();
+            @h = hist($i * 100); @hh = hist($i * 100);
+            @l = lhist($i, 0, 1000, 100); @hl = lhist($i, 0, 1000, 100);
+            @s = stats($i); @hs = stats($i);
+            @m = min(-$i); @hm = min(-$i);
+            @z = hist($i); @hz = hist($i);
+        }
+        END { zero(@z); zero(@hz); print(@z); print(@hz); clear(@c); clear(@hc); }"#;
+    // The listing: the arrays are the maps no delete() names.
+    let mut c = Command::new(bin());
+    c.args(["run", "--dry-run", "-v", "-e", script]);
+    let o = run_cmd_timeout(&mut c, Duration::from_secs(30));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let listing = stdout(&o) + &stderr(&o);
+    let arrays: Vec<&str> = listing
+        .lines()
+        .filter(|l| l.contains(" slots "))
+        .filter_map(|l| l.split(", ").nth(2)?.split(' ').next())
+        .collect();
+    assert_eq!(arrays, ["@c", "@h", "@l", "@s", "@m", "@z"], "{listing}");
+    let cmd = format!("{} bt_slots syscalls 1000", workload("btdrive").display());
+    let (ours, err) = run_on(script, &cmd, false);
+    let (machine, _) = run_on(script, &cmd, true);
+    assert_eq!(ours, machine, "compiled:\n{ours}\nmachine:\n{machine}");
+    assert!(err.contains("compiled to BPF"), "{err}");
+    // A map's last block: its line and the lines up to a blank one.
+    let block = |name: &str| -> String {
+        let at = ours.rfind(&format!("\n{name}: ")).map_or(0, |i| i + 1);
+        let body: Vec<&str> = ours[at..]
+            .lines()
+            .enumerate()
+            .take_while(|(i, l)| *i == 0 || !(l.is_empty() || l.starts_with('@')))
+            .map(|(_, l)| l)
+            .collect();
+        body.join("\n").replacen(name, "@", 1)
+    };
+    for (a, h) in [
+        ("@c", "@hc"),
+        ("@h", "@hh"),
+        ("@l", "@hl"),
+        ("@s", "@hs"),
+        ("@m", "@hm"),
+        ("@z", "@hz"),
+    ] {
+        assert_eq!(block(a), block(h), "{a} against {h} in\n{ours}");
+    }
+    for e in [
+        "@c: 0\n",
+        "@m: -999\n",
+        "@s: count 1000, average 499, total 499500\n",
+        "[64K, 128K)          344 |",
+        "[900, 1000)          100 |",
+    ] {
+        assert!(ours.contains(e), "{e:?} in\n{ours}");
+    }
+}

@@ -292,8 +292,19 @@ pub struct VmImage {
 pub struct VmMap {
     /// As the script names it (`@start`).
     pub name: String,
-    pub agg: bool,
+    pub kind: VmMapKind,
     pub entries: u32,
+}
+
+/// What a script map's kernel map holds, and so its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmMapKind {
+    /// Plain values by key (`@start[tid] = nsecs`): a hash map.
+    Values,
+    /// Per-CPU aggregates by key and bucket: a hash map.
+    Aggs,
+    /// A keyless aggregation's buckets: a per-CPU array.
+    Slots,
 }
 
 impl Plan {

@@ -112,7 +112,6 @@ impl<'a> Lower<'a> {
             // Bucket 0, without a register.
             _ => {}
         }
-        self.build_key(id, &keyvals);
         let mut flags = sflag;
         match agg {
             AggFn::Min | AggFn::Max | AggFn::Stats => flags |= bs_vm_flags::BS_VMF_MINMAX.0 as u8,
@@ -120,6 +119,18 @@ impl<'a> Lower<'a> {
             AggFn::Count => flags |= bs_vm_flags::BS_VMF_COUNT.0 as u8,
             AggFn::Sum | AggFn::Avg => {}
         }
+        let def = &self.sh.maps[id as usize];
+        if def.slots {
+            // No key: the bucket indexes the map's array (map id in arg,
+            // its buckets in arg2).
+            let mut i = insn(bs_vm_op::BS_VM_AGG, 0, vreg, bucket)
+                .flags(flags | bs_vm_flags::BS_VMF_SLOTS.0 as u8)
+                .arg(id);
+            i.arg2 = def.buckets();
+            self.emit(i);
+            return Ok(());
+        }
+        self.build_key(id, &keyvals);
         self.emit(insn(bs_vm_op::BS_VM_AGG, 0, vreg, bucket).flags(flags));
         Ok(())
     }

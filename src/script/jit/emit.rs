@@ -476,6 +476,9 @@ impl E<'_> {
                 }
             }
             bs_vm_op::BS_VM_BUCKET => self.bucket(x),
+            bs_vm_op::BS_VM_AGG if u32::from(x.flags) & bs_vm_flags::BS_VMF_SLOTS.0 != 0 => {
+                self.slot_agg(x)
+            }
             bs_vm_op::BS_VM_AGG => {
                 let id = cur_map.ok_or("an aggregation whose map is not known here")?;
                 self.agg(x, id);
@@ -810,8 +813,6 @@ impl E<'_> {
     fn agg(&mut self, x: &bs_insn, id: u32) {
         let flags = u32::from(x.flags);
         let count_only = flags & bs_vm_flags::BS_VMF_COUNT.0 != 0;
-        let minmax = !count_only && flags & bs_vm_flags::BS_VMF_MINMAX.0 != 0;
-        let signed = flags & bs_vm_flags::BS_VMF_SIGNED.0 != 0;
         // The key's header: bucket, epoch.
         if !count_only && flags & bs_vm_flags::BS_VMF_BUCKET.0 != 0 {
             self.load_r(R1, x.b);
@@ -841,6 +842,39 @@ impl E<'_> {
         let done = self.fwd(ja(0));
         self.here(found);
         self.here(found2);
+        self.agg_add(x);
+        self.here(done);
+    }
+
+    /// The aggregate of a keyless map's bucket, in its array
+    /// (bs_vm_slot_agg): an index where `agg` hashes a key.
+    fn slot_agg(&mut self, x: &bs_insn) {
+        let flags = u32::from(x.flags);
+        if flags & bs_vm_flags::BS_VMF_COUNT.0 == 0 && flags & bs_vm_flags::BS_VMF_BUCKET.0 != 0 {
+            self.load_r(R1, x.b);
+            self.put(stx(W, FP, FP_KEY, R1));
+        } else {
+            self.put(st(W, FP, FP_KEY, 0));
+        }
+        self.map(R1, MapRef::Script(x.arg));
+        self.put(mov(R2, FP));
+        self.put(alui(alu::ADD, R2, i32::from(FP_KEY)));
+        self.put(call(helper::MAP_LOOKUP_ELEM));
+        let found = self.fwd(ji(jmp::JNE, R0, 0, 0));
+        // Past the array: never, as the compiler bounds buckets.
+        self.note_full(x.arg);
+        let done = self.fwd(ja(0));
+        self.here(found);
+        self.agg_add(x);
+        self.here(done);
+    }
+
+    /// Adds to the aggregate R0 points to, as bs_agg_val_add does.
+    fn agg_add(&mut self, x: &bs_insn) {
+        let flags = u32::from(x.flags);
+        let count_only = flags & bs_vm_flags::BS_VMF_COUNT.0 != 0;
+        let minmax = !count_only && flags & bs_vm_flags::BS_VMF_MINMAX.0 != 0;
+        let signed = flags & bs_vm_flags::BS_VMF_SIGNED.0 != 0;
         // Atomics, as bs_agg_val_add: uprobes can be preempted on a CPU.
         self.put(mov(R7, R0));
         self.put(movi(R8, 1));
@@ -867,7 +901,6 @@ impl E<'_> {
                 self.put(stx(DW, R7, off, R2));
             }
         }
-        self.here(done);
     }
 }
 

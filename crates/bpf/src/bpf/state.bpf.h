@@ -212,6 +212,26 @@ struct {
 	__array(values, struct bs_vm_aggmap);
 } vm_aggs SEC(".maps");
 
+/*
+ * A keyless aggregation's map (`@ = count()`, `@h = hist(x)`): per CPU, a
+ * struct bs_agg_val per bucket, indexed by the bucket (an array lookup,
+ * where a hash map would hash and compare a key). Only plain arrays take
+ * BPF_F_INNER_MAP, so all of a script's have the size of its largest.
+ */
+struct bs_vm_slotmap {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct bs_agg_val);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__array(values, struct bs_vm_slotmap);
+} vm_slots SEC(".maps");
+
 /* Preallocated, as bpftrace's: `@start[tid]` inserts and deletes at every event. */
 struct bs_vm_valmap {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -259,6 +259,8 @@ enum bs_vm_flags {
 	BS_VMF_SIGNED = 2, /* signed comparison, division, shift, extension */
 	BS_VMF_MINMAX = 4,
 	BS_VMF_AGG = 8,
+	/* AGG: the map has no key: a per-CPU array of arg2 buckets (vm_slots), map id in arg */
+	BS_VMF_SLOTS = 8,
 	BS_VMF_LOG2 = 16,  /* BUCKET: log2 */
 	BS_VMF_REGLEN = 32, /* STRPTR: the length limit is r[b], not imm */
 	BS_VMF_COUNT = 64,  /* AGG: count only (no value, bucket or sum) */

@@ -312,6 +312,19 @@ static __noinline void bs_vm_agg(struct bs_scratch *s, u32 bucket, u64 v, u32 fl
 		bs_vm_note(BS_NOTE_FULL, id);
 }
 
+/* BS_VM_AGG on a keyless map (BS_VMF_SLOTS): its bucket's slot, by index. */
+static __noinline void bs_vm_slot_agg(u32 id, u32 bucket, u64 v, u32 flags)
+{
+	void *m = bpf_map_lookup_elem(&vm_slots, &id);
+	struct bs_agg_val *a = m ? bpf_map_lookup_elem(m, &bucket) : NULL;
+
+	if (!a) {
+		bs_vm_note(BS_NOTE_FULL, id);
+		return;
+	}
+	bs_agg_val_add(a, v, !(flags & BS_VMF_COUNT), flags & BS_VMF_MINMAX, flags & BS_VMF_SIGNED);
+}
+
 /* A record of a script's action: printf arguments, join's strings... */
 static __noinline void bs_vm_emit(struct bs_scratch *s, u32 action, u32 size)
 {
@@ -546,8 +559,13 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 	case BS_VM_AGG:
 		if (!BS_ON(BS_VM_AGG))
 			break;
+		if (in->flags & BS_VMF_SLOTS)
+			bs_vm_slot_agg(in->arg,
+				       in->flags & BS_VMF_BUCKET && !(in->flags & BS_VMF_COUNT) ?
+					       BS_R(in->b) : 0,
+				       in->flags & BS_VMF_COUNT ? 0 : BS_R(in->a), in->flags);
 		/* count(): no value, no bucket, no sum. */
-		if (in->flags & BS_VMF_COUNT)
+		else if (in->flags & BS_VMF_COUNT)
 			bs_vm_agg(s, 0, 0, in->flags);
 		else
 			bs_vm_agg(s, in->flags & BS_VMF_BUCKET ? BS_R(in->b) : 0, BS_R(in->a), in->flags);
