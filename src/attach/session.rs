@@ -94,6 +94,10 @@ pub struct LoadConfig {
     pub ringbuf_bytes: Option<u32>,
     /// Report load times and verifier statistics.
     pub verbose: bool,
+    /// Probes (by index) that run as programs of their own (a script's
+    /// compiled probes): a generic program only they would use is not
+    /// loaded (bpfscope_tp's verifier pass is a third of a start).
+    pub compiled: Vec<usize>,
 }
 
 impl<'obj> Session<'obj> {
@@ -110,7 +114,7 @@ impl<'obj> Session<'obj> {
         let shape = Shape::of(plan);
         specialize(&mut open, plan, s, &shape)?;
         let vm_maps = size_maps(&mut open, plan, s, &shape)?;
-        let progs = Programs::for_plan(plan, &s.target, features);
+        let progs = Programs::for_plan(plan, s, features);
         let template = progs.template(features)?;
         progs.select(&mut open, template.as_ref())?;
         let skel = load_filling(open, s.verbose, vm_maps.as_ref())?;
@@ -1305,8 +1309,10 @@ struct Programs {
 }
 
 impl Programs {
-    fn for_plan(plan: &Plan, target: &Target, features: &Features) -> Programs {
-        let has = |f: &dyn Fn(&Path) -> bool| plan.probes.iter().any(|p| f(&p.path));
+    fn for_plan(plan: &Plan, s: &LoadConfig, features: &Features) -> Programs {
+        let has = |f: &dyn Fn(&Path) -> bool| {
+            (plan.probes.iter().enumerate()).any(|(i, p)| !s.compiled.contains(&i) && f(&p.path))
+        };
         let uses = |m: Mech, ret: Option<bool>| {
             plan.probes.iter().any(|p| {
                 matches!(&p.path, Path::Kfunc(k) if k.unavailable.is_none()
@@ -1327,7 +1333,7 @@ impl Programs {
             trigger: triggers,
             clock: has(&|p| matches!(p, Path::Clock { .. } | Path::Perf { .. })),
             usdt: has(&|p| matches!(p, Path::Usdt { .. })),
-            fork: matches!(target, Target::Command { .. }),
+            fork: matches!(s.target, Target::Command { .. }),
             kprobe: uses(Mech::Kprobe, None),
             kmulti: uses(Mech::KprobeMulti, None),
             fentry: uses(Mech::Fentry, Some(false)),
@@ -1541,6 +1547,10 @@ fn report_load(skel: &TraceSkel<'_>, took: std::time::Duration) {
             ));
         }
     }
+    if parts.is_empty() {
+        // Every probe runs as a compiled program of its own.
+        parts.push("no generic program".into());
+    }
     eprintln!(
         "loaded in {:.1} ms; verifier processed: {}",
         took.as_secs_f64() * 1e3,
@@ -1624,7 +1634,7 @@ mod tests {
             ],
             &f,
         );
-        let p = Programs::for_plan(&plan, &command(), &f);
+        let p = Programs::for_plan(&plan, &loading(command(), &[]), &f);
         let want = Programs {
             sysin: true,
             sysout: true,
@@ -1640,6 +1650,17 @@ mod tests {
         assert_eq!(p.template(&f).unwrap().unwrap().func, "vfs_read");
     }
 
+    fn loading(target: Target, compiled: &[usize]) -> LoadConfig {
+        LoadConfig {
+            target,
+            max_keys: None,
+            max_stacks: None,
+            ringbuf_bytes: None,
+            verbose: false,
+            compiled: compiled.to_vec(),
+        }
+    }
+
     #[test]
     fn programs_without_multi_links() {
         let f = Features::assumed(&[], Err("no".into()), Ok(()), false, false);
@@ -1652,7 +1673,7 @@ mod tests {
             ],
             &f,
         );
-        let p = Programs::for_plan(&plan, &Target::All, &f);
+        let p = Programs::for_plan(&plan, &loading(Target::All, &[]), &f);
         let want = Programs {
             tp: true,
             uprobe: true,
@@ -1660,6 +1681,9 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(p, want);
+        // The tracepoint's probe compiled: its generic program is left out.
+        let p = Programs::for_plan(&plan, &loading(Target::All, &[1]), &f);
+        assert_eq!(p, Programs { tp: false, ..want });
         assert_eq!(p.template(&f).unwrap(), None);
         // Used fentry on a kernel that refuses it (the plan came from elsewhere).
         let fentry = Programs {
@@ -1685,7 +1709,7 @@ mod tests {
         let plan = plan_of(vec![kfunc("f", KfuncKind::Fentry, None, true)], &f);
         assert!(matches!(&plan.probes[0].path, Path::Kfunc(k) if k.unavailable.is_some()));
         assert_eq!(
-            Programs::for_plan(&plan, &Target::Pid(1), &f),
+            Programs::for_plan(&plan, &loading(Target::Pid(1), &[]), &f),
             Programs::default()
         );
     }
@@ -1759,14 +1783,7 @@ mod tests {
         let s = config(Action::Count, &["comm", "pid"], None);
         let plan = build(&s, plain(vec![sched_switch()]), &features()).unwrap();
         assert_eq!(start_size(&plan), 8 + 24);
-        let s = LoadConfig {
-            target: Target::All,
-            max_keys: None,
-            max_stacks: None,
-            ringbuf_bytes: None,
-            verbose: false,
-        };
-        assert_eq!(ringbuf_bytes(&s), PAGE);
+        assert_eq!(ringbuf_bytes(&loading(Target::All, &[])), PAGE);
     }
 
     fn libbpf_err(errno: i32) -> libbpf_rs::Error {

@@ -390,6 +390,7 @@ fn trace_settings(
             max_stacks,
             ringbuf_bytes,
             verbose: output.verbose,
+            compiled: Vec::new(),
         },
         duration: seconds(target.duration, "--duration")?,
         interval: seconds(target.interval, "--interval")?,

@@ -68,8 +68,9 @@ pub fn run(s: RunSettings) -> Result<()> {
     }
     // Probes whose code has a BPF translation run as programs of their
     // own; the others on the script machine.
-    let mut chosen = script::jit::choose(low, &script::jit::env(low));
+    let mut chosen = script::jit::choose(low, &script::jit::assumed());
     if s.dry_run {
+        chosen = script::jit::choose(low, &script::jit::env(low));
         if s.verbose {
             for l in script::jit::describe(low, &chosen) {
                 eprintln!("{l}");
@@ -97,21 +98,48 @@ pub fn run(s: RunSettings) -> Result<()> {
     if let Some(p) = pid {
         stopper.watch_pid(p)?;
     }
-    let load = LoadConfig {
+    let ok = |chosen: &[Result<script::jit::Prog, String>]| -> Vec<usize> {
+        (chosen.iter().enumerate())
+            .filter(|(_, c)| c.is_ok())
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let mut load = LoadConfig {
         target: Target::All,
         // The script's maps are kernel maps of their own (vm_aggs, vm_vals).
         max_keys: None,
         max_stacks: (low.stacks.0 || low.stacks.1).then_some(MAX_STACKS),
         ringbuf_bytes: Some(RINGBUF),
         verbose: s.verbose,
+        compiled: ok(&chosen),
     };
-    let mut storage = MaybeUninit::uninit();
-    let mut session =
-        Session::load(&mut storage, plan, &load, &features).map_err(crate::error::refused)?;
+    let (mut storage, mut again) = (MaybeUninit::uninit(), MaybeUninit::uninit());
+    // The kernel's BTF (comm's offset, the registers' cast) is read while
+    // the object loads: 5 ms of a 30 ms start.
+    let (session, env) = std::thread::scope(|sc| {
+        let env = sc.spawn(|| script::jit::env(low));
+        let session = Session::load(&mut storage, plan, &load, &features);
+        (session, env.join())
+    });
+    let mut session = session.map_err(crate::error::refused)?;
+    let env = env.map_err(|_| anyhow::anyhow!("reading the kernel's BTF failed"))?;
+    chosen = script::jit::choose(low, &env);
+    let mut compiled_progs = script::jit::load::load_all(&session, &mut chosen);
+    if ok(&chosen) != load.compiled {
+        // A probe left on the machine after all (its program refused, or
+        // comm's offset not found) needs the generic program for its path,
+        // which was left out: the object is loaded again with it, and the
+        // others' programs against its maps.
+        drop(compiled_progs);
+        drop(session);
+        load.compiled = ok(&chosen);
+        session =
+            Session::load(&mut again, plan, &load, &features).map_err(crate::error::refused)?;
+        compiled_progs = script::jit::load::load_all(&session, &mut chosen);
+    }
     if let Some(bss) = session.skel.maps.bss_data.as_deref_mut() {
         bss.vm_t0 = bpfscope_sys::monotonic_ns();
     }
-    let compiled_progs = script::jit::load::load_all(&session, &mut chosen);
     session.set_own_programs(&compiled_progs.iter().map(|(i, _)| *i).collect::<Vec<_>>());
     if s.verbose {
         for l in script::jit::describe(low, &chosen) {

@@ -1385,3 +1385,53 @@ fn keyless_aggregations_in_arrays_print_what_hash_maps_print() {
         assert!(ours.contains(e), "{e:?} in\n{ours}");
     }
 }
+
+/// A script whose probes all compile loads no generic program; when the
+/// kernel refuses a compiled program (asked for here with
+/// BPFSCOPE_SCRIPT_REFUSE, as no kernel here refuses one), the object is
+/// loaded again with the generic program for that probe's path, and both
+/// probes count every event.
+#[test]
+#[ignore = "needs root and BPF"]
+fn a_refused_compiled_program_goes_back_to_the_machine_loaded_again() {
+    require_root();
+    let script = r#"tracepoint:syscalls:sys_enter_getppid /comm == "bt_refuse"/ { @a = count(); }
+        tracepoint:syscalls:sys_exit_getppid /comm == "bt_refuse"/ { @b[comm] = count(); }"#;
+    let cmd = format!("{} bt_refuse syscalls 300", workload("btdrive").display());
+    let run = |refuse: Option<&str>| {
+        let mut c = Command::new(bin());
+        c.args(["run", "-v", "-e", script, "-c", &cmd]);
+        if let Some(r) = refuse {
+            c.env("BPFSCOPE_SCRIPT_REFUSE", r);
+        }
+        let o = run_cmd_timeout(&mut c, Duration::from_secs(60));
+        assert!(o.status.success(), "{}", stderr(&o));
+        (stdout(&o), stderr(&o))
+    };
+    let loads = |err: &str| -> Vec<String> {
+        err.lines()
+            .filter_map(|l| l.split_once("; verifier processed: "))
+            .map(|(_, p)| p.to_string())
+            .collect()
+    };
+    let (out, err) = run(None);
+    assert_eq!(loads(&err), ["no generic program"], "{err}");
+    assert!(
+        out.contains("@a: 300\n") && out.contains("@b[bt_refuse]: 300\n"),
+        "{out}"
+    );
+    let (out, err) = run(Some("1"));
+    let l = loads(&err);
+    assert_eq!(l.len(), 2, "{err}");
+    assert_eq!(l[0], "no generic program", "{err}");
+    assert!(l[1].starts_with("bpfscope_sysout "), "{err}");
+    assert!(
+        err.contains("sys_exit_getppid: script machine (the kernel refused its program: refused on request (BPFSCOPE_SCRIPT_REFUSE))"),
+        "{err}"
+    );
+    assert!(err.contains("sys_enter_getppid: compiled to BPF"), "{err}");
+    assert!(
+        out.contains("@a: 300\n") && out.contains("@b[bt_refuse]: 300\n"),
+        "{out}"
+    );
+}

@@ -96,6 +96,11 @@ fn owned(fd: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// The index of a probe whose program is to be taken as refused by the
+/// kernel: the tests' way onto the fallback, which a kernel that accepts
+/// the emitted code never takes.
+pub const REFUSE: &str = "BPFSCOPE_SCRIPT_REFUSE";
+
 /// Loads every compiled probe's program; a probe whose program the kernel
 /// refuses goes back to the machine, with the verifier's reason. Returns
 /// (probe, program fd) of those loaded.
@@ -104,9 +109,15 @@ pub fn load_all(
     chosen: &mut [Result<Prog, String>],
 ) -> Vec<(usize, OwnedFd)> {
     let mut out = Vec::new();
+    let refuse: Option<usize> = std::env::var(REFUSE).ok().and_then(|v| v.parse().ok());
     for (i, c) in chosen.iter_mut().enumerate() {
         let Ok(prog) = c else { continue };
-        match load(session, i, prog) {
+        let loaded = if refuse == Some(i) {
+            Err(format!("refused on request ({REFUSE})"))
+        } else {
+            load(session, i, prog)
+        };
+        match loaded {
             Ok(fd) => out.push((i, fd)),
             Err(e) => *c = Err(format!("the kernel refused its program: {e}")),
         }

@@ -29,6 +29,18 @@ pub fn forced_vm() -> bool {
     std::env::var_os(FORCE_VM).is_some_and(|v| !v.is_empty() && v != "0")
 }
 
+/// The session as `choose` takes it before the kernel's BTF is read (in
+/// parallel with the object's load): which probes compile does not depend
+/// on the offsets and ids (a `comm` read assumes the offset is found; if
+/// not, `choose` with [`env`] says so and the run loads again).
+pub fn assumed() -> Env {
+    Env {
+        self_tgid: std::process::id(),
+        comm_off: Some(0),
+        regs_cast: None,
+    }
+}
+
 /// What this session's emitted code needs to know. The kernel's BTF is
 /// read only for a script that reads `comm`, or has syscall probes that
 /// read the registers (sys_exit's number, or an argument at sys_enter).
