@@ -106,7 +106,7 @@ pub fn run(s: RunSettings) -> Result<()> {
     };
     let mut load = LoadConfig {
         target: Target::All,
-        // The script's maps are kernel maps of their own (vm_aggs, vm_vals).
+        // The script's maps are kernel maps of their own (vm_aggs, vm_vals, vm_slots).
         max_keys: None,
         max_stacks: (low.stacks.0 || low.stacks.1).then_some(MAX_STACKS),
         ringbuf_bytes: Some(RINGBUF),
