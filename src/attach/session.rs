@@ -1120,10 +1120,10 @@ fn size_maps(
 
 /// The inner template of a script's array of maps (vm_aggs, vm_vals,
 /// vm_slots): its inner maps must have the template's key size, the
-/// script's longest key. Held until the object is loaded.
-/// Per-CPU arrays (vm_slots) all have `slots` entries: the kernel checks
-/// an array's size against its template's, and takes BPF_F_INNER_MAP
-/// (any size) for plain arrays only.
+/// script's longest key, and the per-CPU arrays (vm_slots) its `slots`
+/// entries, as the kernel checks an array's size against its template's
+/// (BPF_F_INNER_MAP, any size, is for plain arrays only). Held until the
+/// object is loaded.
 fn inner_template(kind: VmMapKind, key_size: u32, slots: u32) -> Result<MapHandle> {
     let entries = if kind == VmMapKind::Slots { slots } else { 1 };
     inner_map(kind, "bs_inner", key_size, entries)

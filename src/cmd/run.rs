@@ -68,9 +68,8 @@ pub fn run(s: RunSettings) -> Result<()> {
     }
     // Probes whose code has a BPF translation run as programs of their
     // own; the others on the script machine.
-    let mut chosen = script::jit::choose(low, &script::jit::assumed());
     if s.dry_run {
-        chosen = script::jit::choose(low, &script::jit::env(low));
+        let chosen = script::jit::choose(low, &script::jit::env(low));
         if s.verbose {
             for l in script::jit::describe(low, &chosen) {
                 eprintln!("{l}");
@@ -98,6 +97,9 @@ pub fn run(s: RunSettings) -> Result<()> {
     if let Some(p) = pid {
         stopper.watch_pid(p)?;
     }
+    // Which probes compile is known before the object loads (see
+    // jit::assumed); their programs are emitted again once the BTF is read.
+    let mut chosen = script::jit::choose(low, &script::jit::assumed());
     let ok = |chosen: &[Result<script::jit::Prog, String>]| -> Vec<usize> {
         (chosen.iter().enumerate())
             .filter(|(_, c)| c.is_ok())
@@ -631,7 +633,7 @@ impl RunCtx<'_, '_> {
                     };
                     // An array's bucket exists once counted (or kept by zero()).
                     if def.slots
-                        && per_cpu.iter().all(|c| AggVal::from_bytes(c).count == 0)
+                        && !counted(&per_cpu)
                         && !self.kept.get(&id).is_some_and(|b| b.contains(&bucket))
                     {
                         continue;
@@ -776,23 +778,23 @@ impl RunCtx<'_, '_> {
     /// those counted so far are kept (see `kept`).
     fn zero_slots(&mut self, id: u32, keep: bool) {
         let map = self.map_of(id);
-        let mut counted = BTreeSet::new();
+        let mut seen = BTreeSet::new();
         for b in 0..self.low.maps[id as usize].buckets() {
             let k = b.to_ne_bytes();
             let Ok(Some(per_cpu)) = map.lookup_percpu(&k, MapFlags::ANY) else {
                 continue;
             };
-            if per_cpu.iter().all(|c| AggVal::from_bytes(c).count == 0) {
+            if !counted(&per_cpu) {
                 continue;
             }
-            counted.insert(b);
+            seen.insert(b);
             let zero: Vec<Vec<u8>> = per_cpu.iter().map(|v| vec![0u8; v.len()]).collect();
             // Events may land between the read and the write, as with a
             // hash map's keys deleted one by one.
             map.update_percpu(&k, &zero, MapFlags::ANY).ok();
         }
         if keep {
-            self.kept.entry(id).or_default().extend(counted);
+            self.kept.entry(id).or_default().extend(seen);
         }
     }
 
@@ -908,6 +910,11 @@ fn word(b: &[u8]) -> u64 {
     b.get(..8)
         .and_then(|x| x.try_into().ok())
         .map_or(0, u64::from_ne_bytes)
+}
+
+/// Whether a per-CPU aggregate was counted on some CPU.
+fn counted(per_cpu: &[Vec<u8>]) -> bool {
+    per_cpu.iter().any(|c| AggVal::from_bytes(c).count != 0)
 }
 
 /// A keyless aggregation's bucket `b` as `read_map` takes keys: the key

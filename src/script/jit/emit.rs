@@ -811,15 +811,8 @@ impl E<'_> {
 
     /// The aggregate of the key in s->key in script map `id` (bs_vm_agg).
     fn agg(&mut self, x: &bs_insn, id: u32) {
-        let flags = u32::from(x.flags);
-        let count_only = flags & bs_vm_flags::BS_VMF_COUNT.0 != 0;
         // The key's header: bucket, epoch.
-        if !count_only && flags & bs_vm_flags::BS_VMF_BUCKET.0 != 0 {
-            self.load_r(R1, x.b);
-            self.put(stx(W, R9, SCRATCH_KEY as i16, R1));
-        } else {
-            self.put(st(W, R9, SCRATCH_KEY as i16, 0));
-        }
+        self.store_bucket(x, R9, SCRATCH_KEY as i16);
         self.map(R1, MapRef::Bss(BSS_EPOCH));
         self.put(ldx(W, R1, R1, 0));
         self.put(stx(W, R9, SCRATCH_KEY as i16 + 4, R1));
@@ -849,13 +842,7 @@ impl E<'_> {
     /// The aggregate of a keyless map's bucket, in its array
     /// (bs_vm_slot_agg): an index where `agg` hashes a key.
     fn slot_agg(&mut self, x: &bs_insn) {
-        let flags = u32::from(x.flags);
-        if flags & bs_vm_flags::BS_VMF_COUNT.0 == 0 && flags & bs_vm_flags::BS_VMF_BUCKET.0 != 0 {
-            self.load_r(R1, x.b);
-            self.put(stx(W, FP, FP_KEY, R1));
-        } else {
-            self.put(st(W, FP, FP_KEY, 0));
-        }
+        self.store_bucket(x, FP, FP_KEY);
         self.map(R1, MapRef::Script(x.arg));
         self.put(mov(R2, FP));
         self.put(alui(alu::ADD, R2, i32::from(FP_KEY)));
@@ -867,6 +854,18 @@ impl E<'_> {
         self.here(found);
         self.agg_add(x);
         self.here(done);
+    }
+
+    /// AGG's bucket as a 4-byte word at base+off: r[b] with
+    /// BS_VMF_BUCKET, else (and for count()) 0.
+    fn store_bucket(&mut self, x: &bs_insn, base: Reg, off: i16) {
+        let flags = u32::from(x.flags);
+        if flags & bs_vm_flags::BS_VMF_COUNT.0 == 0 && flags & bs_vm_flags::BS_VMF_BUCKET.0 != 0 {
+            self.load_r(R1, x.b);
+            self.put(stx(W, base, off, R1));
+        } else {
+            self.put(st(W, base, off, 0));
+        }
     }
 
     /// Adds to the aggregate R0 points to, as bs_agg_val_add does.

@@ -556,20 +556,20 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		}
 		break;
 	}
-	case BS_VM_AGG:
+	case BS_VM_AGG: {
 		if (!BS_ON(BS_VM_AGG))
 			break;
-		if (in->flags & BS_VMF_SLOTS)
-			bs_vm_slot_agg(in->arg,
-				       in->flags & BS_VMF_BUCKET && !(in->flags & BS_VMF_COUNT) ?
-					       BS_R(in->b) : 0,
-				       in->flags & BS_VMF_COUNT ? 0 : BS_R(in->a), in->flags);
 		/* count(): no value, no bucket, no sum. */
-		else if (in->flags & BS_VMF_COUNT)
-			bs_vm_agg(s, 0, 0, in->flags);
+		int count = in->flags & BS_VMF_COUNT;
+		u32 bucket = !count && (in->flags & BS_VMF_BUCKET) ? BS_R(in->b) : 0;
+		u64 v = count ? 0 : BS_R(in->a);
+
+		if (in->flags & BS_VMF_SLOTS)
+			bs_vm_slot_agg(in->arg, bucket, v, in->flags);
 		else
-			bs_vm_agg(s, in->flags & BS_VMF_BUCKET ? BS_R(in->b) : 0, BS_R(in->a), in->flags);
+			bs_vm_agg(s, bucket, v, in->flags);
 		break;
+	}
 	case BS_VM_MSET:
 	case BS_VM_MSETSTR: {
 		if (!BS_ON(BS_VM_MSET) && !BS_ON(BS_VM_MSETSTR))
