@@ -98,6 +98,9 @@ pub struct LoadConfig {
     /// compiled probes): a generic program only they would use is not
     /// loaded (bpfscope_tp's verifier pass is a third of a start).
     pub compiled: Vec<usize>,
+    /// A script has maps that may live in the threads' own storage: the
+    /// object's `vm_task` is created (it is not otherwise).
+    pub thread_maps: bool,
 }
 
 impl<'obj> Session<'obj> {
@@ -1109,6 +1112,7 @@ fn size_maps(
         maps.vm_cut
             .set_max_entries((plan.probes.len() as u32).max(1))?;
     }
+    maps.vm_task.set_autocreate(s.thread_maps)?;
     maps.events.set_max_entries(ringbuf_bytes(s))?;
     // Only a run that follows processes fills `tracked` (65,536 entries
     // preallocated cost 1.6 ms of every other run's start).
@@ -1658,6 +1662,7 @@ mod tests {
             ringbuf_bytes: None,
             verbose: false,
             compiled: compiled.to_vec(),
+            thread_maps: false,
         }
     }
 

@@ -225,11 +225,18 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
     // A keyless aggregation's buckets are array slots, unless delete()
     // names it (a slot per CPU cannot be deleted from one probe).
     let deleted = deleted_maps(&program, &defines);
+    let threads = thread_maps(&program, &defines);
     for m in &mut maps {
         m.slots = m.keys.is_empty()
             && m.tuple.is_none()
             && matches!(m.kind, types::MapKind::Agg(..))
             && !deleted.contains(&m.name);
+        m.thread = threads.contains(&m.name)
+            && m.keys.len() == 1
+            && !m.keys[0].ty.in_slot()
+            && m.tuple.is_none()
+            && !m.is_member()
+            && matches!(m.kind, types::MapKind::Plain(t) if !t.in_slot());
     }
     // Passes 2 and 3, resources and code: the maps as typed, then each
     // probe's code, its errors now the script's.
@@ -598,6 +605,90 @@ fn deleted_maps(
     }
     defines.values().for_each(|e| e.visit(&mut f));
     out
+}
+
+/// The maps (with their '@') whose only uses are `@m[tid]` (read,
+/// written, deleted) and a `clear(@m)` that END's body makes: no user
+/// space read can tell a thread's own storage from a hash map keyed by
+/// tid (a value of 0 reads as no key does), except where an exited
+/// thread's id is reused, which then finds no value where bpftrace's map
+/// keeps the old one.
+fn thread_maps(
+    program: &Program,
+    defines: &std::collections::HashMap<String, Expr>,
+) -> std::collections::HashSet<String> {
+    use std::collections::HashSet;
+    let at = |m: &str| format!("@{}", m.trim_start_matches('@'));
+    let (mut keyed, mut other, mut cleared) = (HashSet::new(), HashSet::new(), HashSet::new());
+    let tid_is_macro = defines.contains_key("tid");
+    let mut f = |e: &Expr| {
+        if let ExprKind::Map { name, keys } = &e.kind {
+            let by_tid = matches!(keys.as_slice(),
+                [k] if matches!(&k.kind, ExprKind::Ident(n) if n == "tid"));
+            if by_tid && !tid_is_macro {
+                keyed.insert(at(name));
+            } else {
+                other.insert(at(name));
+            }
+        }
+        true
+    };
+    for b in &program.probes {
+        let end = matches!(b.specs.as_slice(), [(s, _)] if s == "END") && b.predicate.is_none();
+        if let Some(p) = &b.predicate {
+            p.visit(&mut f);
+        }
+        for s in &b.body {
+            if let (true, Stmt::Expr(e)) = (end, s) {
+                if let ExprKind::Call { name, args } = &e.kind {
+                    if let [Expr {
+                        kind: ExprKind::Map { name: m, keys },
+                        ..
+                    }] = args.as_slice()
+                    {
+                        if name == "clear" && keys.is_empty() {
+                            cleared.insert(at(m));
+                            continue;
+                        }
+                    }
+                }
+            }
+            visit_stmts(std::slice::from_ref(s), &mut f);
+        }
+    }
+    fn for_maps(body: &[Stmt], out: &mut HashSet<String>) {
+        for s in body {
+            match s {
+                Stmt::For { map, body, .. } => {
+                    out.insert(format!("@{}", map.trim_start_matches('@')));
+                    for_maps(body, out);
+                }
+                Stmt::If { then, els, .. } => {
+                    for_maps(then, out);
+                    for_maps(els, out);
+                }
+                Stmt::Unroll { body, .. } | Stmt::While { body, .. } | Stmt::Block { body, .. } => {
+                    for_maps(body, out)
+                }
+                _ => {}
+            }
+        }
+    }
+    for b in &program.probes {
+        for_maps(&b.body, &mut other);
+    }
+    // A map named in a macro's body: its uses are not all in sight.
+    let mut named = |e: &Expr| {
+        if let ExprKind::Map { name, .. } = &e.kind {
+            other.insert(at(name));
+        }
+        true
+    };
+    defines.values().for_each(|e| e.visit(&mut named));
+    keyed
+        .into_iter()
+        .filter(|m| cleared.contains(m) && !other.contains(m))
+        .collect()
 }
 
 /// The maps some statement assigns (`@m[k] = v`, `@m = count()`, `@m++`),

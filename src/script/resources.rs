@@ -240,6 +240,7 @@ impl Shared {
             keys: parts,
             tuple: tuple.cloned(),
             slots: false,
+            thread: false,
         });
         Ok((self.maps.len() - 1) as u32)
     }

@@ -130,6 +130,10 @@ pub struct MapDef {
     /// A keyless aggregation that no `delete()` names: per CPU, an array
     /// of its buckets (BS_VMF_SLOTS), not a hash map keyed by its id.
     pub slots: bool,
+    /// Numbers keyed by `tid` alone, cleared at END and otherwise never
+    /// named whole: a word in the thread's own storage can hold them when
+    /// every probe that names the map is compiled (see `jit::choose`).
+    pub thread: bool,
 }
 
 impl MapDef {

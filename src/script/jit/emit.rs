@@ -27,6 +27,15 @@ pub struct Env {
     /// bpf_rdonly_cast's and struct pt_regs' BTF ids, where the kernel has
     /// the kfunc (6.2+): syscall probes read the registers in place.
     pub regs_cast: Option<RegsCast>,
+    /// Script maps (a bit per map id) kept in the threads' own storage,
+    /// a word each in id order (see `MapDef::thread`).
+    pub task: u64,
+}
+
+/// Where map `id`'s word is in a thread's storage, if it has one there.
+pub fn task_word(task: u64, id: u32) -> Option<i16> {
+    let bit = 1u64.checked_shl(id)?;
+    (task & bit != 0).then(|| 8 * (task & (bit - 1)).count_ones() as i16)
 }
 
 /// What a typed read of pt_regs takes (see `Env::regs_cast`).
@@ -52,6 +61,8 @@ pub struct Prog {
     /// (instruction, map) of each map load.
     pub maps: Vec<(usize, MapRef)>,
     pub hook: Hook,
+    /// The thread-storage maps it was emitted with (`Env::task`).
+    pub task: u64,
 }
 
 const SCRATCH_R: usize = offset_of!(bs_scratch, r);
@@ -440,6 +451,18 @@ impl E<'_> {
                     self.far(ji(c, R1, 0, 0), to);
                 }
             }
+            bs_vm_op::BS_VM_KEYCLR | bs_vm_op::BS_VM_KEY1
+                if task_word(self.env.task, x.arg).is_some() =>
+            {
+                // The key is the current thread: its storage is the map.
+                let tid = self.prov[usize::from(x.a & REG_MASK)]
+                    .map(|s| self.src(s).map(|s| bs_src_kind(u32::from(s.kind))))
+                    .transpose()?;
+                if op != bs_vm_op::BS_VM_KEY1 || tid != Some(bs_src_kind::BS_SRC_TID) {
+                    return Err("a thread-storage map keyed by other than tid".into());
+                }
+                *cur_map = Some(x.arg);
+            }
             bs_vm_op::BS_VM_KEYCLR | bs_vm_op::BS_VM_KEY1 => {
                 self.imm(R1, i64::from(x.arg));
                 self.put(stx(DW, R9, KEYDATA as i16, R1));
@@ -483,6 +506,13 @@ impl E<'_> {
                 let id = cur_map.ok_or("an aggregation whose map is not known here")?;
                 self.agg(x, id);
             }
+            bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MGET | bs_vm_op::BS_VM_MDEL
+                if cur_map
+                    .and_then(|id| task_word(self.env.task, id))
+                    .is_some() =>
+            {
+                self.task_op(op, x, cur_map.unwrap_or_default())?;
+            }
             bs_vm_op::BS_VM_MSET => {
                 let id = cur_map.ok_or("a map update whose map is not known here")?;
                 // One update, as bpftrace's, not the machine's lookup then
@@ -507,25 +537,13 @@ impl E<'_> {
             }
             bs_vm_op::BS_VM_MGET => {
                 let id = cur_map.ok_or("a map read whose map is not known here")?;
-                if self.key.is_some() && self.cached == self.key {
-                    // Read just before for the same key (a predicate's
-                    // `@s[tid]`, then the body's): no second lookup.
-                    self.put(ldx(DW, R1, FP, FP_CACHE));
-                    self.store_r(x.dst, R1);
+                if self.cached_read(x.dst) {
                     return Ok(());
                 }
                 self.put(st(DW, R9, SCRATCH_KEY as i16, 0));
                 self.map_key(id);
                 self.put(call(helper::MAP_LOOKUP_ELEM));
-                self.put(movi(R1, 0));
-                let j = self.fwd(ji(jmp::JEQ, R0, 0, 0));
-                self.put(ldx(DW, R1, R0, 0));
-                self.here(j);
-                self.store_r(x.dst, R1);
-                if self.key.is_some() {
-                    self.put(stx(DW, FP, FP_CACHE, R1));
-                    self.cached = self.key;
-                }
+                self.read_value(x.dst, 0);
             }
             bs_vm_op::BS_VM_MDEL => {
                 let id = cur_map.ok_or("a delete whose map is not known here")?;
@@ -538,6 +556,68 @@ impl E<'_> {
                     "`{}` runs on the machine",
                     crate::script::disasm::op_name(x.op)
                 ))
+            }
+        }
+        Ok(())
+    }
+
+    /// Register `dst` = the value read just before for the same key (a
+    /// predicate's `@s[tid]`, then the body's), if it was: no second lookup.
+    fn cached_read(&mut self, dst: u8) -> bool {
+        if self.key.is_none() || self.cached != self.key {
+            return false;
+        }
+        self.put(ldx(DW, R1, FP, FP_CACHE));
+        self.store_r(dst, R1);
+        true
+    }
+
+    /// Register `dst` = the number at R0 + `off`, 0 when R0 is null (no
+    /// such key); kept for `cached_read` when the key is known.
+    fn read_value(&mut self, dst: u8, off: i16) {
+        self.put(movi(R1, 0));
+        let j = self.fwd(ji(jmp::JEQ, R0, 0, 0));
+        self.put(ldx(DW, R1, R0, off));
+        self.here(j);
+        self.store_r(dst, R1);
+        if self.key.is_some() {
+            self.put(stx(DW, FP, FP_CACHE, R1));
+            self.cached = self.key;
+        }
+    }
+
+    /// A read, write or delete of map `id`'s word in the current thread's
+    /// storage (created by a write only). A value of 0 reads as no key
+    /// does, so a delete writes 0; a write the kernel refuses storage for
+    /// is counted as a full map's.
+    fn task_op(&mut self, op: bs_vm_op, x: &bs_insn, id: u32) -> R<()> {
+        let word = task_word(self.env.task, id).ok_or("not a thread-storage map")?;
+        let create = op == bs_vm_op::BS_VM_MSET;
+        if op == bs_vm_op::BS_VM_MGET && self.cached_read(x.dst) {
+            return Ok(());
+        }
+        self.put(call(helper::GET_CURRENT_TASK_BTF));
+        self.put(mov(R2, R0));
+        self.map(R1, MapRef::Task);
+        self.put(movi(R3, 0));
+        // BPF_LOCAL_STORAGE_GET_F_CREATE
+        self.put(movi(R4, i32::from(create)));
+        self.put(call(helper::TASK_STORAGE_GET));
+        match op {
+            bs_vm_op::BS_VM_MGET => self.read_value(x.dst, word),
+            bs_vm_op::BS_VM_MSET => {
+                let none = self.fwd(ji(jmp::JEQ, R0, 0, 0));
+                self.load_r(R1, x.a);
+                self.put(stx(DW, R0, word, R1));
+                let done = self.fwd(ja(0));
+                self.here(none);
+                self.note_full(id);
+                self.here(done);
+            }
+            _ => {
+                let none = self.fwd(ji(jmp::JEQ, R0, 0, 0));
+                self.put(st(DW, R0, word, 0));
+                self.here(none);
             }
         }
         Ok(())
@@ -1019,6 +1099,7 @@ fn emit_on(
         insns: e.out,
         maps: e.maps,
         hook,
+        task: env.task,
     })
 }
 

@@ -94,6 +94,7 @@ pub mod helper {
     pub const PROBE_READ_KERNEL: i32 = 113;
     pub const JIFFIES64: i32 = 118;
     pub const RINGBUF_OUTPUT: i32 = 130;
+    pub const TASK_STORAGE_GET: i32 = 156;
     pub const GET_CURRENT_TASK_BTF: i32 = 158;
 }
 
@@ -112,6 +113,8 @@ pub enum MapRef {
     Lost,
     /// A script map's own kernel map, by the script's map id.
     Script(u32),
+    /// The threads' own storage of tid-keyed maps (`vm_task`).
+    Task,
 }
 
 /// One instruction (two for a 64-bit immediate load).
@@ -319,6 +322,7 @@ fn helper_name(id: i32) -> String {
         helper::JIFFIES64 => "jiffies64".into(),
         helper::RINGBUF_OUTPUT => "ringbuf_output".into(),
         helper::GET_CURRENT_TASK_BTF => "get_current_task_btf".into(),
+        helper::TASK_STORAGE_GET => "task_storage_get".into(),
         n => format!("helper#{n}"),
     }
 }

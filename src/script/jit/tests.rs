@@ -41,11 +41,12 @@ const ENV: Env = Env {
         kfunc: 65477,
         pt_regs: 162,
     }),
+    task: 0,
 };
 
 fn listing_of(low: &Lowered) -> String {
     let mut out = String::new();
-    for (p, c) in low.probes.iter().zip(choose(low, &ENV)) {
+    for (p, c) in low.probes.iter().zip(choose(low, &ENV, &[])) {
         match c {
             Ok(prog) => {
                 out += &format!("{}:\n{}\n", p.probe.name, listing(low, &prog));
@@ -60,8 +61,13 @@ fn listing_of(low: &Lowered) -> String {
 fn listings_match_the_golden_files() {
     crate::script::golden::check_dir(DIR, "bpf", 4, |name, src| {
         let got = listing_of(&lowered(src));
-        // Every shape here is one the emitter translates whole.
-        assert!(!got.contains("script machine"), "{name}.bt:\n{got}");
+        // Every shape here is one the emitter translates whole (END
+        // aside, which bpfscope runs itself).
+        let machine = got.lines().filter(|l| l.contains("script machine"));
+        assert!(
+            machine.clone().all(|l| l.starts_with("END:")),
+            "{name}.bt:\n{got}"
+        );
         got
     });
 }
@@ -198,7 +204,7 @@ fn many_syscall_probes_leave_the_rest_to_the_shared_program() {
             exit: false,
         });
     }
-    let c = choose(&low, &ENV);
+    let c = choose(&low, &ENV, &[]);
     assert_eq!(c.iter().filter(|c| c.is_ok()).count(), SYSCALL_MAX);
     assert_eq!(
         c[SYSCALL_MAX].as_ref().unwrap_err(),
@@ -237,4 +243,52 @@ fn registers_are_read_in_place_where_the_kernel_has_the_kfunc() {
     let copied = exit(&without_the_kfunc);
     assert!(copied.contains("call probe_read_kernel"), "{copied}");
     assert!(!copied.contains("kfunc"), "{copied}");
+}
+
+/// Which maps may live in the threads' own storage: numbers keyed by tid
+/// alone, cleared at END, named whole nowhere else, and (at `choose`)
+/// named by compiled probes only.
+#[test]
+fn tid_keyed_maps_live_in_thread_storage_only_where_nothing_else_sees_them() {
+    let thread = |src: &str| -> Vec<String> {
+        let low = lowered(src);
+        describe(&low, &choose(&low, &ENV, &[]))
+            .into_iter()
+            .filter_map(|l| {
+                l.strip_suffix(": in each thread's own storage (keyed by tid)")
+                    .map(str::to_string)
+            })
+            .collect()
+    };
+    let pair = "interval:ms:1 { @s[tid] = nsecs; } interval:ms:2 /@s[tid]/ { @h = hist(nsecs - @s[tid]); delete(@s[tid]); }";
+    assert_eq!(thread(&format!("{pair} END {{ clear(@s); }}")), ["@s"]);
+    // Printed at the end with what exited threads left: a hash map.
+    assert!(thread(pair).is_empty());
+    for other in [
+        "END { clear(@s); print(@s); }",
+        "END { clear(@s); } interval:ms:3 { print(@s); }",
+        "END { clear(@s); } interval:ms:3 { @s[pid] = 1; }",
+        "END { clear(@s); } interval:ms:3 { for ($kv : @s) { @x = $kv.1; } }",
+        "END { if (1) { clear(@s); } }",
+        "END { clear(@s); } interval:ms:3 { zero(@s); }",
+        "#define S @s[tid]\nEND { clear(@s); } interval:ms:3 { @y = S; }",
+    ] {
+        assert!(thread(&format!("{pair} {other}")).is_empty(), "{other}");
+    }
+    // Strings are not numbers; a probe on the machine names @s too.
+    assert!(thread(
+        "interval:ms:1 { @s[tid] = comm; } interval:ms:2 { @t[@s[tid]] = 1; } END { clear(@s); }"
+    )
+    .is_empty());
+    let low = lowered(&format!("{pair} END {{ clear(@s); }}"));
+    let refused = choose(&low, &ENV, &[(1, "refused".to_string())]);
+    assert_eq!(refused[0].as_ref().unwrap().task, 0);
+    assert!(!listing(&low, refused[0].as_ref().unwrap()).contains("task_storage"));
+    // Both probes compiled: storage lookups, no hash map operation on @s.
+    let both = choose(&low, &ENV, &[]);
+    for c in both.iter().take(2) {
+        let text = listing(&low, c.as_ref().unwrap());
+        assert!(!text.contains("r1 = map @s"), "{text}");
+        assert!(text.contains("r1 = map task"), "{text}");
+    }
 }

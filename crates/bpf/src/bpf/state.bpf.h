@@ -248,6 +248,23 @@ struct {
 } vm_vals SEC(".maps");
 
 /*
+ * A script's maps of numbers keyed by the current thread's id alone
+ * (`@start[tid]`), when only compiled probes name them: a word each in the
+ * thread's own storage, where a hash map would hash, insert and delete at
+ * every event. Created only for such a script (autocreate off otherwise).
+ */
+struct bs_vm_task_vals {
+	u64 v[BS_VM_TASK_MAPS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct bs_vm_task_vals);
+} vm_task SEC(".maps");
+
+/*
  * Runs of each probe cut short at BS_VM_STEPS, and updates each map
  * refused because it was full (enum bs_note): sized at load.
  */

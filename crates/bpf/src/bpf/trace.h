@@ -46,6 +46,8 @@ enum bs_limits {
 	BS_VM_JOIN_MAX = 16,
 	/* Bytes of a plain (non-aggregating) map value: a number or a string. */
 	BS_VAL_MAX = 64,
+	/* Script maps of numbers keyed by tid that live in the thread's own storage. */
+	BS_VM_TASK_MAPS = 8,
 };
 
 /* Where a value comes from. */
