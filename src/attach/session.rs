@@ -98,9 +98,6 @@ pub struct LoadConfig {
     /// compiled probes): a generic program only they would use is not
     /// loaded (bpfscope_tp's verifier pass is a third of a start).
     pub compiled: Vec<usize>,
-    /// A script has maps that may live in the threads' own storage: the
-    /// object's `vm_task` is created (it is not otherwise).
-    pub thread_maps: bool,
 }
 
 impl<'obj> Session<'obj> {
@@ -996,6 +993,18 @@ fn load_copies(image: &ProgImage, todo: &[(usize, u32)], ret: bool) -> Vec<Loade
     })
 }
 
+/// Whether some script map lives in the threads' own storage (a map
+/// operation marked BS_VMF_TASK).
+fn thread_maps(vm: &VmImage) -> bool {
+    use bpfscope_bpf::abi::{bs_vm_flags, bs_vm_op};
+    vm.code.iter().any(|x| {
+        matches!(
+            bs_vm_op(u32::from(x.op)),
+            bs_vm_op::BS_VM_MGET | bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MDEL
+        ) && u32::from(x.flags) & bs_vm_flags::BS_VMF_TASK.0 != 0
+    })
+}
+
 /// Fixes this run's constants in .rodata, so the verifier sees them and
 /// the programs loop only as far as this plan needs.
 fn specialize(
@@ -1023,6 +1032,7 @@ fn specialize(
     ro.use_vm = u32::from(plan.vm.is_some());
     if let Some(vm) = &plan.vm {
         ro.vm_ops = vm.code.iter().fold(0u64, |m, i| m | 1u64 << (i.op & 63));
+        ro.vm_task_on = u32::from(thread_maps(vm));
     }
     ro.wakeup_bytes = u64::from(ringbuf_bytes(s) / 4);
     ro.bench_stage = shape::bench_stage()?;
@@ -1112,7 +1122,10 @@ fn size_maps(
         maps.vm_cut
             .set_max_entries((plan.probes.len() as u32).max(1))?;
     }
-    maps.vm_task.set_autocreate(s.thread_maps)?;
+    // The threads' storage only for a script with maps there: a kernel
+    // program that names it (a compiled probe's) is loaded after.
+    maps.vm_task
+        .set_autocreate(plan.vm.as_ref().is_some_and(thread_maps))?;
     maps.events.set_max_entries(ringbuf_bytes(s))?;
     // Only a run that follows processes fills `tracked` (65,536 entries
     // preallocated cost 1.6 ms of every other run's start).
@@ -1662,7 +1675,6 @@ mod tests {
             ringbuf_bytes: None,
             verbose: false,
             compiled: compiled.to_vec(),
-            thread_maps: false,
         }
     }
 

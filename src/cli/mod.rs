@@ -391,7 +391,6 @@ fn trace_settings(
             ringbuf_bytes,
             verbose: output.verbose,
             compiled: Vec::new(),
-            thread_maps: false,
         },
         duration: seconds(target.duration, "--duration")?,
         interval: seconds(target.interval, "--interval")?,

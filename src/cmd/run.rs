@@ -69,7 +69,7 @@ pub fn run(s: RunSettings) -> Result<()> {
     // Probes whose code has a BPF translation run as programs of their
     // own; the others on the script machine.
     if s.dry_run {
-        let chosen = script::jit::choose(low, &script::jit::env(low), &[]);
+        let chosen = script::jit::choose(low, &script::jit::env(low));
         if s.verbose {
             for l in script::jit::describe(low, &chosen) {
                 eprintln!("{l}");
@@ -99,7 +99,7 @@ pub fn run(s: RunSettings) -> Result<()> {
     }
     // Which probes compile is known before the object loads (see
     // jit::assumed); their programs are emitted again once the BTF is read.
-    let mut chosen = script::jit::choose(low, &script::jit::assumed(), &[]);
+    let mut chosen = script::jit::choose(low, &script::jit::assumed());
     let ok = |chosen: &[Result<script::jit::Prog, String>]| -> Vec<usize> {
         (chosen.iter().enumerate())
             .filter(|(_, c)| c.is_ok())
@@ -114,7 +114,6 @@ pub fn run(s: RunSettings) -> Result<()> {
         ringbuf_bytes: Some(RINGBUF),
         verbose: s.verbose,
         compiled: ok(&chosen),
-        thread_maps: low.maps.iter().any(|m| m.thread),
     };
     let (mut storage, mut again) = (MaybeUninit::uninit(), MaybeUninit::uninit());
     // The kernel's BTF (comm's offset, the registers' cast) is read while
@@ -126,20 +125,15 @@ pub fn run(s: RunSettings) -> Result<()> {
     });
     let mut session = session.map_err(crate::error::refused)?;
     let env = env.map_err(|_| anyhow::anyhow!("reading the kernel's BTF failed"))?;
-    chosen = script::jit::choose(low, &env, &[]);
+    chosen = script::jit::choose(low, &env);
     let mut compiled_progs = script::jit::load::load_all(&session, &mut chosen);
     if ok(&chosen) != load.compiled {
         // A probe left on the machine after all (its program refused, or
         // comm's offset not found) needs the generic program for its path,
         // which was left out: the object is loaded again with it, and the
-        // others' programs against its maps (emitted again: a map the
-        // machine now names is a hash map for all).
+        // others' programs against its maps.
         drop(compiled_progs);
         drop(session);
-        let machine: Vec<(usize, String)> = (chosen.iter().enumerate())
-            .filter_map(|(i, c)| c.as_ref().err().map(|e| (i, e.clone())))
-            .collect();
-        chosen = script::jit::choose(low, &env, &machine);
         load.compiled = ok(&chosen);
         session =
             Session::load(&mut again, plan, &load, &features).map_err(crate::error::refused)?;

@@ -145,6 +145,10 @@ fn insn(i: &bs_insn, l: &Lowered) -> String {
             .map_or(format!("str#{n}"), |s| format!("{s:?}"))
     };
     let op = op_name(i.op);
+    let task = matches!(
+        bs_vm_op(u32::from(i.op)),
+        bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MGET | bs_vm_op::BS_VM_MDEL
+    ) && u32::from(i.flags) & bs_vm_flags::BS_VMF_TASK.0 != 0;
     let ops = match bs_vm_op(u32::from(i.op)) {
         bs_vm_op::BS_VM_LDI => format!("r{d}, {}", i.imm),
         bs_vm_op::BS_VM_SRC | bs_vm_op::BS_VM_SRCSTR => {
@@ -189,6 +193,15 @@ fn insn(i: &bs_insn, l: &Lowered) -> String {
             format!("r{a}, bucket r{b}, {} slots {}", map(i.arg), i.arg2)
         }
         bs_vm_op::BS_VM_AGG => format!("r{a}, bucket r{b}"),
+        // A map in the thread's own storage (BS_VMF_TASK, LOG2's bit).
+        bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MGET | bs_vm_op::BS_VM_MDEL if task => {
+            let reg = match bs_vm_op(u32::from(i.op)) {
+                bs_vm_op::BS_VM_MSET => format!("r{a}, "),
+                bs_vm_op::BS_VM_MGET => format!("r{d}, "),
+                _ => String::new(),
+            };
+            format!("{reg}thread word {}", i.arg2)
+        }
         bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_EVNUM if i.op == bs_vm_op::BS_VM_MSET.0 as u8 => {
             format!("r{a}")
         }
@@ -208,9 +221,12 @@ fn insn(i: &bs_insn, l: &Lowered) -> String {
             i.arg, i.arg2, i.imm
         ),
     };
-    // On AGG, the bit BS_VMF_AGG names is BS_VMF_SLOTS, said in the operands.
+    // On AGG, the bit BS_VMF_AGG names is BS_VMF_SLOTS, and on a map
+    // operation LOG2's is BS_VMF_TASK, said in the operands.
     let f = if i.op == bs_vm_op::BS_VM_AGG.0 as u8 {
         i.flags & !(bs_vm_flags::BS_VMF_SLOTS.0 as u8)
+    } else if task {
+        i.flags & !(bs_vm_flags::BS_VMF_TASK.0 as u8)
     } else {
         i.flags
     };

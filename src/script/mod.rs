@@ -258,6 +258,7 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
             code,
         });
     }
+    thread_words(&mut lowered, &mut sh.maps);
     let key_size = sh
         .maps
         .iter()
@@ -689,6 +690,52 @@ fn thread_maps(
         .into_iter()
         .filter(|m| cleared.contains(m) && !other.contains(m))
         .collect()
+}
+
+/// Marks each read, write and delete of a `thread` map (at most
+/// BS_VM_TASK_MAPS, the rest stay hash maps) with BS_VMF_TASK and its word
+/// in the thread's storage. Each is the instruction after its key's KEY1;
+/// a map used otherwise (never, by the code the passes make) stays a hash
+/// map.
+fn thread_words(probes: &mut [LoweredProbe], maps: &mut [types::MapDef]) {
+    use bpfscope_bpf::abi::{bs_limits, bs_vm_flags, bs_vm_op};
+    let op = |x: &bpfscope_bpf::abi::bs_insn| bs_vm_op(u32::from(x.op));
+    let map_op = |x: &bpfscope_bpf::abi::bs_insn| {
+        matches!(
+            op(x),
+            bs_vm_op::BS_VM_MGET | bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MDEL
+        )
+    };
+    for p in probes.iter() {
+        for (i, x) in p.code.iter().enumerate() {
+            let keyed = matches!(op(x), bs_vm_op::BS_VM_KEY1 | bs_vm_op::BS_VM_KEYCLR);
+            if let Some(m) = maps.get_mut(x.arg as usize).filter(|_| keyed) {
+                let plain = op(x) == bs_vm_op::BS_VM_KEY1 && p.code.get(i + 1).is_some_and(map_op);
+                m.thread &= plain;
+            }
+        }
+    }
+    let mut words = 0u32;
+    let mut word_of = vec![None; maps.len()];
+    for (id, m) in maps.iter_mut().enumerate() {
+        m.thread &= words < bs_limits::BS_VM_TASK_MAPS.0;
+        if m.thread {
+            word_of[id] = Some(words);
+            words += 1;
+        }
+    }
+    for p in probes.iter_mut() {
+        for i in 1..p.code.len() {
+            let key = p.code[i - 1];
+            if op(&key) != bs_vm_op::BS_VM_KEY1 || !map_op(&p.code[i]) {
+                continue;
+            }
+            if let Some(Some(w)) = word_of.get(key.arg as usize) {
+                p.code[i].flags |= bs_vm_flags::BS_VMF_TASK.0 as u8;
+                p.code[i].arg2 = *w;
+            }
+        }
+    }
 }
 
 /// The maps some statement assigns (`@m[k] = v`, `@m = count()`, `@m++`),

@@ -27,15 +27,6 @@ pub struct Env {
     /// bpf_rdonly_cast's and struct pt_regs' BTF ids, where the kernel has
     /// the kfunc (6.2+): syscall probes read the registers in place.
     pub regs_cast: Option<RegsCast>,
-    /// Script maps (a bit per map id) kept in the threads' own storage,
-    /// a word each in id order (see `MapDef::thread`).
-    pub task: u64,
-}
-
-/// Where map `id`'s word is in a thread's storage, if it has one there.
-pub fn task_word(task: u64, id: u32) -> Option<i16> {
-    let bit = 1u64.checked_shl(id)?;
-    (task & bit != 0).then(|| 8 * (task & (bit - 1)).count_ones() as i16)
 }
 
 /// What a typed read of pt_regs takes (see `Env::regs_cast`).
@@ -61,8 +52,6 @@ pub struct Prog {
     /// (instruction, map) of each map load.
     pub maps: Vec<(usize, MapRef)>,
     pub hook: Hook,
-    /// The thread-storage maps it was emitted with (`Env::task`).
-    pub task: u64,
 }
 
 const SCRATCH_R: usize = offset_of!(bs_scratch, r);
@@ -452,9 +441,10 @@ impl E<'_> {
                 }
             }
             bs_vm_op::BS_VM_KEYCLR | bs_vm_op::BS_VM_KEY1
-                if task_word(self.env.task, x.arg).is_some() =>
+                if self.low.maps.get(x.arg as usize).is_some_and(|m| m.thread) =>
             {
-                // The key is the current thread: its storage is the map.
+                // The key is the current thread: its storage is the map,
+                // which the next instruction reads or writes (BS_VMF_TASK).
                 let tid = self.prov[usize::from(x.a & REG_MASK)]
                     .map(|s| self.src(s).map(|s| bs_src_kind(u32::from(s.kind))))
                     .transpose()?;
@@ -507,11 +497,10 @@ impl E<'_> {
                 self.agg(x, id);
             }
             bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MGET | bs_vm_op::BS_VM_MDEL
-                if cur_map
-                    .and_then(|id| task_word(self.env.task, id))
-                    .is_some() =>
+                if u32::from(x.flags) & bs_vm_flags::BS_VMF_TASK.0 != 0 =>
             {
-                self.task_op(op, x, cur_map.unwrap_or_default())?;
+                let id = cur_map.ok_or("a thread-storage map not known here")?;
+                self.task_op(op, x, id);
             }
             bs_vm_op::BS_VM_MSET => {
                 let id = cur_map.ok_or("a map update whose map is not known here")?;
@@ -590,11 +579,11 @@ impl E<'_> {
     /// storage (created by a write only). A value of 0 reads as no key
     /// does, so a delete writes 0; a write the kernel refuses storage for
     /// is counted as a full map's.
-    fn task_op(&mut self, op: bs_vm_op, x: &bs_insn, id: u32) -> R<()> {
-        let word = task_word(self.env.task, id).ok_or("not a thread-storage map")?;
+    fn task_op(&mut self, op: bs_vm_op, x: &bs_insn, id: u32) {
+        let word = 8 * (x.arg2 & (bs_limits::BS_VM_TASK_MAPS.0 - 1)) as i16;
         let create = op == bs_vm_op::BS_VM_MSET;
         if op == bs_vm_op::BS_VM_MGET && self.cached_read(x.dst) {
-            return Ok(());
+            return;
         }
         self.put(call(helper::GET_CURRENT_TASK_BTF));
         self.put(mov(R2, R0));
@@ -620,7 +609,6 @@ impl E<'_> {
                 self.here(none);
             }
         }
-        Ok(())
     }
 
     /// What an instruction leaves known: the sources registers hold, the
@@ -1099,7 +1087,6 @@ fn emit_on(
         insns: e.out,
         maps: e.maps,
         hook,
-        task: env.task,
     })
 }
 

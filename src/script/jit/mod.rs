@@ -38,7 +38,6 @@ pub fn assumed() -> Env {
         self_tgid: std::process::id(),
         comm_off: Some(0),
         regs_cast: None,
-        task: 0,
     }
 }
 
@@ -77,7 +76,6 @@ pub fn env(low: &Lowered) -> Env {
         self_tgid: std::process::id(),
         comm_off: btf.filter(|_| comm).and_then(comm_offset),
         regs_cast: btf.filter(|_| regs).and_then(regs_cast),
-        task: 0,
     }
 }
 
@@ -113,66 +111,12 @@ pub const SYSCALL_MAX: usize = 8;
 /// Compiled probes at most: each is a program to verify at start.
 pub const PROBES_MAX: usize = 64;
 
-/// Each probe's program, or why it stays on the machine; `machine`: probes
-/// kept there whatever their code (a program the kernel refused, and why).
-/// A map that may live in the threads' own storage (`MapDef::thread`) does
-/// when every probe that names it is compiled: the machine has only the
-/// hash map.
-pub fn choose(low: &Lowered, env: &Env, machine: &[(usize, String)]) -> Vec<Result<Prog, String>> {
-    let plain = choose_with(low, env, machine);
-    let mut task = task_maps(low, &plain, u64::MAX);
-    // A probe that no longer compiles with them (it should not) puts its
-    // maps back in hash maps, until none changes.
-    while task != 0 {
-        let out = choose_with(low, &Env { task, ..*env }, machine);
-        let kept = task_maps(low, &out, task);
-        if kept == task {
-            return out;
-        }
-        task = kept;
-    }
-    plain
-}
-
-/// The `thread` maps (of those in `allowed`, at most BS_VM_TASK_MAPS) that
-/// some probe names and only compiled probes name.
-fn task_maps(low: &Lowered, chosen: &[Result<Prog, String>], allowed: u64) -> u64 {
-    use bpfscope_bpf::abi::{bs_limits, bs_vm_op};
-    let names = |code: &[bs_insn], id: u32| {
-        code.iter().any(|x| {
-            matches!(
-                bs_vm_op(u32::from(x.op)),
-                bs_vm_op::BS_VM_KEY1 | bs_vm_op::BS_VM_KEYCLR
-            ) && x.arg == id
-        })
-    };
-    let mut task = 0u64;
-    for (id, m) in low.maps.iter().enumerate().take(64) {
-        let id = id as u32;
-        if !m.thread || allowed & (1 << id) == 0 {
-            continue;
-        }
-        let named: Vec<bool> = (low.probes.iter().zip(chosen))
-            .filter(|(p, _)| names(&p.code, id))
-            .map(|(_, c)| c.is_ok())
-            .collect();
-        if !named.is_empty()
-            && named.iter().all(|&ok| ok)
-            && task.count_ones() < bs_limits::BS_VM_TASK_MAPS.0
-        {
-            task |= 1 << id;
-        }
-    }
-    task
-}
-
-fn choose_with(low: &Lowered, env: &Env, machine: &[(usize, String)]) -> Vec<Result<Prog, String>> {
+/// Each probe's program, or why it stays on the machine.
+pub fn choose(low: &Lowered, env: &Env) -> Vec<Result<Prog, String>> {
     let forced = forced_vm();
     let mut out: Vec<Result<Prog, String>> = (0..low.probes.len())
         .map(|i| {
-            if let Some((_, why)) = machine.iter().find(|(m, _)| *m == i) {
-                Err(why.clone())
-            } else if forced {
+            if forced {
                 Err(format!("{FORCE_VM} is set"))
             } else {
                 emit(low, i, env)
@@ -207,10 +151,9 @@ fn choose_with(low: &Lowered, env: &Env, machine: &[(usize, String)]) -> Vec<Res
 
 /// One line per probe for -v: compiled (and its size) or on the machine, and why.
 pub fn describe(low: &Lowered, chosen: &[Result<Prog, String>]) -> Vec<String> {
-    let task = chosen.iter().flatten().fold(0, |t, p| t | p.task);
-    let thread = (low.maps.iter().enumerate())
-        .filter(|(id, _)| emit::task_word(task, *id as u32).is_some())
-        .map(|(_, m)| format!("{}: in each thread's own storage (keyed by tid)", m.name));
+    let thread = (low.maps.iter())
+        .filter(|m| m.thread)
+        .map(|m| format!("{}: in each thread's own storage (keyed by tid)", m.name));
     low.probes
         .iter()
         .zip(chosen)

@@ -38,6 +38,8 @@ const volatile u32 start_size = 8;
 const volatile u32 use_vm = 0;
 /* The script machine's operations the session's code uses (bit per enum bs_vm_op). */
 const volatile u64 vm_ops = ~0ull;
+/* Some map lives in the threads' own storage (BS_VMF_TASK): only then is vm_task created and used. */
+const volatile u32 vm_task_on = 0;
 
 /*
  * bench/event_cost.py's breakdown (BPFSCOPE_BENCH_STAGE): the programs
@@ -251,7 +253,8 @@ struct {
  * A script's maps of numbers keyed by the current thread's id alone
  * (`@start[tid]`), when only compiled probes name them: a word each in the
  * thread's own storage, where a hash map would hash, insert and delete at
- * every event. Created only for such a script (autocreate off otherwise).
+ * every event. Created only for such a script (autocreate off otherwise;
+ * vm_task_on then leaves its uses out of the programs).
  */
 struct bs_vm_task_vals {
 	u64 v[BS_VM_TASK_MAPS];

@@ -264,6 +264,8 @@ enum bs_vm_flags {
 	/* AGG: the map has no key: a per-CPU array of arg2 buckets (vm_slots), map id in arg */
 	BS_VMF_SLOTS = 8,
 	BS_VMF_LOG2 = 16,  /* BUCKET: log2 */
+	/* MGET, MSET, MDEL: the map is word arg2 of the thread's own storage (vm_task) */
+	BS_VMF_TASK = 16,
 	BS_VMF_REGLEN = 32, /* STRPTR: the length limit is r[b], not imm */
 	BS_VMF_COUNT = 64,  /* AGG: count only (no value, bucket or sum) */
 	BS_VMF_BUCKET = 128, /* AGG: the bucket is r[b] (else 0) */
