@@ -1508,4 +1508,20 @@ fn tid_keyed_maps_in_thread_storage_count_what_hash_maps_count() {
         20,
         "{out}"
     );
+    // Debian's opensnoop.bt and statsnoop.bt keep @filename so (their
+    // output against bpftrace's: opensnoop_agrees_with_bpftrace...).
+    for t in ["opensnoop", "statsnoop"] {
+        if !tool_present(t) {
+            continue;
+        }
+        let mut c = Command::new(bin());
+        c.args(["run", "--dry-run", "-v"]).arg(tool(t));
+        let o = run_cmd_timeout(&mut c, Duration::from_secs(30));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("@filename: in each thread's own storage (keyed by tid)"),
+            "{t}: {err}"
+        );
+    }
 }
