@@ -34,7 +34,9 @@ tracepoint's cost) is printed with the floor's figure.
 Scripts (`bpfscope run`, SCRIPTS below): `@[comm] = count()` filtered
 by comm, a runqlat-shaped pair (a timestamp per thread at sys_enter_umask,
 `hist(nsecs - @s[tid])` and `delete` at sys_exit_umask: two events per
-call, the figures are per call) and syscount.bt's probe (two counts on
+call, the figures are per call; as written, and with `END { clear(@s); }`
+as bpftrace's own tools write it, which puts @s in each thread's own
+storage in bpfscope) and syscount.bt's probe (two counts on
 raw_syscalls:sys_enter, every syscall of the machine), each three ways:
 bpfscope with its probes compiled to BPF (the default), on the script
 machine (BPFSCOPE_SCRIPT_VM=1), and bpftrace; the ratio printed is the
@@ -79,6 +81,12 @@ SCRIPTS = {
     "run: @[comm] = count(), filter comm": f'{PROBE} /comm == "{COMM}"/ {{ @[comm] = count(); }}',
     "run: runqlat-shaped pair": (f"{PROBE} {{ @s[tid] = nsecs; }} "
                                  f"{EXIT} /@s[tid]/ {{ @h = hist(nsecs - @s[tid]); delete(@s[tid]); }}"),
+    # As bpftrace's tools write it (runqlat.bt, opensnoop.bt...): cleared at
+    # END, so @s lives in each thread's own storage in bpfscope.
+    "run: runqlat-shaped pair, cleared at END": (
+        f"{PROBE} {{ @s[tid] = nsecs; }} "
+        f"{EXIT} /@s[tid]/ {{ @h = hist(nsecs - @s[tid]); delete(@s[tid]); }} "
+        "END { clear(@s); }"),
     "run: syscount.bt's probe": ("tracepoint:raw_syscalls:sys_enter "
                                  "{ @syscall[args->id] = count(); @process[comm] = count(); }"),
 }

@@ -96,6 +96,31 @@ const FP_KEY: i16 = -8;
 const FP_ZERO: i16 = -8 - AGG_VAL as i16;
 const FP_HDR: i16 = FP_ZERO - HDR as i16;
 const FP_CACHE: i16 = FP_HDR - 8;
+/// The thread's storage as the last lookup in straight code found it (or
+/// null): the next one reads it here (`task_in`).
+const FP_TASK: i16 = FP_CACHE - 8;
+/// Values fixed for the run read earlier in straight code (`src_in`).
+const FP_SRCS: usize = 4;
+fn fp_src(i: usize) -> i16 {
+    FP_TASK - 8 * (i as i16 + 1)
+}
+
+/// Sources that give one value for the whole run.
+fn fixed_src(kind: bs_src_kind) -> bool {
+    matches!(
+        kind,
+        bs_src_kind::BS_SRC_PROBE
+            | bs_src_kind::BS_SRC_PID
+            | bs_src_kind::BS_SRC_TID
+            | bs_src_kind::BS_SRC_CPU
+            | bs_src_kind::BS_SRC_UID
+            | bs_src_kind::BS_SRC_GID
+            | bs_src_kind::BS_SRC_CGROUP
+            | bs_src_kind::BS_SRC_CURTASK
+            | bs_src_kind::BS_SRC_CTX
+            | bs_src_kind::BS_SRC_ARG
+    )
+}
 
 /// A jump's destination before the code is laid out.
 #[derive(Clone, Copy)]
@@ -129,6 +154,11 @@ struct E<'a> {
     /// straight code: a second read (`/comm == "x"/ { @[comm] = count(); }`)
     /// is not made again. comm does not change within a run.
     comm_in: u8,
+    /// FP_TASK holds the thread's storage (or null), looked up earlier in
+    /// straight code: the storage of a running thread stays for its run.
+    task_in: bool,
+    /// The sources whose values FP_SRCS's frame slots hold.
+    src_in: [Option<u32>; FP_SRCS],
     /// raw_syscalls:sys_enter (false) or sys_exit (true) compiled onto the
     /// raw tracepoint of that name: its context is (regs, id or ret), not
     /// the record, so only `id` (enter) and `ret` (exit) can be read.
@@ -388,7 +418,20 @@ impl E<'_> {
                 self.store_r(x.dst, R1);
             }
             bs_vm_op::BS_VM_SRC => {
-                self.read_num(x.arg)?;
+                // A value fixed for the run (tid, pid, a field...) read
+                // earlier in straight code is kept in the frame: read
+                // there, not made again (`@s[tid]` in a predicate, then
+                // in the body and its delete).
+                let fixed = fixed_src(bs_src_kind(u32::from(self.src(x.arg)?.kind)));
+                if let Some(i) = self.src_in.iter().position(|s| fixed && *s == Some(x.arg)) {
+                    self.put(ldx(DW, R0, FP, fp_src(i)));
+                } else {
+                    self.read_num(x.arg)?;
+                    if let Some(i) = self.src_in.iter().position(|s| fixed && s.is_none()) {
+                        self.put(stx(DW, FP, fp_src(i), R0));
+                        self.src_in[i] = Some(x.arg);
+                    }
+                }
                 self.store_r(x.dst, R0);
             }
             bs_vm_op::BS_VM_SRCSTR => {
@@ -585,13 +628,29 @@ impl E<'_> {
         if op == bs_vm_op::BS_VM_MGET && self.cached_read(x.dst) {
             return;
         }
-        self.put(call(helper::GET_CURRENT_TASK_BTF));
-        self.put(mov(R2, R0));
-        self.map(R1, MapRef::Task);
-        self.put(movi(R3, 0));
-        // BPF_LOCAL_STORAGE_GET_F_CREATE
-        self.put(movi(R4, i32::from(create)));
-        self.put(call(helper::TASK_STORAGE_GET));
+        // The storage found earlier in this run, if any (a write without
+        // one looks it up again, to create it).
+        let mut found = None;
+        if self.task_in {
+            self.put(ldx(DW, R0, FP, FP_TASK));
+            if create {
+                found = Some(self.fwd(ji(jmp::JNE, R0, 0, 0)));
+            }
+        }
+        if !self.task_in || create {
+            self.put(call(helper::GET_CURRENT_TASK_BTF));
+            self.put(mov(R2, R0));
+            self.map(R1, MapRef::Task);
+            self.put(movi(R3, 0));
+            // BPF_LOCAL_STORAGE_GET_F_CREATE
+            self.put(movi(R4, i32::from(create)));
+            self.put(call(helper::TASK_STORAGE_GET));
+            self.put(stx(DW, FP, FP_TASK, R0));
+        }
+        if let Some(j) = found {
+            self.here(j);
+        }
+        self.task_in = true;
         match op {
             bs_vm_op::BS_VM_MGET => self.read_value(x.dst, word),
             bs_vm_op::BS_VM_MSET => {
@@ -619,20 +678,7 @@ impl E<'_> {
         match op {
             bs_vm_op::BS_VM_SRC => {
                 let kind = bs_src_kind(u32::from(self.src(x.arg)?.kind));
-                let fixed = matches!(
-                    kind,
-                    bs_src_kind::BS_SRC_PROBE
-                        | bs_src_kind::BS_SRC_PID
-                        | bs_src_kind::BS_SRC_TID
-                        | bs_src_kind::BS_SRC_CPU
-                        | bs_src_kind::BS_SRC_UID
-                        | bs_src_kind::BS_SRC_GID
-                        | bs_src_kind::BS_SRC_CGROUP
-                        | bs_src_kind::BS_SRC_CURTASK
-                        | bs_src_kind::BS_SRC_CTX
-                        | bs_src_kind::BS_SRC_ARG
-                );
-                self.prov[dst] = fixed.then_some(x.arg);
+                self.prov[dst] = fixed_src(kind).then_some(x.arg);
             }
             bs_vm_op::BS_VM_LDI
             | bs_vm_op::BS_VM_MOV
@@ -1026,6 +1072,8 @@ fn emit_on(
         key: None,
         cached: None,
         comm_in: 0,
+        task_in: false,
+        src_in: [None; FP_SRCS],
         raw_sys,
     };
     // The body first, to know whether it reads a syscall's arguments; the
@@ -1052,6 +1100,8 @@ fn emit_on(
             e.key = None;
             e.cached = None;
             e.comm_in = 0;
+            e.task_in = false;
+            e.src_in = [None; FP_SRCS];
         }
         e.insn(pc, x, &mut cur_map)?;
         e.track(x)?;

@@ -291,9 +291,16 @@ fn tid_keyed_maps_live_in_thread_storage_only_where_nothing_else_sees_them() {
     assert_eq!(thread(&nine).len(), 8, "{nine}");
     // Compiled: storage lookups, no hash map operation on @s.
     let low = lowered(&format!("{pair} END {{ clear(@s); }}"));
-    for c in choose(&low, &ENV).iter().take(2) {
+    let chosen = choose(&low, &ENV);
+    for c in chosen.iter().take(2) {
         let text = listing(&low, c.as_ref().unwrap());
         assert!(!text.contains("r1 = map @s"), "{text}");
         assert!(text.contains("r1 = map task"), "{text}");
     }
+    // At exit, the predicate's lookup serves the body's read and the
+    // delete, and tid is made once (and once for the self check): both
+    // are kept in the frame for the rest of the straight code.
+    let exit = listing(&low, chosen[1].as_ref().unwrap());
+    assert_eq!(exit.matches("call task_storage_get").count(), 1, "{exit}");
+    assert_eq!(exit.matches("call get_current_pid_tgid").count(), 2, "{exit}");
 }
