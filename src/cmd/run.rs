@@ -319,10 +319,12 @@ impl RunCtx<'_, '_> {
             ));
         }
         for (i, n) in counts(&self.session.skel.maps.vm_full, self.low.maps.len()) {
-            parts.push(format!(
-                "{n} updates of {} (full at {} keys)",
-                self.low.maps[i].name, self.keys_max
-            ));
+            let m = &self.low.maps[i];
+            parts.push(if m.thread {
+                format!("{n} updates of {} (no thread storage)", m.name)
+            } else {
+                format!("{n} updates of {} (full at {} keys)", m.name, self.keys_max)
+            });
         }
         self.out.w.flush()?;
         report_lost(lost, parts);
@@ -457,6 +459,11 @@ impl RunCtx<'_, '_> {
                 .map_or("?", |p| p.probe.name.as_str());
             eprintln!(
                 "bpfscope: warning: {name}: a run was cut short at {STEPS} steps, the most one run of a probe takes; its effects so far stay"
+            );
+        } else if let Some(m) = self.low.maps.get(i).filter(|m| m.thread) {
+            eprintln!(
+                "bpfscope: warning: {}: the kernel gave a thread no storage for it (out of memory, or a probe run inside another): its updates are dropped and counted",
+                m.name
             );
         } else if let Some(m) = self.low.maps.get(i) {
             eprintln!(

@@ -105,21 +105,28 @@ fn fp_src(i: usize) -> i16 {
     FP_TASK - 8 * (i as i16 + 1)
 }
 
-/// Sources that give one value for the whole run.
-fn fixed_src(kind: bs_src_kind) -> bool {
+/// Sources a helper call makes, one value for the whole run: worth a
+/// frame slot (the others are an immediate or a load already).
+fn made_once(kind: bs_src_kind) -> bool {
     matches!(
         kind,
-        bs_src_kind::BS_SRC_PROBE
-            | bs_src_kind::BS_SRC_PID
+        bs_src_kind::BS_SRC_PID
             | bs_src_kind::BS_SRC_TID
             | bs_src_kind::BS_SRC_CPU
             | bs_src_kind::BS_SRC_UID
             | bs_src_kind::BS_SRC_GID
             | bs_src_kind::BS_SRC_CGROUP
             | bs_src_kind::BS_SRC_CURTASK
-            | bs_src_kind::BS_SRC_CTX
-            | bs_src_kind::BS_SRC_ARG
     )
+}
+
+/// Sources that give one value for the whole run.
+fn fixed_src(kind: bs_src_kind) -> bool {
+    made_once(kind)
+        || matches!(
+            kind,
+            bs_src_kind::BS_SRC_PROBE | bs_src_kind::BS_SRC_CTX | bs_src_kind::BS_SRC_ARG
+        )
 }
 
 /// A jump's destination before the code is laid out.
@@ -422,7 +429,7 @@ impl E<'_> {
                 // earlier in straight code is kept in the frame: read
                 // there, not made again (`@s[tid]` in a predicate, then
                 // in the body and its delete).
-                let fixed = fixed_src(bs_src_kind(u32::from(self.src(x.arg)?.kind)));
+                let fixed = made_once(bs_src_kind(u32::from(self.src(x.arg)?.kind)));
                 if let Some(i) = self.src_in.iter().position(|s| fixed && *s == Some(x.arg)) {
                     self.put(ldx(DW, R0, FP, fp_src(i)));
                 } else {

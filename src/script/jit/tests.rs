@@ -302,5 +302,9 @@ fn tid_keyed_maps_live_in_thread_storage_only_where_nothing_else_sees_them() {
     // are kept in the frame for the rest of the straight code.
     let exit = listing(&low, chosen[1].as_ref().unwrap());
     assert_eq!(exit.matches("call task_storage_get").count(), 1, "{exit}");
-    assert_eq!(exit.matches("call get_current_pid_tgid").count(), 2, "{exit}");
+    assert_eq!(
+        exit.matches("call get_current_pid_tgid").count(),
+        2,
+        "{exit}"
+    );
 }
