@@ -993,18 +993,6 @@ fn load_copies(image: &ProgImage, todo: &[(usize, u32)], ret: bool) -> Vec<Loade
     })
 }
 
-/// Whether some script map lives in the threads' own storage (a map
-/// operation marked BS_VMF_TASK).
-fn thread_maps(vm: &VmImage) -> bool {
-    use bpfscope_bpf::abi::{bs_vm_flags, bs_vm_op};
-    vm.code.iter().any(|x| {
-        matches!(
-            bs_vm_op(u32::from(x.op)),
-            bs_vm_op::BS_VM_MGET | bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MDEL
-        ) && u32::from(x.flags) & bs_vm_flags::BS_VMF_TASK.0 != 0
-    })
-}
-
 /// Fixes this run's constants in .rodata, so the verifier sees them and
 /// the programs loop only as far as this plan needs.
 fn specialize(
@@ -1032,7 +1020,7 @@ fn specialize(
     ro.use_vm = u32::from(plan.vm.is_some());
     if let Some(vm) = &plan.vm {
         ro.vm_ops = vm.code.iter().fold(0u64, |m, i| m | 1u64 << (i.op & 63));
-        ro.vm_task_on = u32::from(thread_maps(vm));
+        ro.vm_task_on = u32::from(vm.thread_maps);
     }
     ro.wakeup_bytes = u64::from(ringbuf_bytes(s) / 4);
     ro.bench_stage = shape::bench_stage()?;
@@ -1125,7 +1113,7 @@ fn size_maps(
     // The threads' storage only for a script with maps there: a kernel
     // program that names it (a compiled probe's) is loaded after.
     maps.vm_task
-        .set_autocreate(plan.vm.as_ref().is_some_and(thread_maps))?;
+        .set_autocreate(plan.vm.as_ref().is_some_and(|vm| vm.thread_maps))?;
     maps.events.set_max_entries(ringbuf_bytes(s))?;
     // Only a run that follows processes fills `tracked` (65,536 entries
     // preallocated cost 1.6 ms of every other run's start).

@@ -266,7 +266,8 @@ impl Expr {
 }
 
 /// [`Expr::visit`] on every expression the statements hold, nested
-/// blocks' too, in source order.
+/// blocks' too, in source order; a `for` loop's map as the map it reads
+/// whole (`@m`, no keys).
 pub fn visit_stmts(body: &[Stmt], f: &mut dyn FnMut(&Expr) -> bool) {
     for s in body {
         match s {
@@ -286,9 +287,20 @@ pub fn visit_stmts(body: &[Stmt], f: &mut dyn FnMut(&Expr) -> bool) {
                 cond.visit(f);
                 visit_stmts(body, f);
             }
-            Stmt::Unroll { body, .. } | Stmt::Block { body, .. } | Stmt::For { body, .. } => {
+            Stmt::For {
+                map, body, span, ..
+            } => {
+                let whole = Expr {
+                    kind: ExprKind::Map {
+                        name: map.clone(),
+                        keys: Vec::new(),
+                    },
+                    span: *span,
+                };
+                whole.visit(f);
                 visit_stmts(body, f)
             }
+            Stmt::Unroll { body, .. } | Stmt::Block { body, .. } => visit_stmts(body, f),
             Stmt::Let { value, .. } => value.iter().for_each(|v| v.visit(f)),
             Stmt::Return(_) | Stmt::Break(_) | Stmt::Continue(_) => {}
         }

@@ -592,7 +592,7 @@ fn deleted_maps(
         if let ExprKind::Call { name, args } = &e.kind {
             if let Some(ExprKind::Map { name: m, .. }) = args.first().map(|a| &a.kind) {
                 if name == "delete" {
-                    out.insert(format!("@{}", m.trim_start_matches('@')));
+                    out.insert(resources::name_or_at(m));
                 }
             }
         }
@@ -618,18 +618,19 @@ fn thread_maps(
     program: &Program,
     defines: &std::collections::HashMap<String, Expr>,
 ) -> std::collections::HashSet<String> {
+    use resources::name_or_at;
     use std::collections::HashSet;
-    let at = |m: &str| format!("@{}", m.trim_start_matches('@'));
     let (mut keyed, mut other, mut cleared) = (HashSet::new(), HashSet::new(), HashSet::new());
     let tid_is_macro = defines.contains_key("tid");
+    // Every map named (a `for` loop's too, see `visit_stmts`), by how.
     let mut f = |e: &Expr| {
         if let ExprKind::Map { name, keys } = &e.kind {
             let by_tid = matches!(keys.as_slice(),
                 [k] if matches!(&k.kind, ExprKind::Ident(n) if n == "tid"));
             if by_tid && !tid_is_macro {
-                keyed.insert(at(name));
+                keyed.insert(name_or_at(name));
             } else {
-                other.insert(at(name));
+                other.insert(name_or_at(name));
             }
         }
         true
@@ -648,7 +649,7 @@ fn thread_maps(
                     }] = args.as_slice()
                     {
                         if name == "clear" && keys.is_empty() {
-                            cleared.insert(at(m));
+                            cleared.insert(name_or_at(m));
                             continue;
                         }
                     }
@@ -657,31 +658,10 @@ fn thread_maps(
             visit_stmts(std::slice::from_ref(s), &mut f);
         }
     }
-    fn for_maps(body: &[Stmt], out: &mut HashSet<String>) {
-        for s in body {
-            match s {
-                Stmt::For { map, body, .. } => {
-                    out.insert(format!("@{}", map.trim_start_matches('@')));
-                    for_maps(body, out);
-                }
-                Stmt::If { then, els, .. } => {
-                    for_maps(then, out);
-                    for_maps(els, out);
-                }
-                Stmt::Unroll { body, .. } | Stmt::While { body, .. } | Stmt::Block { body, .. } => {
-                    for_maps(body, out)
-                }
-                _ => {}
-            }
-        }
-    }
-    for b in &program.probes {
-        for_maps(&b.body, &mut other);
-    }
     // A map named in a macro's body: its uses are not all in sight.
     let mut named = |e: &Expr| {
         if let ExprKind::Map { name, .. } = &e.kind {
-            other.insert(at(name));
+            other.insert(name_or_at(name));
         }
         true
     };
@@ -695,44 +675,53 @@ fn thread_maps(
 /// Marks each read, write and delete of a `thread` map (at most
 /// BS_VM_TASK_MAPS, the rest stay hash maps) with BS_VMF_TASK and its word
 /// in the thread's storage. Each is the instruction after its key's KEY1;
-/// a map used otherwise (never, by the code the passes make) stays a hash
-/// map.
+/// a map used otherwise (never, by the code the passes make), or not at
+/// all, is not a thread map.
 fn thread_words(probes: &mut [LoweredProbe], maps: &mut [types::MapDef]) {
-    use bpfscope_bpf::abi::{bs_limits, bs_vm_flags, bs_vm_op};
-    let op = |x: &bpfscope_bpf::abi::bs_insn| bs_vm_op(u32::from(x.op));
-    let map_op = |x: &bpfscope_bpf::abi::bs_insn| {
-        matches!(
-            op(x),
-            bs_vm_op::BS_VM_MGET | bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MDEL
-        )
+    use bpfscope_bpf::abi::{bs_insn, bs_limits, bs_vm_flags, bs_vm_op};
+    let op = |x: &bs_insn| bs_vm_op(u32::from(x.op));
+    // The map whose key instruction `i` builds, and whether the map
+    // operation after it uses that key alone.
+    let keyed = |code: &[bs_insn], i: usize| -> Option<(usize, bool)> {
+        let x = &code[i];
+        if !matches!(op(x), bs_vm_op::BS_VM_KEY1 | bs_vm_op::BS_VM_KEYCLR) {
+            return None;
+        }
+        let next = code.get(i + 1).map(op);
+        let plain = op(x) == bs_vm_op::BS_VM_KEY1
+            && matches!(
+                next,
+                Some(bs_vm_op::BS_VM_MGET | bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MDEL)
+            );
+        Some((x.arg as usize, plain))
     };
+    let mut used = vec![false; maps.len()];
     for p in probes.iter() {
-        for (i, x) in p.code.iter().enumerate() {
-            let keyed = matches!(op(x), bs_vm_op::BS_VM_KEY1 | bs_vm_op::BS_VM_KEYCLR);
-            if let Some(m) = maps.get_mut(x.arg as usize).filter(|_| keyed) {
-                let plain = op(x) == bs_vm_op::BS_VM_KEY1 && p.code.get(i + 1).is_some_and(map_op);
-                m.thread &= plain;
+        for i in 0..p.code.len() {
+            if let Some((id, plain)) = keyed(&p.code, i) {
+                if let Some(m) = maps.get_mut(id) {
+                    m.thread &= plain;
+                    used[id] = true;
+                }
             }
         }
     }
     let mut words = 0u32;
     let mut word_of = vec![None; maps.len()];
     for (id, m) in maps.iter_mut().enumerate() {
-        m.thread &= words < bs_limits::BS_VM_TASK_MAPS.0;
+        m.thread &= used[id] && words < bs_limits::BS_VM_TASK_MAPS.0;
         if m.thread {
             word_of[id] = Some(words);
             words += 1;
         }
     }
     for p in probes.iter_mut() {
-        for i in 1..p.code.len() {
-            let key = p.code[i - 1];
-            if op(&key) != bs_vm_op::BS_VM_KEY1 || !map_op(&p.code[i]) {
-                continue;
-            }
-            if let Some(Some(w)) = word_of.get(key.arg as usize) {
-                p.code[i].flags |= bs_vm_flags::BS_VMF_TASK.0 as u8;
-                p.code[i].arg2 = *w;
+        for i in 0..p.code.len() {
+            if let Some((id, true)) = keyed(&p.code, i) {
+                if let Some(&Some(w)) = word_of.get(id) {
+                    p.code[i + 1].flags |= bs_vm_flags::BS_VMF_TASK.0 as u8;
+                    p.code[i + 1].arg2 = w;
+                }
             }
         }
     }
@@ -746,7 +735,7 @@ fn assigned_maps(program: &Program) -> std::collections::HashSet<String> {
             match s {
                 Stmt::Assign { target, .. } | Stmt::Incr { target, .. } => {
                     if let ExprKind::Map { name, .. } = &target.kind {
-                        out.insert(format!("@{}", name.trim_start_matches('@')));
+                        out.insert(resources::name_or_at(name));
                     }
                 }
                 Stmt::If { then, els, .. } => {
@@ -858,6 +847,7 @@ fn plan_of(l: &Lowered, keys_max: u32) -> Result<Plan, Error> {
             code,
             srcs: l.srcs.clone(),
             maps: l.maps.iter().map(|m| vm_map(m, keys_max)).collect(),
+            thread_maps: l.maps.iter().any(|m| m.thread),
         }),
     })
 }
@@ -875,7 +865,11 @@ fn vm_map(m: &types::MapDef, keys_max: u32) -> crate::attach::plan::VmMap {
     // Sized for every key's every bucket (keys_max x 66 for a log2
     // histogram), a map cost its hash buckets' 8 MB and 10 ms of the start
     // each; cpuwalk's keyless lhist of 1,002 buckets took 49 ms and 64 MB.
-    let entries = if m.keys.is_empty() {
+    // A thread map's values are in the threads' storage: its hash map
+    // (which END clears) is never written, and holds one entry.
+    let entries = if m.thread {
+        1
+    } else if m.keys.is_empty() {
         m.buckets()
     } else {
         keys_max

@@ -131,8 +131,8 @@ pub struct MapDef {
     /// of its buckets (BS_VMF_SLOTS), not a hash map keyed by its id.
     pub slots: bool,
     /// Numbers keyed by `tid` alone, cleared at END and otherwise never
-    /// named whole: a word in the thread's own storage can hold them when
-    /// every probe that names the map is compiled (see `jit::choose`).
+    /// named whole: a word in the thread's own storage holds each thread's
+    /// value (BS_VMF_TASK), on compiled probes and the machine alike.
     pub thread: bool,
 }
 

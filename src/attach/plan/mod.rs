@@ -284,6 +284,9 @@ pub struct VmImage {
     pub srcs: Vec<bs_src>,
     /// The script's maps by id, each a kernel map of its own.
     pub maps: Vec<VmMap>,
+    /// Some map lives in the threads' own storage (its operations carry
+    /// BS_VMF_TASK): the object's `vm_task` is created and used.
+    pub thread_maps: bool,
 }
 
 /// One script map's kernel map: per-CPU aggregates or plain values, and

@@ -251,7 +251,7 @@ struct {
 
 /*
  * A script's maps of numbers keyed by the current thread's id alone
- * (`@start[tid]`), when only compiled probes name them: a word each in the
+ * (`@start[tid]`, cleared at END, never read whole): a word each in the
  * thread's own storage, where a hash map would hash, insert and delete at
  * every event. Created only for such a script (autocreate off otherwise;
  * vm_task_on then leaves its uses out of the programs).
