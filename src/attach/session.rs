@@ -253,14 +253,33 @@ impl<'obj> Session<'obj> {
     }
 
     /// Marks probes that run a program of their own (loaded and attached
-    /// by its owner, then given to [`Session::adopt`]): `attach` skips them.
-    pub fn set_own_programs(&mut self, probes: &[usize]) {
+    /// by its owner, then given to [`Session::adopt`]): `attach` skips them,
+    /// and the shared syscall programs no longer dispatch to them (one
+    /// that another probe attaches would run them a second time).
+    pub fn set_own_programs(&mut self, plan: &Plan, probes: &[usize]) -> Result<()> {
         for &i in probes {
             if self.own_program.len() <= i {
                 self.own_program.resize(i + 1, false);
             }
             self.own_program[i] = true;
+            if let Some(Path::Syscall(sc)) = plan.probes.get(i).map(|p| &p.path) {
+                let slot = if sc.exit {
+                    bs_limits::BS_SYS_EXIT_BASE.0 + sc.nr
+                } else {
+                    sc.nr
+                };
+                let key = slot.to_ne_bytes();
+                let held = self.skel.maps.sys_probes.lookup(&key, MapFlags::ANY)?;
+                if held.as_deref() == Some(&(i as u32 + 1).to_ne_bytes()[..]) {
+                    self.skel
+                        .maps
+                        .sys_probes
+                        .update(&key, &0u32.to_ne_bytes(), MapFlags::ANY)
+                        .context("writing syscall dispatch")?;
+                }
+            }
         }
+        Ok(())
     }
 
     fn own(&self, i: usize) -> bool {

@@ -142,7 +142,10 @@ pub fn run(s: RunSettings) -> Result<()> {
     if let Some(bss) = session.skel.maps.bss_data.as_deref_mut() {
         bss.vm_t0 = bpfscope_sys::monotonic_ns();
     }
-    session.set_own_programs(&compiled_progs.iter().map(|(i, _)| *i).collect::<Vec<_>>());
+    session.set_own_programs(
+        plan,
+        &compiled_progs.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+    )?;
     if s.verbose {
         for l in script::jit::describe(low, &chosen) {
             eprintln!("{l}");
