@@ -1133,6 +1133,11 @@ fn size_maps(
     // program that names it (a compiled probe's) is loaded after.
     maps.vm_task
         .set_autocreate(plan.vm.as_ref().is_some_and(|vm| vm.thread_maps))?;
+    // The aggregations' caches only for a script with such a map: only
+    // compiled probes (loaded after) name it.
+    let caches = plan.vm.as_ref().map_or(0, |vm| vm.cache_maps);
+    maps.vm_cache.set_autocreate(caches > 0)?;
+    maps.vm_cache.set_max_entries(caches.max(1))?;
     maps.events.set_max_entries(ringbuf_bytes(s))?;
     // Only a run that follows processes fills `tracked` (65,536 entries
     // preallocated cost 1.6 ms of every other run's start).

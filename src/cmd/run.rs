@@ -22,10 +22,10 @@ use crate::cli::RunSettings;
 use crate::collect::aggregate::AggVal;
 use crate::collect::{stacks, Lost, StopReason, Stopper};
 use crate::render::bpftrace::{self as fmt, Agg, MapData, Value};
-use crate::script::ir::{Action, Arg, Lowered, Trigger, JOIN_MAX, STR_MAX};
+use crate::script::ir::{Action, Arg, Lowered, Trigger, JOIN_MAX, KEY_ID_LEN, STR_MAX};
 use crate::script::types::{member_map, AggFn, MapKind, TShape, Ty};
 use crate::script::{self, trigger};
-use bpfscope_bpf::abi::{bs_event_hdr, bs_key_hdr, bs_limits, bs_note};
+use bpfscope_bpf::abi::{bs_cache_ent, bs_event_hdr, bs_key_hdr, bs_limits, bs_note};
 use bpfscope_sys::pod;
 
 const MAX_STACKS: u32 = 4096;
@@ -631,7 +631,7 @@ impl RunCtx<'_, '_> {
             }
             MapKind::Agg(f, signed) => {
                 // Key data (without the bucket) -> per-bucket totals.
-                let mut acc: BTreeMap<Vec<u8>, KeyTotals> = BTreeMap::new();
+                let mut rows = Vec::with_capacity(keys.len());
                 for k in keys {
                     let bucket = u32::from_ne_bytes(k[..4].try_into().unwrap_or([0; 4]));
                     let at = if def.slots { &k[..4] } else { &k[..] };
@@ -648,11 +648,19 @@ impl RunCtx<'_, '_> {
                     {
                         continue;
                     }
+                    let vals = per_cpu.iter().map(|c| AggVal::from_bytes(c)).collect();
+                    rows.push((k, vals));
+                }
+                // What compiled probes added through the map's cache: the
+                // key is in the hash map too (its first run put it there).
+                rows.extend(self.cached_rows(id)?.into_iter().map(|(k, v)| (k, vec![v])));
+                let mut acc: BTreeMap<Vec<u8>, KeyTotals> = BTreeMap::new();
+                for (k, vals) in rows {
+                    let bucket = u32::from_ne_bytes(k[..4].try_into().unwrap_or([0; 4]));
                     let e = acc
                         .entry(group(&k))
                         .or_insert_with(|| (decode_key(&k), BTreeMap::new(), AggVal::default()));
-                    for c in per_cpu {
-                        let v = AggVal::from_bytes(&c);
+                    for v in vals {
                         *e.1.entry(bucket).or_insert(0) += v.count;
                         e.2.merge(v, signed);
                     }
@@ -695,6 +703,64 @@ impl RunCtx<'_, '_> {
             name: def.name.clone(),
             entries,
         })
+    }
+
+    /// The entries of map `id`'s per-CPU cache (`MapDef::cache`), each
+    /// one CPU's, with the key as the hash map holds it (bucket, epoch 0,
+    /// the map's id, the key's words, zeros to the key's size).
+    fn cached_rows(&self, id: u32) -> Result<Vec<(Vec<u8>, AggVal)>> {
+        let def = &self.low.maps[id as usize];
+        let Some(slot) = def.cache else {
+            return Ok(Vec::new());
+        };
+        let words = def.key_len().saturating_sub(KEY_ID_LEN) / 8;
+        let size = self.map_of(id).key_size() as usize;
+        let Some(per_cpu) = self
+            .session
+            .skel
+            .maps
+            .vm_cache
+            .lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY)
+            .context("reading a map's cache")?
+        else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for cpu in &per_cpu {
+            for raw in cpu.chunks_exact(std::mem::size_of::<bs_cache_ent>()) {
+                let Some(e) = pod::read::<bs_cache_ent>(raw) else {
+                    continue;
+                };
+                if e.used != 1 || e.val.count == 0 {
+                    continue;
+                }
+                let mut k = e.bucket.to_ne_bytes().to_vec();
+                k.extend_from_slice(&[0; 4]);
+                k.extend_from_slice(&u64::from(id).to_ne_bytes());
+                for w in e.k.iter().take(words) {
+                    k.extend_from_slice(&w.to_ne_bytes());
+                }
+                k.resize(size.max(k.len()), 0);
+                out.push((k, AggVal::from(e.val)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Empties map `id`'s per-CPU cache, on every CPU (clear() and zero():
+    /// the keys stay in the hash map for zero(), with their values zeroed
+    /// there). Runs adding meanwhile may be lost, as with the hash map's
+    /// keys deleted one by one.
+    fn clear_cache(&self, id: u32) {
+        let Some(slot) = self.low.maps[id as usize].cache else {
+            return;
+        };
+        let m = &self.session.skel.maps.vm_cache;
+        let key = slot.to_ne_bytes();
+        if let Ok(Some(per_cpu)) = m.lookup_percpu(&key, MapFlags::ANY) {
+            let zero: Vec<Vec<u8>> = per_cpu.iter().map(|c| vec![0u8; c.len()]).collect();
+            m.update_percpu(&key, &zero, MapFlags::ANY).ok();
+        }
     }
 
     /// The tuple of map of tuples `id` under key `k` (whose first member,
@@ -766,6 +832,7 @@ impl RunCtx<'_, '_> {
                 self.zero_slots(id, false);
                 continue;
             }
+            self.clear_cache(id);
             let map = self.map_of(id);
             let keys: Vec<Vec<u8>> = map.keys().collect();
             for k in keys {
@@ -814,6 +881,7 @@ impl RunCtx<'_, '_> {
             return;
         }
         let plain = matches!(self.low.maps[id as usize].kind, MapKind::Plain(_));
+        self.clear_cache(id);
         let map = self.map_of(id);
         let keys: Vec<Vec<u8>> = map.keys().collect();
         for k in keys {

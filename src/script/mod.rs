@@ -259,6 +259,7 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
         });
     }
     thread_words(&mut lowered, &mut sh.maps);
+    cache_maps(&lowered, &mut sh.maps);
     let key_size = sh
         .maps
         .iter()
@@ -727,6 +728,75 @@ fn thread_words(probes: &mut [LoweredProbe], maps: &mut [types::MapDef]) {
     }
 }
 
+/// Which aggregations add through the per-CPU cache (`MapDef::cache`):
+/// keyed (not slots), keys of one or two words and no stack (printed keys
+/// of stacks are grouped by their frames), and every key built for the
+/// map in straight code followed by its aggregation and nothing else (no
+/// read, delete or for loop in the kernel, which would miss the cache).
+/// At most BS_VM_CACHE_MAPS, in order.
+fn cache_maps(probes: &[LoweredProbe], maps: &mut [types::MapDef]) {
+    use bpfscope_bpf::abi::{bs_limits, bs_vm_op};
+    let mut ok: Vec<bool> = maps
+        .iter()
+        .map(|m| {
+            let words = m.key_len().saturating_sub(ir::KEY_ID_LEN) / 8;
+            matches!(m.kind, types::MapKind::Agg(..))
+                && !m.slots
+                && !m.thread
+                && !m.keys.is_empty()
+                && m.key_len() % 8 == 0
+                && (1..=2).contains(&words)
+                && !m
+                    .keys
+                    .iter()
+                    .any(|p| matches!(p.ty, types::Ty::Stack { .. }))
+        })
+        .collect();
+    let mut used = vec![false; maps.len()];
+    for p in probes {
+        for (i, x) in p.code.iter().enumerate() {
+            if !matches!(
+                bs_vm_op(u32::from(x.op)),
+                bs_vm_op::BS_VM_KEY1 | bs_vm_op::BS_VM_KEYCLR
+            ) {
+                continue;
+            }
+            let id = x.arg as usize;
+            // The instruction that uses the key: only key parts, values
+            // and buckets may come between, in straight code.
+            let user = p.code[i + 1..]
+                .iter()
+                .map(|y| bs_vm_op(u32::from(y.op)))
+                .find(|op| {
+                    !matches!(
+                        *op,
+                        bs_vm_op::BS_VM_KEYNUM
+                            | bs_vm_op::BS_VM_KEYSTR
+                            | bs_vm_op::BS_VM_LDI
+                            | bs_vm_op::BS_VM_SRC
+                            | bs_vm_op::BS_VM_SRCSTR
+                            | bs_vm_op::BS_VM_MOV
+                            | bs_vm_op::BS_VM_ALU
+                            | bs_vm_op::BS_VM_BUCKET
+                            | bs_vm_op::BS_VM_READ
+                    )
+                });
+            if let Some(o) = ok.get_mut(id) {
+                *o &= user == Some(bs_vm_op::BS_VM_AGG);
+                used[id] = true;
+            }
+        }
+    }
+    let mut n = 0u32;
+    for (id, m) in maps.iter_mut().enumerate() {
+        m.cache = None;
+        if ok[id] && used[id] && n < bs_limits::BS_VM_CACHE_MAPS.0 {
+            m.cache = Some(n);
+            n += 1;
+        }
+    }
+}
+
 /// The maps some statement assigns (`@m[k] = v`, `@m = count()`, `@m++`),
 /// with their '@': the others are undefined.
 fn assigned_maps(program: &Program) -> std::collections::HashSet<String> {
@@ -848,6 +918,7 @@ fn plan_of(l: &Lowered, keys_max: u32) -> Result<Plan, Error> {
             srcs: l.srcs.clone(),
             maps: l.maps.iter().map(|m| vm_map(m, keys_max)).collect(),
             thread_maps: l.maps.iter().any(|m| m.thread),
+            cache_maps: l.maps.iter().filter(|m| m.cache.is_some()).count() as u32,
         }),
     })
 }

@@ -134,6 +134,11 @@ pub struct MapDef {
     /// named whole: a word in the thread's own storage holds each thread's
     /// value (BS_VMF_TASK), on compiled probes and the machine alike.
     pub thread: bool,
+    /// An aggregation the code only ever adds to, with a key of one or
+    /// two words: compiled probes add through a per-CPU cache in front of
+    /// its hash map (element `cache` of `vm_cache`), which user space
+    /// adds in when it reads the map.
+    pub cache: Option<u32>,
 }
 
 impl MapDef {

@@ -1242,6 +1242,81 @@ fn compiled_probes_print_what_the_machine_prints() {
     }
 }
 
+/// Aggregations compiled probes add to through a per-CPU cache print what
+/// the machine's (hash maps only) print: keys past the cache's 128
+/// entries (in the hash map), histograms and linear histograms by key,
+/// min, max and avg; print(), clear() and zero() in a probe (a later
+/// process's counts alone remain); and a full map (BPFTRACE_MAP_KEYS_MAX)
+/// drops and reports the same updates.
+#[test]
+#[ignore = "needs root and BPF"]
+fn cached_aggregations_print_what_hash_maps_print() {
+    require_root();
+    let script = r#"tracepoint:syscalls:sys_enter_getppid /comm == "bt_ca" || comm == "bt_cc"/ {
+            @c[comm] = count(); @z[comm] = sum(2); $i = @n; @n = @n + 1;
+            @k[$i] = count(); @h[$i % 300] = hist($i); @l[$i % 3] = lhist($i % 100, 0, 100, 10);
+            @mn[$i % 5] = min($i); @mx[$i % 5] = max($i); @av[$i % 7] = avg($i); }
+        tracepoint:syscalls:sys_enter_kill /comm == "bt_cb"/ { print(@c); clear(@c); zero(@z); }"#;
+    let b = workload("btdrive");
+    let b = b.display();
+    let cmd = format!(
+        "/bin/sh -c '{b} bt_ca syscalls 1000; {b} bt_cb kill 1; sleep 0.3; {b} bt_cc syscalls 200'"
+    );
+    let (a, aerr) = run_on(script, &cmd, false);
+    let (m, merr) = run_on(script, &cmd, true);
+    assert_eq!(a, m, "compiled:\n{a}\nmachine:\n{m}");
+    for map in ["@c", "@z", "@k", "@h", "@l", "@mn", "@mx", "@av"] {
+        let said = format!("{map}: added through a per-CPU cache by compiled probes");
+        assert!(aerr.contains(&said), "{said:?} in\n{aerr}");
+        assert!(!merr.contains(&said), "{merr}");
+    }
+    assert!(!aerr.contains("@n: added"), "{aerr}");
+    // Each event runs the compiled probe once: the shared sys_enter
+    // program, attached for the kill probe on the machine, does not run
+    // getppid's probe again.
+    for e in [
+        "@n: 1200\n",
+        "@c[bt_ca]: 1000\n",
+        "@c[bt_cc]: 200\n",
+        "@z[bt_ca]: 0\n",
+        "@z[bt_cc]: 400\n",
+        "@mn[0]: 0\n",
+        "@mx[4]: 1199\n",
+    ] {
+        assert!(a.contains(e), "{e:?} in\n{a}");
+    }
+    // bt_ca's count printed once, before the clear; not at the end.
+    assert_eq!(a.matches("@c[bt_ca]").count(), 1, "{a}");
+    let keys: Vec<&str> = a.lines().filter(|l| l.starts_with("@k[")).collect();
+    assert_eq!(keys.len(), 1200, "{a}");
+    assert!(keys.iter().all(|l| l.ends_with("]: 1")), "{a}");
+    // A full map: the same keys kept, the same updates dropped.
+    let full = r#"tracepoint:syscalls:sys_enter_getppid /comm == "bt_ca"/ { $i = @n; @n = @n + 1; @k[$i % 500] = count(); @t = count(); }"#;
+    let cmd = format!("{b} bt_ca syscalls 5000");
+    let mut outs = Vec::new();
+    for vm in [false, true] {
+        let mut c = Command::new(bin());
+        c.args(["run", "-e", full, "-c", &cmd]);
+        c.env("BPFSCOPE_SCRIPT_VM", if vm { "1" } else { "0" });
+        c.env("BPFTRACE_MAP_KEYS_MAX", "100");
+        let o = run_cmd_timeout(&mut c, Duration::from_secs(60));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let (out, err) = (stdout(&o), stderr(&o));
+        assert!(
+            err.contains("lost 4000 updates of @k (full at 100 keys)"),
+            "machine {vm}: {err}"
+        );
+        assert_eq!(
+            out.lines().filter(|l| l.ends_with("]: 10")).count(),
+            100,
+            "{out}"
+        );
+        assert!(out.contains("@t: 5000\n"), "{out}");
+        outs.push(out);
+    }
+    assert_eq!(outs[0], outs[1]);
+}
+
 /// A string key part is as long as the longest string its map's writes
 /// hold (comm 16 bytes, a literal its length): a map written with comm
 /// and with a longer literal keeps both whole; a lookup by a string longer

@@ -287,6 +287,8 @@ pub struct VmImage {
     /// Some map lives in the threads' own storage (its operations carry
     /// BS_VMF_TASK): the object's `vm_task` is created and used.
     pub thread_maps: bool,
+    /// Aggregations with a per-CPU cache (`vm_cache`'s elements).
+    pub cache_maps: u32,
 }
 
 /// One script map's kernel map: per-CPU aggregates or plain values, and

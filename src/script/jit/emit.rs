@@ -9,8 +9,8 @@
 use std::mem::{offset_of, size_of};
 
 use bpfscope_bpf::abi::{
-    bs_agg_val, bs_event_hdr, bs_insn, bs_key_hdr, bs_limits, bs_lost, bs_note, bs_scratch, bs_src,
-    bs_src_kind, bs_vm_alu, bs_vm_flags, bs_vm_op,
+    bs_agg_val, bs_cache_ent, bs_cache_limits, bs_event_hdr, bs_insn, bs_key_hdr, bs_limits,
+    bs_lost, bs_note, bs_scratch, bs_src, bs_src_kind, bs_vm_alu, bs_vm_flags, bs_vm_op,
 };
 
 use super::insn::*;
@@ -104,6 +104,12 @@ const FP_SRCS: usize = 4;
 fn fp_src(i: usize) -> i16 {
     FP_TASK - 8 * (i as i16 + 1)
 }
+/// The cache entry an aggregation claimed, filled after its hash map
+/// has the key (0: none claimed).
+const FP_CENT: i16 = FP_TASK - 8 * (FP_SRCS as i16 + 1);
+const CACHE_N: i32 = bs_cache_limits::BS_CACHE_N.0 as i32;
+const CENT: usize = size_of::<bs_cache_ent>();
+const _: () = assert!(CENT.is_power_of_two() && (CACHE_N as usize).is_power_of_two());
 
 /// Sources a helper call makes, one value for the whole run: worth a
 /// frame slot (the others are an immediate or a load already).
@@ -930,13 +936,26 @@ impl E<'_> {
         self.store_r(x.dst, R2);
     }
 
-    /// The aggregate of the key in s->key in script map `id` (bs_vm_agg).
+    /// The aggregate of the key in s->key in script map `id` (bs_vm_agg),
+    /// through the map's per-CPU cache when it has one (`cached_agg`).
     fn agg(&mut self, x: &bs_insn, id: u32) {
         // The key's header: bucket, epoch.
         self.store_bucket(x, R9, SCRATCH_KEY as i16);
         self.map(R1, MapRef::Bss(BSS_EPOCH));
         self.put(ldx(W, R1, R1, 0));
         self.put(stx(W, R9, SCRATCH_KEY as i16 + 4, R1));
+        let cache = self.low.maps.get(id as usize).and_then(|m| {
+            let words = m.key_len().saturating_sub(crate::script::ir::KEY_ID_LEN) / 8;
+            m.cache.map(|slot| (slot, words))
+        });
+        let mut done = Vec::new();
+        let claimed = match cache {
+            Some((slot, words)) => {
+                done.push(self.cached_agg(x, slot, words));
+                true
+            }
+            None => false,
+        };
         self.map_key(id);
         self.put(call(helper::MAP_LOOKUP_ELEM));
         let found = self.fwd(ji(jmp::JNE, R0, 0, 0));
@@ -953,11 +972,115 @@ impl E<'_> {
         self.put(call(helper::MAP_LOOKUP_ELEM));
         let found2 = self.fwd(ji(jmp::JNE, R0, 0, 0));
         self.note_full(id);
-        let done = self.fwd(ja(0));
+        if claimed {
+            // The key has no place in the map: neither has it in the cache.
+            self.put(ldx(DW, R1, FP, FP_CENT));
+            done.push(self.fwd(ji(jmp::JEQ, R1, 0, 0)));
+            self.put(st(W, R1, offset_of!(bs_cache_ent, used) as i16, 0));
+        }
+        done.push(self.fwd(ja(0)));
         self.here(found);
         self.here(found2);
         self.agg_add(x);
-        self.here(done);
+        if let Some((_, words)) = cache {
+            // The entry this run claimed now holds the key (the map has
+            // it): the key's next runs on this CPU add there.
+            self.put(ldx(DW, R1, FP, FP_CENT));
+            done.push(self.fwd(ji(jmp::JEQ, R1, 0, 0)));
+            for w in 0..words {
+                self.put(ldx(DW, R2, R9, (KEYDATA + 8 + 8 * w) as i16));
+                self.put(stx(
+                    DW,
+                    R1,
+                    (offset_of!(bs_cache_ent, k) + 8 * w) as i16,
+                    R2,
+                ));
+            }
+            self.put(ldx(W, R2, R9, SCRATCH_KEY as i16));
+            self.put(stx(W, R1, offset_of!(bs_cache_ent, bucket) as i16, R2));
+            self.put(st(W, R1, offset_of!(bs_cache_ent, used) as i16, 1));
+        }
+        for d in done {
+            self.here(d);
+        }
+    }
+
+    /// The cache's side of `agg`: the key's entry in the map's element
+    /// of `vm_cache` (by a multiplicative hash of its words and bucket,
+    /// as fast.bpf.h's). Held by the key: added to there, and the
+    /// returned jump (to be pointed past the hash map's code) taken.
+    /// Free: claimed (used 2, by compare-and-exchange, as a run this one
+    /// interrupted may be claiming it), its pointer left in FP_CENT, for
+    /// `agg` to fill once the hash map has the key. Else FP_CENT is 0,
+    /// and the hash map alone counts.
+    fn cached_agg(&mut self, x: &bs_insn, slot: u32, words: usize) -> usize {
+        let used = offset_of!(bs_cache_ent, used) as i16;
+        let key = |w: usize| (KEYDATA + 8 + 8 * w) as i16;
+        let bucketed = self.bucketed(x);
+        self.put(st(DW, FP, FP_CENT, 0));
+        self.put(st(W, FP, FP_KEY, slot as i32));
+        self.map(R1, MapRef::Cache);
+        self.put(mov(R2, FP));
+        self.put(alui(alu::ADD, R2, i32::from(FP_KEY)));
+        self.put(call(helper::MAP_LOOKUP_ELEM));
+        let mut to_hash = vec![self.fwd(ji(jmp::JEQ, R0, 0, 0))];
+        const MIX: [i64; 3] = [
+            0x9E37_79B9_7F4A_7C15u64 as i64,
+            0xC2B2_AE3D_27D4_EB4Fu64 as i64,
+            0x1656_67B1_9E37_79F9u64 as i64,
+        ];
+        self.put(ldx(DW, R1, R9, key(0)));
+        self.put2(ld64(R3, MIX[0]));
+        self.put(alu(alu::MUL, R1, R3));
+        if words > 1 {
+            self.put(ldx(DW, R2, R9, key(1)));
+            self.put2(ld64(R3, MIX[1]));
+            self.put(alu(alu::MUL, R2, R3));
+            self.put(alu(alu::XOR, R1, R2));
+        }
+        if bucketed {
+            self.put(ldx(W, R2, R9, SCRATCH_KEY as i16));
+            self.put2(ld64(R3, MIX[2]));
+            self.put(alu(alu::MUL, R2, R3));
+            self.put(alu(alu::XOR, R1, R2));
+        }
+        // The top bits index the entries.
+        self.put(alui(alu::RSH, R1, 64 - CACHE_N.trailing_zeros() as i32));
+        self.put(alui(alu::AND, R1, CACHE_N - 1));
+        self.put(alui(alu::LSH, R1, CENT.trailing_zeros() as i32));
+        self.put(alu(alu::ADD, R0, R1));
+        self.put(ldx(W, R1, R0, used));
+        let free = self.fwd(ji(jmp::JNE, R1, 1, 0));
+        for w in 0..words {
+            self.put(ldx(
+                DW,
+                R1,
+                R0,
+                (offset_of!(bs_cache_ent, k) + 8 * w) as i16,
+            ));
+            self.put(ldx(DW, R2, R9, key(w)));
+            to_hash.push(self.fwd(jx(jmp::JNE, R1, R2, 0)));
+        }
+        if bucketed {
+            self.put(ldx(W, R1, R0, offset_of!(bs_cache_ent, bucket) as i16));
+            self.put(ldx(W, R2, R9, SCRATCH_KEY as i16));
+            to_hash.push(self.fwd(jx(jmp::JNE, R1, R2, 0)));
+        }
+        self.put(alui(alu::ADD, R0, offset_of!(bs_cache_ent, val) as i32));
+        self.agg_add(x);
+        let done = self.fwd(ja(0));
+        self.here(free);
+        to_hash.push(self.fwd(ji(jmp::JNE, R1, 0, 0)));
+        self.put(mov(R1, R0));
+        self.put(movi(R0, 0));
+        self.put(movi(R2, 2));
+        self.put(cmpxchg32(R1, used, R2));
+        to_hash.push(self.fwd(ji(jmp::JNE, R0, 0, 0)));
+        self.put(stx(DW, FP, FP_CENT, R1));
+        for j in to_hash {
+            self.here(j);
+        }
+        done
     }
 
     /// The aggregate of a keyless map's bucket, in its array
@@ -977,11 +1100,16 @@ impl E<'_> {
         self.here(done);
     }
 
+    /// AGG's bucket is r[b] (else 0).
+    fn bucketed(&self, x: &bs_insn) -> bool {
+        let flags = u32::from(x.flags);
+        flags & bs_vm_flags::BS_VMF_COUNT.0 == 0 && flags & bs_vm_flags::BS_VMF_BUCKET.0 != 0
+    }
+
     /// AGG's bucket as a 4-byte word at base+off: r[b] with
     /// BS_VMF_BUCKET, else (and for count()) 0.
     fn store_bucket(&mut self, x: &bs_insn, base: Reg, off: i16) {
-        let flags = u32::from(x.flags);
-        if flags & bs_vm_flags::BS_VMF_COUNT.0 == 0 && flags & bs_vm_flags::BS_VMF_BUCKET.0 != 0 {
+        if self.bucketed(x) {
             self.load_r(R1, x.b);
             self.put(stx(W, base, off, R1));
         } else {

@@ -115,6 +115,8 @@ pub enum MapRef {
     Script(u32),
     /// The threads' own storage of tid-keyed maps (`vm_task`).
     Task,
+    /// The per-CPU caches of aggregations (`vm_cache`).
+    Cache,
 }
 
 /// One instruction (two for a 64-bit immediate load).
@@ -201,6 +203,13 @@ pub fn st(size: u8, dst: Reg, off: i16, imm: i32) -> Insn {
 pub fn xadd(dst: Reg, off: i16, src: Reg, fetch: bool) -> Insn {
     // BPF_ADD, | BPF_FETCH.
     i(STX | ATOMIC | DW, dst, src, off, i32::from(fetch))
+}
+
+/// Atomic compare-and-exchange of the u32 at dst + off: if it equals
+/// w0, it becomes src; w0 = the old value either way.
+pub fn cmpxchg32(dst: Reg, off: i16, src: Reg) -> Insn {
+    // BPF_CMPXCHG (0xf0 | BPF_FETCH).
+    i(STX | ATOMIC | W, dst, src, off, 0xf1)
 }
 
 /// if dst <cond> src: jump off instructions on.
@@ -371,7 +380,13 @@ pub fn listing(
                 mem(x.src, x.off)
             )
         } else if class == STX && x.code & 0xe0 == ATOMIC {
-            if x.imm & 1 != 0 {
+            if x.imm == 0xf1 {
+                format!(
+                    "w0 = cmpxchg((u32 *)({}), w0, {})",
+                    mem(x.dst, x.off),
+                    reg(x.src)
+                )
+            } else if x.imm & 1 != 0 {
                 format!(
                     "{} = atomic_fetch_add((u64 *)({}), {})",
                     reg(x.src),

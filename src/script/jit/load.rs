@@ -24,6 +24,7 @@ pub fn load(session: &Session<'_>, idx: usize, prog: &Prog) -> Result<OwnedFd, S
             MapRef::Events => maps.events.as_fd().as_raw_fd(),
             MapRef::Lost => maps.lost.as_fd().as_raw_fd(),
             MapRef::Task => maps.vm_task.as_fd().as_raw_fd(),
+            MapRef::Cache => maps.vm_cache.as_fd().as_raw_fd(),
             MapRef::Script(id) => session
                 .vm_maps
                 .get(id as usize)

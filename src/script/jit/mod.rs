@@ -154,6 +154,15 @@ pub fn describe(low: &Lowered, chosen: &[Result<Prog, String>]) -> Vec<String> {
     let thread = (low.maps.iter())
         .filter(|m| m.thread)
         .map(|m| format!("{}: in each thread's own storage (keyed by tid)", m.name));
+    // Only compiled probes add through the cache.
+    let cache = (low.maps.iter())
+        .filter(|m| m.cache.is_some() && chosen.iter().any(Result::is_ok))
+        .map(|m| {
+            format!(
+                "{}: added through a per-CPU cache by compiled probes",
+                m.name
+            )
+        });
     low.probes
         .iter()
         .zip(chosen)
@@ -175,6 +184,7 @@ pub fn describe(low: &Lowered, chosen: &[Result<Prog, String>]) -> Vec<String> {
             Err(why) => format!("{}: script machine ({why})", p.probe.name),
         })
         .chain(thread)
+        .chain(cache)
         .collect()
 }
 
@@ -187,6 +197,7 @@ pub fn listing(low: &Lowered, prog: &Prog) -> String {
         insn::MapRef::Events => "events".to_string(),
         insn::MapRef::Lost => "lost".to_string(),
         insn::MapRef::Task => "task".to_string(),
+        insn::MapRef::Cache => "cache".to_string(),
         insn::MapRef::Script(id) => low
             .maps
             .get(id as usize)

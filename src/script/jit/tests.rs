@@ -308,3 +308,52 @@ fn tid_keyed_maps_live_in_thread_storage_only_where_nothing_else_sees_them() {
         "{exit}"
     );
 }
+
+/// Aggregations the code only adds to, keyed by one or two words, add
+/// through the per-CPU cache in compiled code; a map the kernel side
+/// also reads, deletes from or loops over, a longer key, a stack key or a
+/// keyless one does not, nor the ninth.
+#[test]
+fn aggregations_only_added_to_take_the_cache() {
+    let cached = |src: &str| -> Vec<String> {
+        let low = lowered(src);
+        describe(&low, &choose(&low, &ENV))
+            .into_iter()
+            .filter_map(|l| {
+                l.strip_suffix(": added through a per-CPU cache by compiled probes")
+                    .map(str::to_string)
+            })
+            .collect()
+    };
+    assert_eq!(
+        cached("interval:ms:1 { @c[comm] = count(); @s[pid, tid] = sum(1); @h[cpu] = hist(5); @l[1] = lhist(3, 0, 10, 1); @m[2] = max(4); }"),
+        ["@c", "@s", "@h", "@l", "@m"]
+    );
+    for other in [
+        "interval:ms:1 { @c[1] = count(); } interval:ms:2 { delete(@c[1]); }",
+        "interval:ms:1 { @c[1, 2, 3] = count(); }",
+        "interval:ms:1 { @c[\"a string literal longer than two words\"] = count(); }",
+        "interval:ms:1 { @c[kstack] = count(); }",
+        "interval:ms:1 { @c = count(); }",
+        "interval:ms:1 { @c[1] = 5; }",
+    ] {
+        assert!(cached(other).is_empty(), "{other}");
+    }
+    // print(), clear() and zero() are user space's: they read the cache too.
+    assert_eq!(
+        cached(
+            "interval:ms:1 { @c[1] = count(); } interval:ms:2 { print(@c); clear(@c); zero(@c); }"
+        ),
+        ["@c"]
+    );
+    // At most BS_VM_CACHE_MAPS (8).
+    let nine: String = (0..9).map(|i| format!("@m{i}[{i}] = count(); ")).collect();
+    assert_eq!(cached(&format!("interval:ms:1 {{ {nine} }}")).len(), 8);
+    // A hit is the cache's: an index, compares and adds; the hash map's
+    // code follows for the rest.
+    let low = lowered("interval:ms:1 { @c[comm] = count(); }");
+    let text = listing(&low, choose(&low, &ENV)[0].as_ref().unwrap());
+    assert!(text.contains("r1 = map cache"), "{text}");
+    assert!(text.contains("cmpxchg"), "{text}");
+    assert!(text.contains("r1 = map @"), "{text}");
+}

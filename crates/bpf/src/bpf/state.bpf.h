@@ -268,6 +268,22 @@ struct {
 } vm_task SEC(".maps");
 
 /*
+ * Per CPU, a struct bs_cache per script aggregation whose compiled probes
+ * only ever add to it (`@[comm] = count()`, keys of one or two words): a
+ * direct-mapped cache in front of its per-CPU hash map, where a hit is an
+ * index and three compares instead of a hash, a bucket walk and a key
+ * compare. Only the compiled probes (emitted in user space) use it; user
+ * space adds both when it reads the map. Sized at load, one element per
+ * such map; created only for a script that has one.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct bs_cache);
+} vm_cache SEC(".maps");
+
+/*
  * Runs of each probe cut short at BS_VM_STEPS, and updates each map
  * refused because it was full (enum bs_note): sized at load.
  */

@@ -48,6 +48,8 @@ enum bs_limits {
 	BS_VAL_MAX = 64,
 	/* Script maps of numbers keyed by tid that live in the thread's own storage. */
 	BS_VM_TASK_MAPS = 8,
+	/* Script aggregations with a per-CPU cache in front of their hash map (vm_cache). */
+	BS_VM_CACHE_MAPS = 8,
 };
 
 /* Where a value comes from. */
