@@ -2,6 +2,7 @@
 
 use std::cell::OnceCell;
 use std::collections::HashSet;
+use std::os::fd::{FromRawFd, OwnedFd};
 
 use crate::attach::kfunc;
 use crate::probe::btf;
@@ -31,6 +32,9 @@ pub struct Features {
     /// its own syscall (~180 ns). The agent, which runs many plans at once,
     /// asks for this for plans of a few syscalls.
     pub classic_syscalls: std::cell::Cell<bool>,
+    /// pidfd_open takes PIDFD_THREAD (Linux 6.9+): a thread's own storage
+    /// can be read from user space, by a descriptor of the thread.
+    pub thread_pidfd: bool,
 }
 
 /// A kernel function fentry attached to in the feature probe: the
@@ -57,6 +61,7 @@ impl Features {
             kprobe: OnceCell::new(),
             kprobe_multi: OnceCell::new(),
             classic_syscalls: std::cell::Cell::new(false),
+            thread_pidfd: pidfd_thread_works(),
         }
     }
 
@@ -89,6 +94,7 @@ impl Features {
             kprobe: OnceCell::from(kprobe),
             kprobe_multi: OnceCell::from(kprobe_multi),
             classic_syscalls: std::cell::Cell::new(false),
+            thread_pidfd: true,
         }
     }
 
@@ -202,6 +208,26 @@ pub fn helper_supported(
     // SAFETY: libbpf_probe_bpf_helper only reads its arguments; opts may be null.
     let rc = unsafe { libbpf_sys::libbpf_probe_bpf_helper(prog_type, helper, std::ptr::null()) };
     rc == 1
+}
+
+/// pidfd_open's flag for a thread rather than its process (O_EXCL).
+const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
+
+/// A descriptor of thread `tid`, or None (it exited, or the kernel is older).
+pub fn thread_pidfd(tid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as libc::pid_t, PIDFD_THREAD) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Whether this kernel gives descriptors of threads (probed on this
+/// process's own thread).
+fn pidfd_thread_works() -> bool {
+    thread_pidfd(std::process::id()).is_some()
 }
 
 #[cfg(test)]

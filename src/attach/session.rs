@@ -238,6 +238,15 @@ impl<'obj> Session<'obj> {
         if follow_forks {
             links.push(self.attach_fork_follower()?);
         }
+        if plan.vm.as_ref().is_some_and(|vm| !vm.task_print.is_empty()) {
+            links.push(
+                self.skel
+                    .progs
+                    .bpfscope_task_exit
+                    .attach_raw_tracepoint("sched_process_exit")
+                    .context("attaching the thread-exit hook of thread maps")?,
+            );
+        }
         self.links.extend(links);
         out.probes = plan.probes.len() - out.skipped.len();
         if out.probes == 0 {
@@ -1040,6 +1049,12 @@ fn specialize(
     if let Some(vm) = &plan.vm {
         ro.vm_ops = vm.code.iter().fold(0u64, |m, i| m | 1u64 << (i.op & 63));
         ro.vm_task_on = u32::from(vm.thread_maps);
+        for &(w, id) in &vm.task_print {
+            ro.vm_task_print |= 1 << w;
+            if let Some(slot) = ro.vm_task_ids.get_mut(w as usize) {
+                *slot = id;
+            }
+        }
     }
     ro.wakeup_bytes = u64::from(ringbuf_bytes(s) / 4);
     ro.bench_stage = shape::bench_stage()?;
@@ -1330,6 +1345,8 @@ struct Programs {
     /// A script's BEGIN/END/interval blocks, run with BPF_PROG_TEST_RUN.
     trigger: bool,
     fork: bool,
+    /// A thread leaving hands its printed thread-map values to the maps.
+    task_exit: bool,
     /// Kernel functions: what the plan tries first, and its fallbacks.
     kprobe: bool,
     kmulti: bool,
@@ -1363,6 +1380,7 @@ impl Programs {
             clock: has(&|p| matches!(p, Path::Clock { .. } | Path::Perf { .. })),
             usdt: has(&|p| matches!(p, Path::Usdt { .. })),
             fork: matches!(s.target, Target::Command { .. }),
+            task_exit: plan.vm.as_ref().is_some_and(|vm| !vm.task_print.is_empty()),
             kprobe: uses(Mech::Kprobe, None),
             kmulti: uses(Mech::KprobeMulti, None),
             fentry: uses(Mech::Fentry, Some(false)),
@@ -1396,6 +1414,7 @@ impl Programs {
         progs.bpfscope_clock.set_autoload(self.clock);
         progs.bpfscope_trigger.set_autoload(self.trigger);
         progs.bpfscope_fork.set_autoload(self.fork);
+        progs.bpfscope_task_exit.set_autoload(self.task_exit);
         progs.bpfscope_kprobe.set_autoload(self.kprobe);
         progs.bpfscope_kmulti.set_autoload(self.kmulti);
         for (prog, on) in [

@@ -25,7 +25,9 @@ use crate::render::bpftrace::{self as fmt, Agg, MapData, Value};
 use crate::script::ir::{Action, Arg, Lowered, Trigger, JOIN_MAX, KEY_ID_LEN, STR_MAX};
 use crate::script::types::{member_map, AggFn, MapKind, TShape, Ty};
 use crate::script::{self, trigger};
-use bpfscope_bpf::abi::{bs_cache_ent, bs_event_hdr, bs_key_hdr, bs_limits, bs_note};
+use bpfscope_bpf::abi::{
+    bs_cache_ent, bs_event_hdr, bs_key_hdr, bs_limits, bs_note, bs_vm_task_vals,
+};
 use bpfscope_sys::pod;
 
 const MAX_STACKS: u32 = 4096;
@@ -323,7 +325,14 @@ impl RunCtx<'_, '_> {
         }
         for (i, n) in counts(&self.session.skel.maps.vm_full, self.low.maps.len()) {
             let m = &self.low.maps[i];
-            parts.push(if m.thread {
+            parts.push(if m.thread && m.thread_print {
+                // Either: a thread refused storage, or exited threads'
+                // values filled the hash map.
+                format!(
+                    "{n} updates of {} (no thread storage, or full at {} keys)",
+                    m.name, self.keys_max
+                )
+            } else if m.thread {
                 format!("{n} updates of {} (no thread storage)", m.name)
             } else {
                 format!("{n} updates of {} (full at {} keys)", m.name, self.keys_max)
@@ -462,6 +471,11 @@ impl RunCtx<'_, '_> {
                 .map_or("?", |p| p.probe.name.as_str());
             eprintln!(
                 "bpfscope: warning: {name}: a run was cut short at {STEPS} steps, the most one run of a probe takes; its effects so far stay"
+            );
+        } else if let Some(m) = self.low.maps.get(i).filter(|m| m.thread && m.thread_print) {
+            eprintln!(
+                "bpfscope: warning: {}: the kernel gave a thread no storage for it, or the values exited threads left fill it ({} keys): updates are dropped and counted",
+                m.name, self.keys_max
             );
         } else if let Some(m) = self.low.maps.get(i).filter(|m| m.thread) {
             eprintln!(
@@ -613,11 +627,18 @@ impl RunCtx<'_, '_> {
         let mut entries = Vec::new();
         match def.kind {
             MapKind::Plain(ty) => {
-                let mut seen = BTreeSet::new();
+                let mut rows = BTreeMap::new();
                 for k in keys {
-                    let Some(v) = map.lookup(&k, MapFlags::ANY).context("reading a map")? else {
-                        continue;
-                    };
+                    if let Some(v) = map.lookup(&k, MapFlags::ANY).context("reading a map")? {
+                        rows.insert(k, v);
+                    }
+                }
+                // A living thread's value is its storage's (one that
+                // exited left its own in the hash map, under its id: a
+                // thread that took that id since holds the key's value).
+                rows.extend(self.thread_rows(id));
+                let mut seen = BTreeSet::new();
+                for (k, v) in rows {
                     if has_stack && !seen.insert(group(&k)) {
                         continue;
                     }
@@ -745,6 +766,40 @@ impl RunCtx<'_, '_> {
             }
         }
         Ok(out)
+    }
+
+    /// The values of thread map `id` (printed at the end) that living
+    /// threads hold in their own storage, each with the key the hash map
+    /// would hold it under (bucket and epoch 0, the map's id, the tid,
+    /// zeros to the key's size) and its 64-byte value.
+    fn thread_rows(&self, id: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let def = &self.low.maps[id as usize];
+        if !(def.thread && def.thread_print) {
+            return Vec::new();
+        }
+        // The word is the map's rank among thread maps (thread_words).
+        let w = self.low.maps[..id as usize]
+            .iter()
+            .filter(|m| m.thread)
+            .count();
+        let size = self.map_of(id).key_size() as usize;
+        let mut out = Vec::new();
+        for (tid, raw) in crate::collect::threads::values(&self.session.skel.maps.vm_task) {
+            let Some(t) = pod::read::<bs_vm_task_vals>(&raw) else {
+                continue;
+            };
+            let (Some(&v), true) = (t.v.get(w), t.set & (1 << w) != 0) else {
+                continue;
+            };
+            let mut k = vec![0u8; KHDR];
+            k.extend_from_slice(&u64::from(id).to_ne_bytes());
+            k.extend_from_slice(&u64::from(tid).to_ne_bytes());
+            k.resize(size.max(k.len()), 0);
+            let mut val = v.to_ne_bytes().to_vec();
+            val.resize(bs_limits::BS_VAL_MAX.0 as usize, 0);
+            out.push((k, val));
+        }
+        out
     }
 
     /// Empties map `id`'s per-CPU cache, on every CPU (clear() and zero():

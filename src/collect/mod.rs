@@ -4,6 +4,7 @@
 pub mod aggregate;
 pub mod events;
 pub mod stacks;
+pub mod threads;
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;

@@ -225,18 +225,19 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
     // A keyless aggregation's buckets are array slots, unless delete()
     // names it (a slot per CPU cannot be deleted from one probe).
     let deleted = deleted_maps(&program, &defines);
-    let threads = thread_maps(&program, &defines);
+    let threads = thread_maps(&program, &defines, features.thread_pidfd);
     for m in &mut maps {
         m.slots = m.keys.is_empty()
             && m.tuple.is_none()
             && matches!(m.kind, types::MapKind::Agg(..))
             && !deleted.contains(&m.name);
-        m.thread = threads.contains(&m.name)
+        m.thread = threads.contains_key(&m.name)
             && m.keys.len() == 1
             && !m.keys[0].ty.in_slot()
             && m.tuple.is_none()
             && !m.is_member()
             && matches!(m.kind, types::MapKind::Plain(t) if !t.in_slot());
+        m.thread_print = m.thread && threads.get(&m.name) == Some(&true);
     }
     // Passes 2 and 3, resources and code: the maps as typed, then each
     // probe's code, its errors now the script's.
@@ -614,11 +615,16 @@ fn deleted_maps(
 /// space read can tell a thread's own storage from a hash map keyed by
 /// tid (a value of 0 reads as no key does), except where an exited
 /// thread's id is reused, which then finds no value where bpftrace's map
-/// keeps the old one.
+/// keeps the old one. With `printed` (the kernel gives descriptors of
+/// threads, to read their storage by), also those never cleared, printed
+/// at the end (the value: true): what living threads hold is read from
+/// their storage, what exited ones left from the hash map, where each
+/// thread's value goes as it exits.
 fn thread_maps(
     program: &Program,
     defines: &std::collections::HashMap<String, Expr>,
-) -> std::collections::HashSet<String> {
+    printed: bool,
+) -> std::collections::HashMap<String, bool> {
     use resources::name_or_at;
     use std::collections::HashSet;
     let (mut keyed, mut other, mut cleared) = (HashSet::new(), HashSet::new(), HashSet::new());
@@ -669,7 +675,11 @@ fn thread_maps(
     defines.values().for_each(|e| e.visit(&mut named));
     keyed
         .into_iter()
-        .filter(|m| cleared.contains(m) && !other.contains(m))
+        .filter(|m| !other.contains(m) && (printed || cleared.contains(m)))
+        .map(|m| {
+            let p = !cleared.contains(&m);
+            (m, p)
+        })
         .collect()
 }
 
@@ -711,6 +721,7 @@ fn thread_words(probes: &mut [LoweredProbe], maps: &mut [types::MapDef]) {
     let mut word_of = vec![None; maps.len()];
     for (id, m) in maps.iter_mut().enumerate() {
         m.thread &= used[id] && words < bs_limits::BS_VM_TASK_MAPS.0;
+        m.thread_print &= m.thread;
         if m.thread {
             word_of[id] = Some(words);
             words += 1;
@@ -918,6 +929,13 @@ fn plan_of(l: &Lowered, keys_max: u32) -> Result<Plan, Error> {
             srcs: l.srcs.clone(),
             maps: l.maps.iter().map(|m| vm_map(m, keys_max)).collect(),
             thread_maps: l.maps.iter().any(|m| m.thread),
+            // Words are given in map order (thread_words).
+            task_print: (l.maps.iter().enumerate())
+                .filter(|(_, m)| m.thread)
+                .enumerate()
+                .filter(|(_, (_, m))| m.thread_print)
+                .map(|(w, (id, _))| (w as u32, id as u32))
+                .collect(),
             cache_maps: l.maps.iter().filter(|m| m.cache.is_some()).count() as u32,
         }),
     })
@@ -938,7 +956,7 @@ fn vm_map(m: &types::MapDef, keys_max: u32) -> crate::attach::plan::VmMap {
     // each; cpuwalk's keyless lhist of 1,002 buckets took 49 ms and 64 MB.
     // A thread map's values are in the threads' storage: its hash map
     // (which END clears) is never written, and holds one entry.
-    let entries = if m.thread {
+    let entries = if m.thread && !m.thread_print {
         1
     } else if m.keys.is_empty() {
         m.buckets()

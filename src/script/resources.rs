@@ -241,6 +241,7 @@ impl Shared {
             tuple: tuple.cloned(),
             slots: false,
             thread: false,
+            thread_print: false,
             cache: None,
         });
         Ok((self.maps.len() - 1) as u32)

@@ -134,6 +134,10 @@ pub struct MapDef {
     /// named whole: a word in the thread's own storage holds each thread's
     /// value (BS_VMF_TASK), on compiled probes and the machine alike.
     pub thread: bool,
+    /// A `thread` map printed at the end (not cleared at END): a thread
+    /// leaving hands its value to the map's hash map, and the end reads
+    /// the living threads' storage beside it.
+    pub thread_print: bool,
     /// An aggregation the code only ever adds to, with a key of one or
     /// two words: compiled probes add through a per-CPU cache in front of
     /// its hash map (element `cache` of `vm_cache`), which user space

@@ -1242,6 +1242,19 @@ fn compiled_probes_print_what_the_machine_prints() {
     }
 }
 
+/// Whether this kernel gives descriptors of threads (pidfd_open with
+/// PIDFD_THREAD, Linux 6.9+): then thread maps printed at the end live in
+/// the threads' storage too.
+fn thread_pidfd() -> bool {
+    // SAFETY: pidfd_open takes a pid and flags; the descriptor it returns is closed here.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), libc::O_EXCL) };
+    if fd >= 0 {
+        // SAFETY: fd is the descriptor just opened, closed once.
+        unsafe { libc::close(fd as i32) };
+    }
+    fd >= 0
+}
+
 /// Aggregations compiled probes add to through a per-CPU cache print what
 /// the machine's (hash maps only) print: keys past the cache's 128
 /// entries (in the hash map), histograms and linear histograms by key,
@@ -1571,18 +1584,92 @@ fn tid_keyed_maps_in_thread_storage_count_what_hash_maps_count() {
         assert_eq!(total(&out), 200, "machine {vm}: {out}");
         assert!(!out.contains("@s[") && !out.contains("@k["), "{out}");
     }
-    // Without the clear, @k prints at the end: hash maps, the same counts,
-    // and each thread's 10.
-    let (out, err) = run_on(body, &cmd, false);
-    assert!(!err.contains("own storage"), "{err}");
-    assert_eq!(counts(&out), want, "{out}");
-    assert_eq!(
-        out.lines()
-            .filter(|l| l.starts_with("@k[") && l.ends_with("]: 10"))
-            .count(),
-        20,
-        "{out}"
+    // Without the clear, @k prints at the end, with what each thread left
+    // as it exited (its 10): in the threads' storage where user space can
+    // read it (Linux 6.9+: descriptors of threads), each exiting thread
+    // handing its values to the hash map; else hash maps. The same output
+    // either way, and as the same script's hash maps (print() names them
+    // whole) give it. `@z[tid] = 0` at exit(2), which never returns: 20
+    // keys whose value is 0 (a key held, not a missing one).
+    let storage = thread_pidfd();
+    let left = format!(
+        r#"{body} tracepoint:syscalls:sys_enter_exit /comm == "bt_thr"/ {{ @z[tid] = 0; }}"#
     );
+    let hashed = format!("{left} interval:s:1000 {{ print(@k); print(@z); }}");
+    let keys = |out: &str, tail: &str| {
+        out.lines()
+            .filter(|l| l.starts_with(&tail[..3]) && l.ends_with(&tail[3..]))
+            .count()
+    };
+    let mut outs = Vec::new();
+    for (script, vm) in [(&left, false), (&left, true), (&hashed, false)] {
+        let (out, err) = run_on(script, &cmd, vm);
+        // print() names @k and @z whole; @s is printed at the end only.
+        for (m, in_storage) in [
+            ("@k", script == &left && storage),
+            ("@z", script == &left && storage),
+            ("@s", storage),
+        ] {
+            let said = format!("{m}: in each thread's own storage (keyed by tid)");
+            assert_eq!(err.contains(&said), in_storage, "{script}\n{err}");
+        }
+        assert_eq!(counts(&out), want, "{out}");
+        assert_eq!(keys(&out, "@k[]: 10"), 20, "{out}");
+        assert_eq!(keys(&out, "@z[]: 0"), 20, "{out}");
+        assert!(!out.contains("@s["), "{out}");
+        outs.push(out);
+    }
+    // The threads' ids differ from run to run, and the latencies: the
+    // maps' lines without the ids.
+    let shape = |o: &str| -> Vec<String> {
+        let mut v: Vec<String> = o
+            .lines()
+            .filter(|l| l.starts_with('@') && !l.starts_with("@lat"))
+            .map(|l| match l.split_once("]: ") {
+                Some((k, v)) if l.starts_with('@') => {
+                    format!("{}]: {v}", &k[..k.find('[').unwrap_or(0)])
+                }
+                _ => l.to_string(),
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        shape(&outs[0]),
+        shape(&outs[2]),
+        "storage:\n{}\nhash:\n{}",
+        outs[0],
+        outs[2]
+    );
+    assert_eq!(shape(&outs[1]), shape(&outs[2]));
+    // A living thread's value at the end is read from its storage: a
+    // process still sleeping when the script exits.
+    let mut live = Command::new(workload("threads"))
+        .args(["bt_live", "1", "5000"])
+        .spawn()
+        .expect("threads workload");
+    std::thread::sleep(Duration::from_millis(200));
+    let script = r#"tracepoint:syscalls:sys_enter_clock_nanosleep /comm == "bt_live"/ { @n[tid]++; } interval:ms:300 { exit(); }"#;
+    let mut c = Command::new(bin());
+    c.args(["run", "-v", "-e", script]);
+    let o = run_cmd_timeout(&mut c, Duration::from_secs(30));
+    let _ = live.kill();
+    let _ = live.wait();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert_eq!(
+        err.contains("@n: in each thread's own storage"),
+        storage,
+        "{err}"
+    );
+    let n: Vec<u64> = out
+        .lines()
+        .filter(|l| l.starts_with("@n["))
+        .filter_map(|l| l.rsplit(": ").next()?.parse().ok())
+        .collect();
+    assert_eq!(n.len(), 1, "{out}");
+    assert!(n[0] > 10, "{out}");
     // Debian's opensnoop.bt and statsnoop.bt keep @filename so (their
     // output against bpftrace's: opensnoop_agrees_with_bpftrace...).
     for t in ["opensnoop", "statsnoop"] {

@@ -73,6 +73,8 @@ unsafe impl Pod for trace::types::bs_src {}
 unsafe impl Pod for trace::types::bs_agg_val {}
 // SAFETY: as above.
 unsafe impl Pod for trace::types::bs_cache_ent {}
+// SAFETY: as above (state.bpf.h's: nine u64s).
+unsafe impl Pod for trace::types::bs_vm_task_vals {}
 // SAFETY: as above.
 unsafe impl Pod for profile::types::bp_key {}
 // SAFETY: as above.

@@ -287,6 +287,9 @@ pub struct VmImage {
     /// Some map lives in the threads' own storage (its operations carry
     /// BS_VMF_TASK): the object's `vm_task` is created and used.
     pub thread_maps: bool,
+    /// (word, map id) of each thread map printed at the end: a thread
+    /// leaving puts its word in the map's hash map (bpfscope_task_exit).
+    pub task_print: Vec<(u32, u32)>,
     /// Aggregations with a per-CPU cache (`vm_cache`'s elements).
     pub cache_maps: u32,
 }

@@ -67,6 +67,8 @@ const REG_MASK: u8 = bs_limits::BS_VM_REGS.0 as u8 - 1;
 const STR_MASK: u8 = bs_limits::BS_VM_STRS.0 as u8 - 1;
 const HDR: usize = size_of::<bs_event_hdr>();
 const AGG_VAL: usize = size_of::<bs_agg_val>();
+/// struct bs_vm_task_vals (state.bpf.h): the words, then `set`, a bit per word.
+const TASK_SET: i16 = 8 * bs_limits::BS_VM_TASK_MAPS.0 as i16;
 const BSS_EPOCH: u32 = offset_of!(bpfscope_bpf::abi::bss, epoch) as u32;
 const BSS_T0: u32 = offset_of!(bpfscope_bpf::abi::bss, vm_t0) as u32;
 const BSS_STOPPED: u32 = offset_of!(bpfscope_bpf::abi::bss, vm_stopped) as u32;
@@ -670,6 +672,10 @@ impl E<'_> {
                 let none = self.fwd(ji(jmp::JEQ, R0, 0, 0));
                 self.load_r(R1, x.a);
                 self.put(stx(DW, R0, word, R1));
+                // The word holds a value (a key, for the end's print).
+                self.put(ldx(DW, R1, R0, TASK_SET));
+                self.put(alui(alu::OR, R1, 1 << (word / 8)));
+                self.put(stx(DW, R0, TASK_SET, R1));
                 let done = self.fwd(ja(0));
                 self.here(none);
                 self.note_full(id);
@@ -678,6 +684,9 @@ impl E<'_> {
             _ => {
                 let none = self.fwd(ji(jmp::JEQ, R0, 0, 0));
                 self.put(st(DW, R0, word, 0));
+                self.put(ldx(DW, R1, R0, TASK_SET));
+                self.put(alui(alu::AND, R1, !(1 << (word / 8))));
+                self.put(stx(DW, R0, TASK_SET, R1));
                 self.here(none);
             }
         }

@@ -14,13 +14,18 @@ const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/run/jit");
 /// A script's lowered code, its interval probes taken as syscall probes
 /// (the code is the same; the script reads nothing of this machine).
 fn lowered(src: &str) -> Lowered {
+    lowered_with(src, &Features::default())
+}
+
+/// `lowered`, on a kernel with these features.
+fn lowered_with(src: &str, features: &Features) -> Lowered {
     let opts = Options {
         params: Vec::new(),
         pid: None,
         keys_max: 4096,
         allow_unsafe: false,
     };
-    let mut low = compile(src, &opts, &Features::default()).unwrap().lowered;
+    let mut low = compile(src, &opts, features).unwrap().lowered;
     for (i, p) in low.probes.iter_mut().enumerate() {
         if p.probe.name.starts_with("interval") {
             p.trigger = None;
@@ -261,8 +266,35 @@ fn tid_keyed_maps_live_in_thread_storage_only_where_nothing_else_sees_them() {
     };
     let pair = "interval:ms:1 { @s[tid] = nsecs; } interval:ms:2 /@s[tid]/ { @h = hist(nsecs - @s[tid]); delete(@s[tid]); }";
     assert_eq!(thread(&format!("{pair} END {{ clear(@s); }}")), ["@s"]);
-    // Printed at the end with what exited threads left: a hash map.
+    // Printed at the end with what exited threads left: a hash map where
+    // the threads' storage cannot be read from user space (before 6.9)...
     assert!(thread(pair).is_empty());
+    // ... else in their storage, handed to the hash map as each exits.
+    let mut features = Features::default();
+    features.thread_pidfd = true;
+    let low = lowered_with(pair, &features);
+    assert!(low
+        .maps
+        .iter()
+        .any(|m| m.name == "@s" && m.thread && m.thread_print));
+    let plan = crate::script::compile(
+        pair,
+        &Options {
+            params: Vec::new(),
+            pid: None,
+            keys_max: 4096,
+            allow_unsafe: false,
+        },
+        &features,
+    )
+    .unwrap()
+    .plan;
+    assert_eq!(plan.vm.as_ref().unwrap().task_print, [(0, 0)]);
+    let cleared = lowered_with(&format!("{pair} END {{ clear(@s); }}"), &features);
+    assert!(cleared
+        .maps
+        .iter()
+        .any(|m| m.name == "@s" && m.thread && !m.thread_print));
     for other in [
         "END { clear(@s); print(@s); }",
         "END { clear(@s); } interval:ms:3 { print(@s); }",

@@ -40,6 +40,14 @@ const volatile u32 use_vm = 0;
 const volatile u64 vm_ops = ~0ull;
 /* Some map lives in the threads' own storage (BS_VMF_TASK): only then is vm_task created and used. */
 const volatile u32 vm_task_on = 0;
+/*
+ * The words of thread maps printed at the end (not cleared at END), a bit
+ * each, and each word's map id: a thread leaving with such a word set
+ * leaves it in the map's hash map (bpfscope_task_exit), as bpftrace's map
+ * keeps what exited threads left.
+ */
+const volatile u32 vm_task_print = 0;
+const volatile u32 vm_task_ids[BS_VM_TASK_MAPS] = {};
 
 /*
  * bench/event_cost.py's breakdown (BPFSCOPE_BENCH_STAGE): the programs
@@ -258,6 +266,8 @@ struct {
  */
 struct bs_vm_task_vals {
 	u64 v[BS_VM_TASK_MAPS];
+	/* The words that hold a value (bit per word): a key, where 0 is a value too. */
+	u64 set;
 };
 
 struct {

@@ -380,6 +380,47 @@ int bpfscope_fexit(void *ctx)
 }
 
 /*
+ * A thread leaving: the words it holds of thread maps printed at the end
+ * go to their maps' hash maps, keyed by its id as the machine keys them
+ * (bs_vm_key_whole, the map's id, the tid), so that the end prints what
+ * exited threads left, as bpftrace does. Attached only for such a script;
+ * it runs after the probes stop, until the maps are printed.
+ */
+SEC("raw_tp/sched_process_exit")
+int bpfscope_task_exit(u64 *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct bs_vm_task_vals *t;
+	struct bs_scratch *s;
+	u64 val[BS_VAL_MAX / 8] = {};
+	u32 w;
+
+	if (!vm_task_print)
+		return 0;
+	t = bpf_task_storage_get(&vm_task, task, NULL, 0);
+	s = bs_scratch();
+	if (!t || !s || !(t->set & vm_task_print))
+		return 0;
+	for (w = 0; w < BS_VM_TASK_MAPS; w++) {
+		u32 id = vm_task_ids[w];
+		void *m;
+
+		if (!(t->set & vm_task_print & (1ull << w)))
+			continue;
+		m = bpf_map_lookup_elem(&vm_vals, &id);
+		if (!m)
+			continue;
+		__builtin_memset(s->key, 0, sizeof(s->key));
+		*(u64 *)(s->key + sizeof(struct bs_key_hdr)) = id;
+		*(u64 *)(s->key + sizeof(struct bs_key_hdr) + 8) = (u32)task->pid;
+		val[0] = t->v[w];
+		if (bpf_map_update_elem(m, s->key, val, BPF_ANY))
+			bs_vm_note(BS_NOTE_FULL, id);
+	}
+	return 0;
+}
+
+/*
  * A script's BEGIN, END and interval blocks, run by bpfscope itself with
  * BPF_PROG_TEST_RUN (never attached): ctx[0] is the probe's index, and
  * only probes marked as triggers run, in bpfscope's own task.

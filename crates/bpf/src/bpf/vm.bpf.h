@@ -374,18 +374,16 @@ static __noinline void bs_vm_insert(struct bs_scratch *s, const void *v)
 }
 
 /*
- * BS_VMF_TASK: the map's word in the current thread's own storage, made
- * there by a write (flags BPF_LOCAL_STORAGE_GET_F_CREATE) only. The key
- * is the thread's id, so the thread's storage is the key's value.
+ * BS_VMF_TASK: the current thread's own storage, which holds the map's
+ * word (in->arg2), made there by a write (flags
+ * BPF_LOCAL_STORAGE_GET_F_CREATE) only. The key is the thread's id, so
+ * the thread's storage is the key's value.
  */
-static __always_inline u64 *bs_vm_task_word(const struct bs_insn *in, u64 flags)
+static __always_inline struct bs_vm_task_vals *bs_vm_task(u64 flags)
 {
-	struct bs_vm_task_vals *t;
-
 	if (!vm_task_on)
 		return NULL;
-	t = bpf_task_storage_get(&vm_task, bpf_get_current_task_btf(), NULL, flags);
-	return t ? &t->v[in->arg2 & (BS_VM_TASK_MAPS - 1)] : NULL;
+	return bpf_task_storage_get(&vm_task, bpf_get_current_task_btf(), NULL, flags);
 }
 
 /*
@@ -590,12 +588,15 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		if (!BS_ON(BS_VM_MSET) && !BS_ON(BS_VM_MSETSTR))
 			break;
 		if (in->flags & BS_VMF_TASK) {
-			u64 *w = bs_vm_task_word(in, BPF_LOCAL_STORAGE_GET_F_CREATE);
+			struct bs_vm_task_vals *t = bs_vm_task(BPF_LOCAL_STORAGE_GET_F_CREATE);
+			u32 w = in->arg2 & (BS_VM_TASK_MAPS - 1);
 
-			if (w)
-				*w = BS_R(in->a);
-			else
+			if (t) {
+				t->v[w] = BS_R(in->a);
+				t->set |= 1ull << w;
+			} else {
 				bs_vm_note(BS_NOTE_FULL, bs_vm_map_id(s));
+			}
 			break;
 		}
 		u64 *val = bs_vm_val(s);
@@ -621,7 +622,13 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 	case BS_VM_MGET: {
 		if (!BS_ON(BS_VM_MGET))
 			break;
-		u64 *val = in->flags & BS_VMF_TASK ? bs_vm_task_word(in, 0) : bs_vm_val(s);
+		if (in->flags & BS_VMF_TASK) {
+			struct bs_vm_task_vals *t = bs_vm_task(0);
+
+			BS_R(in->dst) = t ? t->v[in->arg2 & (BS_VM_TASK_MAPS - 1)] : 0;
+			break;
+		}
+		u64 *val = bs_vm_val(s);
 
 		BS_R(in->dst) = val ? *val : 0;
 		break;
@@ -645,10 +652,13 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 
 		if (in->flags & BS_VMF_TASK) {
 			/* 0 reads as no key does. */
-			u64 *w = bs_vm_task_word(in, 0);
+			struct bs_vm_task_vals *t = bs_vm_task(0);
+			u32 w = in->arg2 & (BS_VM_TASK_MAPS - 1);
 
-			if (w)
-				*w = 0;
+			if (t) {
+				t->v[w] = 0;
+				t->set &= ~(1ull << w);
+			}
 			break;
 		}
 
