@@ -35,8 +35,10 @@ Scripts (`bpfscope run`, SCRIPTS below): `@[comm] = count()` filtered
 by comm, a runqlat-shaped pair (a timestamp per thread at sys_enter_umask,
 `hist(nsecs - @s[tid])` and `delete` at sys_exit_umask: two events per
 call, the figures are per call; as written, and with `END { clear(@s); }`
-as bpftrace's own tools write it, which puts @s in each thread's own
-storage in bpfscope) and syscount.bt's probe (two counts on
+as bpftrace's own tools write it: both keep @s in each thread's own
+storage in bpfscope, as written only where the kernel gives descriptors
+of threads, 6.9+, to read it by at the end) and syscount.bt's probe (two
+counts on
 raw_syscalls:sys_enter, every syscall of the machine), each three ways:
 bpfscope with its probes compiled to BPF (the default), on the script
 machine (BPFSCOPE_SCRIPT_VM=1), and bpftrace; the ratio printed is the
@@ -82,7 +84,8 @@ SCRIPTS = {
     "run: runqlat-shaped pair": (f"{PROBE} {{ @s[tid] = nsecs; }} "
                                  f"{EXIT} /@s[tid]/ {{ @h = hist(nsecs - @s[tid]); delete(@s[tid]); }}"),
     # As bpftrace's tools write it (runqlat.bt, opensnoop.bt...): cleared at
-    # END, so @s lives in each thread's own storage in bpfscope.
+    # END, so @s lives in each thread's own storage in bpfscope on any
+    # kernel (as written, only where user space can read it at the end).
     "run: runqlat-shaped pair, cleared at END": (
         f"{PROBE} {{ @s[tid] = nsecs; }} "
         f"{EXIT} /@s[tid]/ {{ @h = hist(nsecs - @s[tid]); delete(@s[tid]); }} "

@@ -627,16 +627,19 @@ impl RunCtx<'_, '_> {
         let mut entries = Vec::new();
         match def.kind {
             MapKind::Plain(ty) => {
+                // A living thread's value is its storage's (one that
+                // exited left its own in the hash map, under its id: a
+                // thread that took that id since holds the key's value).
+                // Read first: a thread leaving meanwhile is then in one or
+                // both, with the same value, never in neither.
+                let living = self.thread_rows(id);
                 let mut rows = BTreeMap::new();
-                for k in keys {
+                for k in map.keys() {
                     if let Some(v) = map.lookup(&k, MapFlags::ANY).context("reading a map")? {
                         rows.insert(k, v);
                     }
                 }
-                // A living thread's value is its storage's (one that
-                // exited left its own in the hash map, under its id: a
-                // thread that took that id since holds the key's value).
-                rows.extend(self.thread_rows(id));
+                rows.extend(living);
                 let mut seen = BTreeSet::new();
                 for (k, v) in rows {
                     if has_stack && !seen.insert(group(&k)) {
