@@ -154,14 +154,9 @@ impl<'obj> Session<'obj> {
                 .update(&key, pod::bytes(&p.cfg), MapFlags::ANY)
                 .context("writing probe configuration")?;
             if let Path::Syscall(sc) = p.path {
-                let slot = if sc.exit {
-                    bs_limits::BS_SYS_EXIT_BASE.0 + sc.nr
-                } else {
-                    sc.nr
-                };
                 maps.sys_probes
                     .update(
-                        &slot.to_ne_bytes(),
+                        &sc.slot().to_ne_bytes(),
                         &(i as u32 + 1).to_ne_bytes(),
                         MapFlags::ANY,
                     )
@@ -272,12 +267,7 @@ impl<'obj> Session<'obj> {
             }
             self.own_program[i] = true;
             if let Some(Path::Syscall(sc)) = plan.probes.get(i).map(|p| &p.path) {
-                let slot = if sc.exit {
-                    bs_limits::BS_SYS_EXIT_BASE.0 + sc.nr
-                } else {
-                    sc.nr
-                };
-                let key = slot.to_ne_bytes();
+                let key = sc.slot().to_ne_bytes();
                 let held = self.skel.maps.sys_probes.lookup(&key, MapFlags::ANY)?;
                 if held.as_deref() == Some(&(i as u32 + 1).to_ne_bytes()[..]) {
                     self.skel
@@ -315,13 +305,11 @@ impl<'obj> Session<'obj> {
         let mut out: Vec<(u32, BorrowedFd<'_>)> = Vec::new();
         for p in &plan.probes {
             if let Path::Syscall(sc) = p.path {
-                let (slot, prog) = if sc.exit {
-                    (
-                        bs_limits::BS_SYS_EXIT_BASE.0 + sc.nr,
-                        &progs.bpfscope_sysout,
-                    )
+                let slot = sc.slot();
+                let prog = if sc.exit {
+                    &progs.bpfscope_sysout
                 } else {
-                    (sc.nr, &progs.bpfscope_sysin)
+                    &progs.bpfscope_sysin
                 };
                 if !out.iter().any(|(s, _)| *s == slot) {
                     out.push((slot, prog.as_fd()));

@@ -81,6 +81,18 @@ pub struct SyscallTp {
     pub exit: bool,
 }
 
+impl SyscallTp {
+    /// Its dispatch slot (`sys_probes`, the dispatcher's `sys_progs`): the
+    /// number on entry, BS_SYS_EXIT_BASE + the number on exit.
+    pub fn slot(&self) -> u32 {
+        if self.exit {
+            bs_limits::BS_SYS_EXIT_BASE.0 + self.nr
+        } else {
+            self.nr
+        }
+    }
+}
+
 /// What a probe attaches to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeKind {

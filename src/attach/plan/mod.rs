@@ -337,10 +337,7 @@ impl Plan {
             .probes
             .iter()
             .filter_map(|p| match p.path {
-                Path::Syscall(sc) if sc.exit => {
-                    Some(bpfscope_bpf::abi::bs_limits::BS_SYS_EXIT_BASE.0 + sc.nr)
-                }
-                Path::Syscall(sc) => Some(sc.nr),
+                Path::Syscall(sc) => Some(sc.slot()),
                 _ => None,
             })
             .collect();
