@@ -22,8 +22,8 @@ use crate::cli::RunSettings;
 use crate::collect::aggregate::AggVal;
 use crate::collect::{stacks, Lost, StopReason, Stopper};
 use crate::render::bpftrace::{self as fmt, Agg, MapData, Value};
-use crate::script::ir::{Action, Arg, Lowered, Trigger, JOIN_MAX, KEY_ID_LEN, STR_MAX};
-use crate::script::types::{member_map, AggFn, MapKind, TShape, Ty};
+use crate::script::ir::{Action, Arg, Lowered, Trigger, JOIN_MAX, STR_MAX};
+use crate::script::types::{member_map, thread_word, AggFn, MapKind, TShape, Ty};
 use crate::script::{self, trigger};
 use bpfscope_bpf::abi::{
     bs_cache_ent, bs_event_hdr, bs_key_hdr, bs_limits, bs_note, bs_vm_task_vals,
@@ -737,7 +737,7 @@ impl RunCtx<'_, '_> {
         let Some(slot) = def.cache else {
             return Ok(Vec::new());
         };
-        let words = def.key_len().saturating_sub(KEY_ID_LEN) / 8;
+        let words = def.key_words();
         let size = self.map_of(id).key_size() as usize;
         let Some(per_cpu) = self
             .session
@@ -758,13 +758,7 @@ impl RunCtx<'_, '_> {
                 if e.used != 1 || e.val.count == 0 {
                     continue;
                 }
-                let mut k = e.bucket.to_ne_bytes().to_vec();
-                k.extend_from_slice(&[0; 4]);
-                k.extend_from_slice(&u64::from(id).to_ne_bytes());
-                for w in e.k.iter().take(words) {
-                    k.extend_from_slice(&w.to_ne_bytes());
-                }
-                k.resize(size.max(k.len()), 0);
+                let k = hash_key(e.bucket, id, e.k.iter().take(words), size);
                 out.push((k, AggVal::from(e.val)));
             }
         }
@@ -780,24 +774,19 @@ impl RunCtx<'_, '_> {
         if !(def.thread && def.thread_print) {
             return Vec::new();
         }
-        // The word is the map's rank among thread maps (thread_words).
-        let w = self.low.maps[..id as usize]
-            .iter()
-            .filter(|m| m.thread)
-            .count();
+        let Some(w) = thread_word(&self.low.maps, id as usize) else {
+            return Vec::new();
+        };
         let size = self.map_of(id).key_size() as usize;
         let mut out = Vec::new();
         for (tid, raw) in crate::collect::threads::values(&self.session.skel.maps.vm_task) {
             let Some(t) = pod::read::<bs_vm_task_vals>(&raw) else {
                 continue;
             };
-            let (Some(&v), true) = (t.v.get(w), t.set & (1 << w) != 0) else {
+            let (Some(&v), true) = (t.v.get(w as usize), t.set & (1 << w) != 0) else {
                 continue;
             };
-            let mut k = vec![0u8; KHDR];
-            k.extend_from_slice(&u64::from(id).to_ne_bytes());
-            k.extend_from_slice(&u64::from(tid).to_ne_bytes());
-            k.resize(size.max(k.len()), 0);
+            let k = hash_key(0, id, [&u64::from(tid)], size);
             let mut val = v.to_ne_bytes().to_vec();
             val.resize(bs_limits::BS_VAL_MAX.0 as usize, 0);
             out.push((k, val));
@@ -1051,6 +1040,24 @@ fn word(b: &[u8]) -> u64 {
 /// Whether a per-CPU aggregate was counted on some CPU.
 fn counted(per_cpu: &[Vec<u8>]) -> bool {
     per_cpu.iter().any(|c| AggVal::from_bytes(c).count != 0)
+}
+
+/// A key as a script map's hash map holds it: the header (`bucket`, epoch
+/// 0), the map's id, key data `words`, zeros to `size`.
+fn hash_key<'a>(
+    bucket: u32,
+    id: u32,
+    words: impl IntoIterator<Item = &'a u64>,
+    size: usize,
+) -> Vec<u8> {
+    let mut k = bucket.to_ne_bytes().to_vec();
+    k.extend_from_slice(&[0; 4]);
+    k.extend_from_slice(&u64::from(id).to_ne_bytes());
+    for w in words {
+        k.extend_from_slice(&w.to_ne_bytes());
+    }
+    k.resize(size.max(k.len()), 0);
+    k
 }
 
 /// A keyless aggregation's bucket `b` as `read_map` takes keys: the key

@@ -750,13 +750,12 @@ fn cache_maps(probes: &[LoweredProbe], maps: &mut [types::MapDef]) {
     let mut ok: Vec<bool> = maps
         .iter()
         .map(|m| {
-            let words = m.key_len().saturating_sub(ir::KEY_ID_LEN) / 8;
             matches!(m.kind, types::MapKind::Agg(..))
                 && !m.slots
                 && !m.thread
                 && !m.keys.is_empty()
                 && m.key_len() % 8 == 0
-                && (1..=2).contains(&words)
+                && (1..=2).contains(&m.key_words())
                 && !m
                     .keys
                     .iter()
@@ -930,11 +929,9 @@ fn plan_of(l: &Lowered, keys_max: u32) -> Result<Plan, Error> {
             maps: l.maps.iter().map(|m| vm_map(m, keys_max)).collect(),
             thread_maps: l.maps.iter().any(|m| m.thread),
             // Words are given in map order (thread_words).
-            task_print: (l.maps.iter().enumerate())
-                .filter(|(_, m)| m.thread)
-                .enumerate()
-                .filter(|(_, (_, m))| m.thread_print)
-                .map(|(w, (id, _))| (w as u32, id as u32))
+            task_print: (0..l.maps.len())
+                .filter(|&id| l.maps[id].thread_print)
+                .filter_map(|id| Some((types::thread_word(&l.maps, id)?, id as u32)))
                 .collect(),
             cache_maps: l.maps.iter().filter(|m| m.cache.is_some()).count() as u32,
         }),

@@ -160,11 +160,25 @@ impl MapDef {
         self.keys.last().map_or(KEY_ID_LEN, |k| k.off + k.len)
     }
 
+    /// Whole words of key data after the map's id (the cache compares
+    /// and keeps these).
+    pub fn key_words(&self) -> usize {
+        self.key_len().saturating_sub(KEY_ID_LEN) / 8
+    }
+
     /// A member map of a map of tuples (`@m.1`): printed, cleared and
     /// deleted with its map, never on its own.
     pub fn is_member(&self) -> bool {
         self.name.contains('.')
     }
+}
+
+/// Map `id`'s word in a thread's storage, if it is a thread map: its
+/// rank among the thread maps, as `thread_words` gives the words.
+pub fn thread_word(maps: &[MapDef], id: usize) -> Option<u32> {
+    let m = maps.get(id)?;
+    m.thread
+        .then(|| maps[..id].iter().filter(|m| m.thread).count() as u32)
 }
 
 /// A tuple's shape: its members, each a value or a tuple.

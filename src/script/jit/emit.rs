@@ -948,23 +948,17 @@ impl E<'_> {
     /// The aggregate of the key in s->key in script map `id` (bs_vm_agg),
     /// through the map's per-CPU cache when it has one (`cached_agg`).
     fn agg(&mut self, x: &bs_insn, id: u32) {
-        // The key's header: bucket, epoch.
+        // The key's header: bucket (the cache's too), then epoch (the
+        // hash map's alone: a cache hit does not store it).
         self.store_bucket(x, R9, SCRATCH_KEY as i16);
+        let cache = (self.low.maps.get(id as usize)).and_then(|m| Some((m.cache?, m.key_words())));
+        let mut done = Vec::new();
+        if let Some((slot, words)) = cache {
+            done.push(self.cached_agg(x, slot, words));
+        }
         self.map(R1, MapRef::Bss(BSS_EPOCH));
         self.put(ldx(W, R1, R1, 0));
         self.put(stx(W, R9, SCRATCH_KEY as i16 + 4, R1));
-        let cache = self.low.maps.get(id as usize).and_then(|m| {
-            let words = m.key_len().saturating_sub(crate::script::ir::KEY_ID_LEN) / 8;
-            m.cache.map(|slot| (slot, words))
-        });
-        let mut done = Vec::new();
-        let claimed = match cache {
-            Some((slot, words)) => {
-                done.push(self.cached_agg(x, slot, words));
-                true
-            }
-            None => false,
-        };
         self.map_key(id);
         self.put(call(helper::MAP_LOOKUP_ELEM));
         let found = self.fwd(ji(jmp::JNE, R0, 0, 0));
@@ -981,7 +975,7 @@ impl E<'_> {
         self.put(call(helper::MAP_LOOKUP_ELEM));
         let found2 = self.fwd(ji(jmp::JNE, R0, 0, 0));
         self.note_full(id);
-        if claimed {
+        if cache.is_some() {
             // The key has no place in the map: neither has it in the cache.
             self.put(ldx(DW, R1, FP, FP_CENT));
             done.push(self.fwd(ji(jmp::JEQ, R1, 0, 0)));

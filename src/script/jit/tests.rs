@@ -249,21 +249,21 @@ fn registers_are_read_in_place_where_the_kernel_has_the_kfunc() {
     assert!(!copied.contains("kfunc"), "{copied}");
 }
 
+/// The maps `-v` names with `suffix` (a line `@m<suffix>` each).
+fn said(src: &str, suffix: &str) -> Vec<String> {
+    let low = lowered(src);
+    describe(&low, &choose(&low, &ENV))
+        .into_iter()
+        .filter_map(|l| l.strip_suffix(suffix).map(str::to_string))
+        .collect()
+}
+
 /// Which maps live in the threads' own storage: numbers keyed by tid
 /// alone, cleared at END and named whole nowhere else; their reads,
 /// writes and deletes are storage lookups in compiled code.
 #[test]
 fn tid_keyed_maps_live_in_thread_storage_only_where_nothing_else_sees_them() {
-    let thread = |src: &str| -> Vec<String> {
-        let low = lowered(src);
-        describe(&low, &choose(&low, &ENV))
-            .into_iter()
-            .filter_map(|l| {
-                l.strip_suffix(": in each thread's own storage (keyed by tid)")
-                    .map(str::to_string)
-            })
-            .collect()
-    };
+    let thread = |src: &str| said(src, ": in each thread's own storage (keyed by tid)");
     let pair = "interval:ms:1 { @s[tid] = nsecs; } interval:ms:2 /@s[tid]/ { @h = hist(nsecs - @s[tid]); delete(@s[tid]); }";
     assert_eq!(thread(&format!("{pair} END {{ clear(@s); }}")), ["@s"]);
     // Printed at the end with what exited threads left: a hash map where
@@ -347,16 +347,7 @@ fn tid_keyed_maps_live_in_thread_storage_only_where_nothing_else_sees_them() {
 /// keyless one does not, nor the ninth.
 #[test]
 fn aggregations_only_added_to_take_the_cache() {
-    let cached = |src: &str| -> Vec<String> {
-        let low = lowered(src);
-        describe(&low, &choose(&low, &ENV))
-            .into_iter()
-            .filter_map(|l| {
-                l.strip_suffix(": added through a per-CPU cache by compiled probes")
-                    .map(str::to_string)
-            })
-            .collect()
-    };
+    let cached = |src: &str| said(src, ": added through a per-CPU cache by compiled probes");
     assert_eq!(
         cached("interval:ms:1 { @c[comm] = count(); @s[pid, tid] = sum(1); @h[cpu] = hist(5); @l[1] = lhist(3, 0, 10, 1); @m[2] = max(4); }"),
         ["@c", "@s", "@h", "@l", "@m"]
