@@ -198,6 +198,7 @@ pub fn run(s: RunSettings) -> Result<()> {
             .unwrap_or(10240),
         syms: RefCell::new(SymCache::new(&low.texts)),
         kept: HashMap::new(),
+        storage: RefCell::new(None),
     };
     let result = ctx.main_loop(&stopper, gated);
     match result {
@@ -255,7 +256,14 @@ struct RunCtx<'a, 'obj> {
     /// Per keyless aggregation (by map id), the buckets zero() kept:
     /// they print as 0, as a hash map's zeroed keys do, until clear().
     kept: HashMap<u32, BTreeSet<u32>>,
+    /// The living threads' storage (tid, value), read once at the end for
+    /// every thread map printed there (a walk of /proc and a descriptor
+    /// per thread), before any of their hash maps.
+    storage: RefCell<Option<ThreadValues>>,
 }
+
+/// Each living thread's id and its value in a task storage map.
+type ThreadValues = Vec<(u32, Vec<u8>)>;
 
 impl RunCtx<'_, '_> {
     fn main_loop(&mut self, stopper: &Stopper, gated: Option<GatedChild>) -> Result<()> {
@@ -779,14 +787,18 @@ impl RunCtx<'_, '_> {
         };
         let size = self.map_of(id).key_size() as usize;
         let mut out = Vec::new();
-        for (tid, raw) in crate::collect::threads::values(&self.session.skel.maps.vm_task) {
-            let Some(t) = pod::read::<bs_vm_task_vals>(&raw) else {
+        let mut storage = self.storage.borrow_mut();
+        let storage = storage.get_or_insert_with(|| {
+            crate::collect::threads::values(&self.session.skel.maps.vm_task)
+        });
+        for (tid, raw) in storage.iter() {
+            let Some(t) = pod::read::<bs_vm_task_vals>(raw) else {
                 continue;
             };
             let (Some(&v), true) = (t.v.get(w as usize), t.set & (1 << w) != 0) else {
                 continue;
             };
-            let k = hash_key(0, id, [&u64::from(tid)], size);
+            let k = hash_key(0, id, [&u64::from(*tid)], size);
             let mut val = v.to_ne_bytes().to_vec();
             val.resize(bs_limits::BS_VAL_MAX.0 as usize, 0);
             out.push((k, val));
