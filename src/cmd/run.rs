@@ -139,6 +139,9 @@ pub fn run(s: RunSettings) -> Result<()> {
         load.compiled = ok(&chosen);
         session =
             Session::load(&mut again, plan, &load, &features).map_err(crate::error::refused)?;
+        // Maps in the tasks' storage go back to their hash maps where a
+        // probe naming them is on the machine now.
+        script::jit::settle(low, &env, &mut chosen);
         compiled_progs = script::jit::load::load_all(&session, &mut chosen);
     }
     if let Some(bss) = session.skel.maps.bss_data.as_deref_mut() {

@@ -231,13 +231,15 @@ pub fn compile(src: &str, opts: &Options, features: &Features) -> Result<Compile
             && m.tuple.is_none()
             && matches!(m.kind, types::MapKind::Agg(..))
             && !deleted.contains(&m.name);
-        m.thread = threads.contains_key(&m.name)
-            && m.keys.len() == 1
+        let plain_number = m.keys.len() == 1
             && !m.keys[0].ty.in_slot()
             && m.tuple.is_none()
             && !m.is_member()
             && matches!(m.kind, types::MapKind::Plain(t) if !t.in_slot());
-        m.thread_print = m.thread && threads.get(&m.name) == Some(&true);
+        let how = threads.get(&m.name).copied();
+        m.thread = plain_number && how.is_some_and(|(_, field)| !field);
+        m.thread_print = m.thread && how.is_some_and(|(p, _)| p);
+        m.task_key = plain_number && how.is_some_and(|(_, field)| field);
     }
     // Passes 2 and 3, resources and code: the maps as typed, then each
     // probe's code, its errors now the script's.
@@ -617,32 +619,53 @@ fn deleted_maps(
 /// thread's id is reused, which then finds no value where bpftrace's map
 /// keeps the old one. With `printed` (the kernel gives descriptors of
 /// threads, to read their storage by), also those never cleared, printed
-/// at the end (the value: true): what living threads hold is read from
-/// their storage, what exited ones left from the hash map, where each
-/// thread's value goes as it exits.
+/// at the end (the value's first: true): what living threads hold is
+/// read from their storage, what exited ones left from the hash map,
+/// where each thread's value goes as it exits. The value's second: some
+/// key is a sched event's task (`args.pid` in sched_wakeup...), not tid;
+/// those maps are cleared at END, never printed.
 fn thread_maps(
     program: &Program,
     defines: &std::collections::HashMap<String, Expr>,
     printed: bool,
-) -> std::collections::HashMap<String, bool> {
+) -> std::collections::HashMap<String, (bool, bool)> {
     use resources::name_or_at;
-    use std::collections::HashSet;
-    let (mut keyed, mut other, mut cleared) = (HashSet::new(), HashSet::new(), HashSet::new());
+    use std::collections::{HashMap, HashSet};
+    let (mut keyed, mut other, mut cleared) = (HashMap::new(), HashSet::new(), HashSet::new());
     let tid_is_macro = defines.contains_key("tid");
-    // Every map named (a `for` loop's too, see `visit_stmts`), by how.
-    let mut f = |e: &Expr| {
-        if let ExprKind::Map { name, keys } = &e.kind {
-            let by_tid = matches!(keys.as_slice(),
-                [k] if matches!(&k.kind, ExprKind::Ident(n) if n == "tid"));
-            if by_tid && !tid_is_macro {
-                keyed.insert(name_or_at(name));
-            } else {
-                other.insert(name_or_at(name));
-            }
-        }
-        true
-    };
+    let args_is_macro = defines.contains_key("args");
     for b in &program.probes {
+        // The sched events whose task pointers the block's probes all have.
+        let events: Option<Vec<&str>> = (!args_is_macro)
+            .then(|| b.specs.iter().map(|(s, _)| sched_event(s)).collect())
+            .flatten();
+        // Every map named (a `for` loop's too, see `visit_stmts`), by how.
+        let mut f = |e: &Expr| {
+            if let ExprKind::Map { name, keys } = &e.kind {
+                let key = match keys.as_slice() {
+                    [k] => match &k.kind {
+                        ExprKind::Ident(n) if n == "tid" && !tid_is_macro => Some(false),
+                        ExprKind::Field { base, field, .. }
+                            if matches!(&base.kind, ExprKind::Ident(n) if n == "args")
+                                && events.as_ref().is_some_and(|ev| {
+                                    ev.iter().all(|e| jit::typed::task_arg(e, field).is_some())
+                                }) =>
+                        {
+                            Some(true)
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                match key {
+                    Some(field) => *keyed.entry(name_or_at(name)).or_insert(false) |= field,
+                    None => {
+                        other.insert(name_or_at(name));
+                    }
+                }
+            }
+            true
+        };
         let end = matches!(b.specs.as_slice(), [(s, _)] if s == "END") && b.predicate.is_none();
         if let Some(p) = &b.predicate {
             p.visit(&mut f);
@@ -675,12 +698,21 @@ fn thread_maps(
     defines.values().for_each(|e| e.visit(&mut named));
     keyed
         .into_iter()
-        .filter(|m| !other.contains(m) && (printed || cleared.contains(m)))
-        .map(|m| {
+        .filter(|(m, field)| !other.contains(m) && (cleared.contains(m) || (printed && !field)))
+        .map(|(m, field)| {
             let p = !cleared.contains(&m);
-            (m, p)
+            (m, (p, field))
         })
         .collect()
+}
+
+/// The event of a probe spec naming one sched tracepoint with a typed
+/// translation (`tracepoint:sched:sched_switch`, `t:sched:...`).
+fn sched_event(spec: &str) -> Option<&str> {
+    let rest = spec
+        .strip_prefix("tracepoint:sched:")
+        .or_else(|| spec.strip_prefix("t:sched:"))?;
+    jit::typed::EVENTS.contains(&rest).then_some(rest)
 }
 
 /// Marks each read, write and delete of a `thread` map (at most
@@ -712,11 +744,13 @@ fn thread_words(probes: &mut [LoweredProbe], maps: &mut [types::MapDef]) {
             if let Some((id, plain)) = keyed(&p.code, i) {
                 if let Some(m) = maps.get_mut(id) {
                     m.thread &= plain;
+                    m.task_key &= plain;
                     used[id] = true;
                 }
             }
         }
     }
+    // Thread maps' words first, then task_key maps' (types::thread_word).
     let mut words = 0u32;
     let mut word_of = vec![None; maps.len()];
     for (id, m) in maps.iter_mut().enumerate() {
@@ -726,6 +760,11 @@ fn thread_words(probes: &mut [LoweredProbe], maps: &mut [types::MapDef]) {
             word_of[id] = Some(words);
             words += 1;
         }
+    }
+    // Only compiled probes use a task_key map's word: its code is not marked.
+    for (id, m) in maps.iter_mut().enumerate() {
+        m.task_key &= used[id] && words < bs_limits::BS_VM_TASK_MAPS.0;
+        words += u32::from(m.task_key);
     }
     for p in probes.iter_mut() {
         for i in 0..p.code.len() {
@@ -927,7 +966,7 @@ fn plan_of(l: &Lowered, keys_max: u32) -> Result<Plan, Error> {
             code,
             srcs: l.srcs.clone(),
             maps: l.maps.iter().map(|m| vm_map(m, keys_max)).collect(),
-            thread_maps: l.maps.iter().any(|m| m.thread),
+            thread_maps: l.maps.iter().any(|m| m.thread || m.task_key),
             // Words are given in map order (thread_words).
             task_print: (0..l.maps.len())
                 .filter(|&id| l.maps[id].thread_print)
@@ -986,5 +1025,54 @@ fn stack_slot(user: bool) -> crate::attach::plan::Slot {
         kind: crate::attach::plan::ValueKind::Stack { user },
         off: 0,
         len: 0,
+    }
+}
+
+#[cfg(test)]
+mod task_key_tests {
+    use super::*;
+
+    fn maps(src: &str) -> Vec<(String, (bool, bool))> {
+        let program = parse::parse(src).unwrap();
+        let mut m: Vec<_> = thread_maps(&program, &Default::default(), true)
+            .into_iter()
+            .collect();
+        m.sort();
+        m
+    }
+
+    const RUNQLAT: &str = "tracepoint:sched:sched_wakeup, tracepoint:sched:sched_wakeup_new { @qtime[args.pid] = nsecs; }
+        tracepoint:sched:sched_switch { if (args.prev_state == 0) { @qtime[args.prev_pid] = nsecs; }
+            $ns = @qtime[args.next_pid]; if ($ns) { @usecs = hist((nsecs - $ns) / 1000); }
+            delete(@qtime[args.next_pid]); }";
+
+    /// runqlat.bt's @qtime is keyed by the tasks of sched events: a task
+    /// map where it is cleared at END, never printed; keys of other
+    /// fields, other events or wildcards keep it a hash map.
+    #[test]
+    fn maps_keyed_by_sched_events_tasks_are_task_maps() {
+        let cleared = format!("{RUNQLAT} END {{ clear(@qtime); }}");
+        assert_eq!(maps(&cleared), [("@qtime".to_string(), (false, true))]);
+        assert_eq!(
+            maps(&cleared.replace("tracepoint:sched:sched_switch", "t:sched:sched_switch")),
+            [("@qtime".to_string(), (false, true))]
+        );
+        // tid and a task's id name the same storage.
+        let mixed = format!("{cleared} tracepoint:sched:sched_waking {{ @qtime[tid] = 1; }}");
+        assert_eq!(maps(&mixed), [("@qtime".to_string(), (false, true))]);
+        // Printed at the end: a hash map (the end reads no other task's storage).
+        assert!(maps(RUNQLAT).is_empty());
+        for other in [
+            "tracepoint:sched:sched_switch { @q[args.prev_prio] = 1; }",
+            "tracepoint:sched:sched_wak* { @q[args.pid] = 1; }",
+            "tracepoint:sched:sched_process_exit { @q[args.pid] = 1; }",
+            "tracepoint:sched:sched_switch, tracepoint:syscalls:sys_enter_kill { @q[args.pid] = 1; }",
+            "tracepoint:sched:sched_switch { @q[args.next_pid] = 1; print(@q); }",
+        ] {
+            assert!(
+                maps(&format!("{other} END {{ clear(@q); }}")).is_empty(),
+                "{other}"
+            );
+        }
     }
 }

@@ -242,6 +242,7 @@ impl Shared {
             slots: false,
             thread: false,
             thread_print: false,
+            task_key: false,
             cache: None,
         });
         Ok((self.maps.len() - 1) as u32)

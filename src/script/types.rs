@@ -138,6 +138,13 @@ pub struct MapDef {
     /// leaving hands its value to the map's hash map, and the end reads
     /// the living threads' storage beside it.
     pub thread_print: bool,
+    /// Numbers keyed by a task's id alone, `tid` or a sched event's task
+    /// (`args.pid`, `args.prev_pid`, `args.next_pid`), at least once the
+    /// latter, cleared at END and otherwise never named whole: where every
+    /// probe naming it is compiled onto a typed tracepoint, a word in each
+    /// task's storage holds its value (jit::choose); the machine, which
+    /// has no task pointers, keeps it in its hash map.
+    pub task_key: bool,
     /// An aggregation the code only ever adds to, with a key of one or
     /// two words: compiled probes add through a per-CPU cache in front of
     /// its hash map (element `cache` of `vm_cache`), which user space
@@ -173,12 +180,19 @@ impl MapDef {
     }
 }
 
-/// Map `id`'s word in a thread's storage, if it is a thread map: its
-/// rank among the thread maps, as `thread_words` gives the words.
+/// Map `id`'s word in a thread's storage, if it is a thread or task_key
+/// map: its rank among the thread maps, then the task_key maps after
+/// them, as `thread_words` gives the words.
 pub fn thread_word(maps: &[MapDef], id: usize) -> Option<u32> {
     let m = maps.get(id)?;
-    m.thread
-        .then(|| maps[..id].iter().filter(|m| m.thread).count() as u32)
+    let rank = |f: fn(&MapDef) -> bool, to: usize| maps[..to].iter().filter(|m| f(m)).count();
+    if m.thread {
+        Some(rank(|m| m.thread, id) as u32)
+    } else if m.task_key {
+        Some((rank(|m| m.thread, maps.len()) + rank(|m| m.task_key, id)) as u32)
+    } else {
+        None
+    }
 }
 
 /// A tuple's shape: its members, each a value or a tuple.

@@ -1687,3 +1687,97 @@ fn tid_keyed_maps_in_thread_storage_count_what_hash_maps_count() {
         );
     }
 }
+
+/// The rows of map `name` in a run's output, its name taken off.
+fn rows<'a>(out: &'a str, name: &str) -> std::collections::BTreeSet<&'a str> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(name))
+        .filter(|l| l.starts_with('['))
+        .collect()
+}
+
+/// Sched events compiled onto their typed raw tracepoints read what the
+/// classic tracepoint's record holds (pids, prios, prev_state with its
+/// sleep, exit and preemption cases), and a map keyed by their tasks' ids,
+/// in the tasks' storage, counts what a hash map counts. Two runs attached
+/// side by side see the same events: one compiled, the other on the
+/// script machine (the classic tracepoints' records, hash maps). The
+/// events: Debian's sh, sleep and dd at nice 13 (prio 133, which no other
+/// task here has), on CPU 0.
+#[test]
+#[ignore = "needs root and BPF"]
+fn typed_sched_tracepoints_read_what_the_record_holds() {
+    require_root();
+    // Each run leaves its own events out: neither counts bpfscope's.
+    let script = r#"tracepoint:sched:sched_switch
+            /comm != "bpfscope" && (args.prev_prio == 133 || args.next_prio == 133)/ {
+            @a[args.prev_pid, args.prev_prio, args.prev_state, args.next_pid, args.next_prio] = count(); }
+        tracepoint:sched:sched_wakeup, tracepoint:sched:sched_wakeup_new
+            /comm != "bpfscope" && args.prio == 133/ {
+            @w[args.pid] = nsecs; @c[args.pid, args.prio] = count(); }
+        tracepoint:sched:sched_switch /comm != "bpfscope"/ {
+            if (@w[args.next_pid]) { @n[args.next_pid] = count(); } delete(@w[args.next_pid]); }
+        END { clear(@w); }"#;
+    let work = tmp_dir().join("sched_work.sh");
+    std::fs::write(
+        &work,
+        "#!/bin/sh\ntaskset -c 0 nice -n 13 /bin/sh -c 'for i in $(seq 40); do sleep 0.005; done; \
+         dd if=/dev/zero of=/dev/null bs=4k count=50000 2>/dev/null'\n",
+    )
+    .unwrap();
+    let side = |vm: &str| {
+        let mut c = Command::new(bin());
+        c.args(["run", "-v", "-e", script]);
+        c.env("BPFSCOPE_SCRIPT_VM", vm);
+        start_cmd(c, "END: script machine")
+    };
+    let (typed, machine) = (side("0"), side("1"));
+    // The lines above come before the programs attach.
+    std::thread::sleep(Duration::from_secs(secs(1)));
+    let st = status_within(
+        Command::new("/bin/sh").arg(&work),
+        Duration::from_secs(secs(60)),
+    );
+    assert!(st.success(), "{st}");
+    // The last exit's switch, done on CPU 0 after its parent is woken.
+    std::thread::sleep(Duration::from_millis(300));
+    let ((out, err), (mout, merr)) = (typed.interrupt(), machine.interrupt());
+    let err = err + "\n" + &merr;
+    for p in ["sched_switch", "sched_wakeup", "sched_wakeup_new"] {
+        let on = format!("{p}: compiled to BPF (");
+        let line = err.lines().find(|l| l.contains(&on));
+        assert!(
+            line.is_some_and(|l| l.contains(&format!("on the typed raw tracepoint {p},"))),
+            "{p} on its typed tracepoint in\n{err}"
+        );
+    }
+    // The kernel's BPF allocator (6.5+) lets a task's storage be made
+    // under the scheduler's locks; before it @w stays a hash map.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut v = release
+        .split(['.', '-'])
+        .map(|x| x.parse::<u32>().unwrap_or(0));
+    let at = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+    assert_eq!(
+        err.matches("@w: in each task's own storage").count(),
+        usize::from(at >= (6, 5)),
+        "{at:?}: {err}"
+    );
+    for m in ["@a", "@c", "@n"] {
+        let (a, b) = (rows(&out, m), rows(&mout, m));
+        assert!(!a.is_empty(), "{m} in\n{out}");
+        assert_eq!(a, b, "{m}: compiled\n{out}\nmachine\n{mout}");
+    }
+    // Sleeps (S, 1), exits (Z 32 or X 16) and preemptions (256) were seen.
+    let states: std::collections::BTreeSet<&str> = rows(&out, "@a")
+        .into_iter()
+        .filter_map(|r| r.split(", ").nth(2))
+        .collect();
+    assert!(states.contains("1"), "{states:?}");
+    assert!(states.contains("32") || states.contains("16"), "{states:?}");
+    let woken: u64 = rows(&out, "@n")
+        .iter()
+        .filter_map(|r| r.rsplit(": ").next()?.parse::<u64>().ok())
+        .sum();
+    assert!(woken >= 40, "{woken} switches in after a wakeup:\n{out}");
+}

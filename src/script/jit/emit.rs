@@ -27,6 +27,22 @@ pub struct Env {
     /// bpf_rdonly_cast's and struct pt_regs' BTF ids, where the kernel has
     /// the kfunc (6.2+): syscall probes read the registers in place.
     pub regs_cast: Option<RegsCast>,
+    /// What probes on sched tracepoints read through the typed raw
+    /// tracepoint's task pointers (see [`super::typed`]).
+    pub sched: Option<super::typed::SchedBtf>,
+    /// The `task_key` maps (a bit per storage word) whose every probe is
+    /// compiled onto a typed tracepoint: those keep each task's value in
+    /// its storage (see [`super::choose`]); the others are hash maps.
+    pub task_keys: u8,
+}
+
+/// Whose storage a task map's key names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TaskOf {
+    /// The current thread (`tid`).
+    Current,
+    /// The task a typed tracepoint's argument points to (`args.pid`...).
+    Arg(i16),
 }
 
 /// What a typed read of pt_regs takes (see `Env::regs_cast`).
@@ -43,6 +59,9 @@ pub enum Hook {
     RawTp(String),
     /// A classic tracepoint (perf link).
     Tracepoint { subsys: String, event: String },
+    /// A typed raw tracepoint (tp_btf): `btf_id` is its `btf_trace_`
+    /// typedef's.
+    BtfTp { event: String, btf_id: u32 },
 }
 
 /// A probe's BPF program, its maps still symbolic.
@@ -52,6 +71,8 @@ pub struct Prog {
     /// (instruction, map) of each map load.
     pub maps: Vec<(usize, MapRef)>,
     pub hook: Hook,
+    /// The words of task_key maps it keeps in the tasks' storage.
+    pub task_keys: u8,
 }
 
 const SCRATCH_R: usize = offset_of!(bs_scratch, r);
@@ -109,6 +130,14 @@ fn fp_src(i: usize) -> i16 {
 /// The cache entry an aggregation claimed, filled after its hash map
 /// has the key (0: none claimed).
 const FP_CENT: i16 = FP_TASK - 8 * (FP_SRCS as i16 + 1);
+/// The storage of the task a typed tracepoint's argument `arg` points
+/// to, as the last lookup in straight code found it (or null).
+fn fp_arg_task(arg: i16) -> i16 {
+    FP_CENT - 8 * (arg + 1)
+}
+/// Typed tracepoint arguments whose tasks' storage is kept in the frame.
+const ARG_TASKS: i16 = 4;
+const _: () = assert!(FP_CENT - 8 * ARG_TASKS >= -512);
 const CACHE_N: i32 = bs_cache_limits::BS_CACHE_N.0 as i32;
 const CENT: usize = size_of::<bs_cache_ent>();
 const _: () = assert!(CENT.is_power_of_two() && (CACHE_N as usize).is_power_of_two());
@@ -171,13 +200,20 @@ struct E<'a> {
     comm_in: u8,
     /// FP_TASK holds the thread's storage (or null), looked up earlier in
     /// straight code: the storage of a running thread stays for its run.
-    task_in: bool,
+    task_in: u8,
     /// The sources whose values FP_SRCS's frame slots hold.
     src_in: [Option<u32>; FP_SRCS],
     /// raw_syscalls:sys_enter (false) or sys_exit (true) compiled onto the
     /// raw tracepoint of that name: its context is (regs, id or ret), not
     /// the record, so only `id` (enter) and `ret` (exit) can be read.
     raw_sys: Option<bool>,
+    /// A sched tracepoint compiled onto its typed raw tracepoint: record
+    /// fields are read through its arguments (see [`super::typed`]).
+    typed: bool,
+    /// The task whose storage the key being built names.
+    task_of: TaskOf,
+    /// Words of task_key maps read or written in the tasks' storage.
+    task_used: u8,
 }
 
 /// A key by what it is made of: (map id, the source of its one part,
@@ -354,6 +390,18 @@ impl E<'_> {
             bs_src_kind::BS_SRC_CURTASK => helper_then(self, helper::GET_CURRENT_TASK),
             bs_src_kind::BS_SRC_RAND => helper_then(self, helper::GET_PRANDOM_U32),
             bs_src_kind::BS_SRC_JIFFIES => helper_then(self, helper::JIFFIES64),
+            bs_src_kind::BS_SRC_CTX if self.typed => {
+                let p = self.probe();
+                let (Path::Tracepoint { event, .. }, Some(b)) = (&p.path, self.env.sched) else {
+                    return Err("a typed read off a sched tracepoint".into());
+                };
+                let f = (p.probe.fields.iter())
+                    .find(|f| f.offset == s.off)
+                    .ok_or_else(|| format!("no record field at offset {}", s.off))?;
+                for x in super::typed::read(event, &f.name, s.size, &b)? {
+                    self.put(x);
+                }
+            }
             bs_src_kind::BS_SRC_CTX if matches!(self.probe().path, Path::Tracepoint { .. }) => {
                 let (size, off) = (s.size, s.off);
                 let code = match size {
@@ -509,6 +557,26 @@ impl E<'_> {
                 if op != bs_vm_op::BS_VM_KEY1 || tid != Some(bs_src_kind::BS_SRC_TID) {
                     return Err("a thread-storage map keyed by other than tid".into());
                 }
+                self.task_of = TaskOf::Current;
+                *cur_map = Some(x.arg);
+            }
+            bs_vm_op::BS_VM_KEYCLR | bs_vm_op::BS_VM_KEY1 if self.task_word(x.arg).is_some() => {
+                // The key is a task's id: that task's storage is the map.
+                let src = self.prov[usize::from(x.a & REG_MASK)]
+                    .map(|s| self.src(s).copied())
+                    .transpose()?;
+                self.task_of = match src {
+                    _ if op != bs_vm_op::BS_VM_KEY1 => None,
+                    Some(s) if bs_src_kind(u32::from(s.kind)) == bs_src_kind::BS_SRC_TID => {
+                        Some(TaskOf::Current)
+                    }
+                    Some(s) if bs_src_kind(u32::from(s.kind)) == bs_src_kind::BS_SRC_CTX => (self
+                        .task_arg(s.off))
+                    .filter(|a| (0..ARG_TASKS).contains(a))
+                    .map(TaskOf::Arg),
+                    _ => None,
+                }
+                .ok_or("a task-storage map keyed by other than a task's id")?;
                 *cur_map = Some(x.arg);
             }
             bs_vm_op::BS_VM_KEYCLR | bs_vm_op::BS_VM_KEY1 => {
@@ -558,7 +626,17 @@ impl E<'_> {
                 if u32::from(x.flags) & bs_vm_flags::BS_VMF_TASK.0 != 0 =>
             {
                 let id = cur_map.ok_or("a thread-storage map not known here")?;
-                self.task_op(op, x, id);
+                self.task_op(op, x, id, x.arg2);
+            }
+            bs_vm_op::BS_VM_MSET | bs_vm_op::BS_VM_MGET | bs_vm_op::BS_VM_MDEL
+                if cur_map.and_then(|id| self.task_word(id)).is_some() =>
+            {
+                let id = cur_map.ok_or("a task-storage map not known here")?;
+                let word = self
+                    .task_word(id)
+                    .ok_or("a task-storage map without a word")?;
+                self.task_used |= 1 << word;
+                self.task_op(op, x, id, word);
             }
             bs_vm_op::BS_VM_MSET => {
                 let id = cur_map.ok_or("a map update whose map is not known here")?;
@@ -633,39 +711,76 @@ impl E<'_> {
         }
     }
 
-    /// A read, write or delete of map `id`'s word in the current thread's
-    /// storage (created by a write only). A value of 0 reads as no key
-    /// does, so a delete writes 0; a write the kernel refuses storage for
-    /// is counted as a full map's.
-    fn task_op(&mut self, op: bs_vm_op, x: &bs_insn, id: u32) {
-        let word = 8 * (x.arg2 & (bs_limits::BS_VM_TASK_MAPS.0 - 1)) as i16;
+    /// Map `id`'s word in the tasks' storage, when it is a `task_key` map
+    /// this session keeps there.
+    fn task_word(&self, id: u32) -> Option<u32> {
+        let maps = &self.low.maps;
+        maps.get(id as usize)
+            .filter(|m| m.task_key)
+            .and_then(|_| crate::script::types::thread_word(maps, id as usize))
+            .filter(|w| self.env.task_keys & (1 << w) != 0)
+    }
+
+    /// The argument of this typed tracepoint that points to the task whose
+    /// id the record field at `off` is.
+    fn task_arg(&self, off: u16) -> Option<i16> {
+        let p = self.probe();
+        let Path::Tracepoint { event, .. } = &p.path else {
+            return None;
+        };
+        let f = p.probe.fields.iter().find(|f| f.offset == off)?;
+        self.typed
+            .then(|| super::typed::task_arg(event, &f.name))
+            .flatten()
+    }
+
+    /// A read, write or delete of map `id`'s word (`word`) in the storage
+    /// of the task its key names (created by a write only). A value of 0
+    /// reads as no key does, so a delete writes 0; a write the kernel
+    /// refuses storage for is counted as a full map's.
+    fn task_op(&mut self, op: bs_vm_op, x: &bs_insn, id: u32, word: u32) {
+        let word = 8 * (word & (bs_limits::BS_VM_TASK_MAPS.0 - 1)) as i16;
+        let of = std::mem::replace(&mut self.task_of, TaskOf::Current);
         let create = op == bs_vm_op::BS_VM_MSET;
         if op == bs_vm_op::BS_VM_MGET && self.cached_read(x.dst) {
             return;
         }
-        // The storage found earlier in this run, if any (a write without
-        // one looks it up again, to create it).
+        // The task's storage, as found earlier in this run (task_in: bit
+        // 0 the current thread's, bit 1 + arg an argument's task's).
+        let (slot, bit) = match of {
+            TaskOf::Arg(arg) if (0..ARG_TASKS).contains(&arg) => (fp_arg_task(arg), 2 << arg),
+            _ => (FP_TASK, 1u8),
+        };
         let mut found = None;
-        if self.task_in {
-            self.put(ldx(DW, R0, FP, FP_TASK));
+        let known = self.task_in & bit != 0;
+        if known {
+            self.put(ldx(DW, R0, FP, slot));
+            // A write without one looks it up again, to create it.
             if create {
                 found = Some(self.fwd(ji(jmp::JNE, R0, 0, 0)));
             }
         }
-        if !self.task_in || create {
-            self.put(call(helper::GET_CURRENT_TASK_BTF));
-            self.put(mov(R2, R0));
+        if !known || create {
+            match of {
+                TaskOf::Arg(arg) => self.put(ldx(DW, R2, R6, 8 * arg)),
+                TaskOf::Current => {
+                    self.put(call(helper::GET_CURRENT_TASK_BTF));
+                    self.put(mov(R2, R0))
+                }
+            };
             self.map(R1, MapRef::Task);
             self.put(movi(R3, 0));
             // BPF_LOCAL_STORAGE_GET_F_CREATE
             self.put(movi(R4, i32::from(create)));
             self.put(call(helper::TASK_STORAGE_GET));
-            self.put(stx(DW, FP, FP_TASK, R0));
+            self.put(stx(DW, FP, slot, R0));
         }
         if let Some(j) = found {
             self.here(j);
         }
-        self.task_in = true;
+        self.task_in |= bit;
+        // Only the end's print and a thread's exit read the set bits.
+        let printed = (self.low.maps.get(id as usize)).is_some_and(|m| m.thread_print);
         match op {
             bs_vm_op::BS_VM_MGET => self.read_value(x.dst, word),
             bs_vm_op::BS_VM_MSET => {
@@ -673,9 +788,11 @@ impl E<'_> {
                 self.load_r(R1, x.a);
                 self.put(stx(DW, R0, word, R1));
                 // The word holds a value (a key, for the end's print).
-                self.put(ldx(DW, R1, R0, TASK_SET));
-                self.put(alui(alu::OR, R1, 1 << (word / 8)));
-                self.put(stx(DW, R0, TASK_SET, R1));
+                if printed {
+                    self.put(ldx(DW, R1, R0, TASK_SET));
+                    self.put(alui(alu::OR, R1, 1 << (word / 8)));
+                    self.put(stx(DW, R0, TASK_SET, R1));
+                }
                 let done = self.fwd(ja(0));
                 self.here(none);
                 self.note_full(id);
@@ -684,9 +801,11 @@ impl E<'_> {
             _ => {
                 let none = self.fwd(ji(jmp::JEQ, R0, 0, 0));
                 self.put(st(DW, R0, word, 0));
-                self.put(ldx(DW, R1, R0, TASK_SET));
-                self.put(alui(alu::AND, R1, !(1 << (word / 8))));
-                self.put(stx(DW, R0, TASK_SET, R1));
+                if printed {
+                    self.put(ldx(DW, R1, R0, TASK_SET));
+                    self.put(alui(alu::AND, R1, !(1 << (word / 8))));
+                    self.put(stx(DW, R0, TASK_SET, R1));
+                }
                 self.here(none);
             }
         }
@@ -1179,6 +1298,21 @@ pub fn emit(low: &Lowered, idx: usize, env: &Env) -> Result<Prog, String> {
                     return Ok(prog);
                 }
             }
+            // Sched events' records are built from task pointers; a probe
+            // that reads only fields those give runs on the typed raw
+            // tracepoint (bench/run_vs_bpftrace.py's runqlat.bt).
+            let typed = (env.sched)
+                .filter(|_| subsys == "sched")
+                .and_then(|b| b.id(event));
+            if let Some(btf_id) = typed {
+                let hook = Hook::BtfTp {
+                    event: event.clone(),
+                    btf_id,
+                };
+                if let Ok(prog) = emit_on(low, idx, env, hook, None) {
+                    return Ok(prog);
+                }
+            }
             Hook::Tracepoint {
                 subsys: subsys.clone(),
                 event: event.clone(),
@@ -1210,9 +1344,12 @@ fn emit_on(
         key: None,
         cached: None,
         comm_in: 0,
-        task_in: false,
+        task_in: 0,
         src_in: [None; FP_SRCS],
         raw_sys,
+        typed: matches!(hook, Hook::BtfTp { .. }),
+        task_of: TaskOf::Current,
+        task_used: 0,
     };
     // The body first, to know whether it reads a syscall's arguments; the
     // entry is put before it after.
@@ -1229,6 +1366,11 @@ fn emit_on(
         .collect();
     let mut starts = Vec::with_capacity(p.code.len());
     let mut cur_map = None;
+    // The tasks' storage found on every path into a jump target (jumps go
+    // forward): `@s[args.next_pid]` read in a branch and deleted after it
+    // is looked up once.
+    let mut task_at: std::collections::HashMap<usize, u8> = Default::default();
+    let mut falls = true;
     for (pc, x) in p.code.iter().enumerate() {
         starts.push(e.out.len());
         // The key's map is known only along straight code.
@@ -1238,11 +1380,20 @@ fn emit_on(
             e.key = None;
             e.cached = None;
             e.comm_in = 0;
-            e.task_in = false;
+            let through = if falls { e.task_in } else { u8::MAX };
+            e.task_in = through & task_at.get(&pc).copied().unwrap_or(0);
             e.src_in = [None; FP_SRCS];
         }
         e.insn(pc, x, &mut cur_map)?;
         e.track(x)?;
+        let op = bs_vm_op(u32::from(x.op));
+        if matches!(
+            op,
+            bs_vm_op::BS_VM_JMP | bs_vm_op::BS_VM_JZ | bs_vm_op::BS_VM_JNZ
+        ) {
+            *task_at.entry(x.arg as usize).or_insert(u8::MAX) &= e.task_in;
+        }
+        falls = !matches!(op, bs_vm_op::BS_VM_JMP | bs_vm_op::BS_VM_HALT);
     }
     let end = e.out.len();
     e.put(movi(R0, 0));
@@ -1275,6 +1426,7 @@ fn emit_on(
         insns: e.out,
         maps: e.maps,
         hook,
+        task_keys: e.task_used,
     })
 }
 

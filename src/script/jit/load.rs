@@ -1,7 +1,7 @@
 //! Loading the emitted programs with the session's map descriptors put in
 //! place, and attaching each where its probe's generic attachment would
-//! have gone: a raw tracepoint (syscalls, named raw tracepoints) or a
-//! classic tracepoint's perf event. The session keeps the programs and
+//! have gone: a raw tracepoint (syscalls, named raw tracepoints), a typed
+//! raw tracepoint (sched events) or a classic tracepoint's perf event. The session keeps the programs and
 //! links, and detaches them with its own.
 
 use std::ffi::CString;
@@ -37,14 +37,19 @@ pub fn load(session: &Session<'_>, idx: usize, prog: &Prog) -> Result<OwnedFd, S
             .ok_or("a map load past the program's end")?
             .imm = fd;
     }
-    let ty = match prog.hook {
-        Hook::RawTp(_) => libbpf_sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
-        Hook::Tracepoint { .. } => libbpf_sys::BPF_PROG_TYPE_TRACEPOINT,
-    };
     let name = CString::new(format!("bs_jit_{idx}")).map_err(|e| e.to_string())?;
     let mut opts = libbpf_sys::bpf_prog_load_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
         ..Default::default()
+    };
+    let ty = match prog.hook {
+        Hook::RawTp(_) => libbpf_sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+        Hook::Tracepoint { .. } => libbpf_sys::BPF_PROG_TYPE_TRACEPOINT,
+        Hook::BtfTp { btf_id, .. } => {
+            opts.expected_attach_type = libbpf_sys::BPF_TRACE_RAW_TP;
+            opts.attach_btf_id = btf_id;
+            libbpf_sys::BPF_PROG_TYPE_TRACING
+        }
     };
     crate::attach::kfunc::load(ty, &name, &insns, &mut opts)
 }
@@ -58,6 +63,14 @@ pub fn attach(prog: &OwnedFd, hook: &Hook) -> io::Result<OwnedFd> {
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
             // SAFETY: c is a valid C string and prog a valid program fd, both alive for the call.
             let fd = unsafe { libbpf_sys::bpf_raw_tracepoint_open(c.as_ptr(), prog.as_raw_fd()) };
+            owned(fd)
+        }
+        Hook::BtfTp { .. } => {
+            // A typed program names its tracepoint by the BTF id it was
+            // loaded with; the open takes no name (works since 5.5).
+            // SAFETY: prog is a valid program fd for the call; a null name is allowed.
+            let fd =
+                unsafe { libbpf_sys::bpf_raw_tracepoint_open(std::ptr::null(), prog.as_raw_fd()) };
             owned(fd)
         }
         Hook::Tracepoint { subsys, event } => {

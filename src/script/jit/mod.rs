@@ -14,6 +14,7 @@
 pub mod emit;
 pub mod insn;
 pub mod load;
+pub mod typed;
 
 pub use emit::{emit, Env, Hook, Prog, RegsCast};
 
@@ -38,6 +39,14 @@ pub fn assumed() -> Env {
         self_tgid: std::process::id(),
         comm_off: Some(0),
         regs_cast: None,
+        sched: Some(typed::SchedBtf {
+            pid: 0,
+            prio: 0,
+            exit_state: 0,
+            ids: [1; typed::EVENTS.len()],
+            storage_anywhere: true,
+        }),
+        task_keys: 0,
     }
 }
 
@@ -66,9 +75,15 @@ pub fn env(low: &Lowered) -> Env {
         }
         _ => false,
     });
+    let sched = low.probes.iter().any(|p| match &p.path {
+        Path::Tracepoint { subsys, event } => {
+            subsys == "sched" && typed::EVENTS.contains(&event.as_str())
+        }
+        _ => false,
+    });
     // libbpf's parser, not crate::probe::btf's index of every function:
     // 6 ms at start here, against 27.
-    let btf = (comm || regs)
+    let btf = (comm || regs || sched)
         .then(|| libbpf_rs::btf::Btf::from_vmlinux().ok())
         .flatten();
     let btf = btf.as_ref();
@@ -76,21 +91,14 @@ pub fn env(low: &Lowered) -> Env {
         self_tgid: std::process::id(),
         comm_off: btf.filter(|_| comm).and_then(comm_offset),
         regs_cast: btf.filter(|_| regs).and_then(regs_cast),
+        sched: btf.filter(|_| sched).and_then(typed::SchedBtf::from_btf),
+        task_keys: 0,
     }
 }
 
 /// task_struct.comm's offset.
 fn comm_offset(btf: &libbpf_rs::btf::Btf<'_>) -> Option<u32> {
-    use libbpf_rs::btf::types::{MemberAttr, Struct};
-    let task = btf.type_by_name::<Struct<'_>>("task_struct")?;
-    let off = task.iter().find_map(|m| {
-        let name = m.name.and_then(|n| n.to_str())?;
-        match (name, m.attr) {
-            ("comm", MemberAttr::Normal { offset }) if offset % 8 == 0 => Some(offset / 8),
-            _ => None,
-        }
-    });
-    off
+    typed::member_offset(btf, "task_struct", "comm")
 }
 
 /// bpf_rdonly_cast's and struct pt_regs' ids, where the kernel has both.
@@ -113,6 +121,86 @@ pub const PROBES_MAX: usize = 64;
 
 /// Each probe's program, or why it stays on the machine.
 pub fn choose(low: &Lowered, env: &Env) -> Vec<Result<Prog, String>> {
+    let mut out = choose_each(
+        low,
+        &Env {
+            task_keys: 0,
+            ..*env
+        },
+    );
+    settle(low, env, &mut out);
+    out
+}
+
+/// The task_key map words each probe's code names.
+fn task_words(low: &Lowered, p: &crate::script::ir::LoweredProbe) -> u8 {
+    use bpfscope_bpf::abi::bs_vm_op;
+    p.code
+        .iter()
+        .filter(|x| {
+            matches!(
+                bs_vm_op(u32::from(x.op)),
+                bs_vm_op::BS_VM_KEY1 | bs_vm_op::BS_VM_KEYCLR
+            )
+        })
+        .filter(|x| low.maps.get(x.arg as usize).is_some_and(|m| m.task_key))
+        .filter_map(|x| crate::script::types::thread_word(&low.maps, x.arg as usize))
+        .fold(0, |b, w| b | 1 << w)
+}
+
+/// Puts each task_key map in the tasks' storage where every probe naming
+/// it is compiled onto a typed tracepoint (the machine has no task
+/// pointers), emitting those probes again; the others stay hash maps.
+/// Run again once a probe is left on the machine after all (its program
+/// refused): its maps go back to their hash maps in every probe.
+pub fn settle(low: &Lowered, env: &Env, chosen: &mut [Result<Prog, String>]) {
+    if !env.sched.is_some_and(|b| b.storage_anywhere) {
+        return;
+    }
+    let words: Vec<u8> = low.probes.iter().map(|p| task_words(low, p)).collect();
+    let mut bits = 0u8;
+    for (w, c) in words.iter().zip(chosen.iter()) {
+        if *w != 0 && matches!(c, Ok(p) if matches!(p.hook, Hook::BtfTp { .. })) {
+            bits |= w;
+        }
+    }
+    for (w, c) in words.iter().zip(chosen.iter()) {
+        if !matches!(c, Ok(p) if matches!(p.hook, Hook::BtfTp { .. })) {
+            bits &= !w;
+        }
+    }
+    // Each pass emits the probes whose storage maps changed; a probe whose
+    // program cannot be emitted so takes its maps back to the hash maps.
+    loop {
+        let mut again = false;
+        for (i, c) in chosen.iter_mut().enumerate() {
+            let want = bits & words[i];
+            let Ok(prog) = c else { continue };
+            if prog.task_keys == want {
+                continue;
+            }
+            match emit(
+                low,
+                i,
+                &Env {
+                    task_keys: bits,
+                    ..*env
+                },
+            ) {
+                Ok(p) if p.task_keys == want => *c = Ok(p),
+                _ => {
+                    bits &= !words[i];
+                    again = true;
+                }
+            }
+        }
+        if !again {
+            break;
+        }
+    }
+}
+
+fn choose_each(low: &Lowered, env: &Env) -> Vec<Result<Prog, String>> {
     let forced = forced_vm();
     let mut out: Vec<Result<Prog, String>> = (0..low.probes.len())
         .map(|i| {
@@ -154,6 +242,19 @@ pub fn describe(low: &Lowered, chosen: &[Result<Prog, String>]) -> Vec<String> {
     let thread = (low.maps.iter())
         .filter(|m| m.thread)
         .map(|m| format!("{}: in each thread's own storage (keyed by tid)", m.name));
+    let stored = (chosen.iter().flatten()).fold(0u8, |b, p| b | p.task_keys);
+    let task = (low.maps.iter().enumerate())
+        .filter(|(id, m)| {
+            m.task_key
+                && crate::script::types::thread_word(&low.maps, *id)
+                    .is_some_and(|w| stored & (1 << w) != 0)
+        })
+        .map(|(_, m)| {
+            format!(
+                "{}: in each task's own storage (keyed by the task's id), by typed tracepoints",
+                m.name
+            )
+        });
     // Only compiled probes add through the cache.
     let cache = (low.maps.iter())
         .filter(|m| m.cache.is_some() && chosen.iter().any(Result::is_ok))
@@ -173,6 +274,9 @@ pub fn describe(low: &Lowered, chosen: &[Result<Prog, String>]) -> Vec<String> {
                     (Hook::RawTp(n), crate::attach::plan::Path::Tracepoint { .. }) => {
                         format!(", on the raw tracepoint {n}")
                     }
+                    (Hook::BtfTp { event, .. }, _) => {
+                        format!(", on the typed raw tracepoint {event}, without the record")
+                    }
                     _ => String::new(),
                 };
                 format!(
@@ -184,6 +288,7 @@ pub fn describe(low: &Lowered, chosen: &[Result<Prog, String>]) -> Vec<String> {
             Err(why) => format!("{}: script machine ({why})", p.probe.name),
         })
         .chain(thread)
+        .chain(task)
         .chain(cache)
         .collect()
 }

@@ -46,6 +46,8 @@ const ENV: Env = Env {
         kfunc: 65477,
         pt_regs: 162,
     }),
+    sched: None,
+    task_keys: 0,
 };
 
 fn listing_of(low: &Lowered) -> String {
