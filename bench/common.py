@@ -152,3 +152,13 @@ def prog_stats(pid):
         t += int(info.get("run_time_ns", "0"))
         n += int(info.get("run_cnt", "0"))
     return t, n
+
+
+def stats_over(pid, work):
+    """(run time in ns, runs) of the BPF programs pid holds while work()
+    runs, with BPF run-time statistics on."""
+    with Stats():
+        t0, n0 = prog_stats(pid)
+        work()
+        t1, n1 = prog_stats(pid)
+    return t1 - t0, n1 - n0

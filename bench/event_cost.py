@@ -55,7 +55,7 @@ import subprocess
 import sys
 import time
 
-from common import BIN, Background, Stats, build, cc, need, need_root, prog_stats, ratio
+from common import BIN, Background, build, cc, need, need_root, ratio, stats_over
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 CALLS = int(os.environ.get("BENCH_CALLS", "2000000"))
@@ -137,14 +137,10 @@ def measure(loop, start, rounds):
         t = start()
         try:
             traced.append(per_call(loop))
-            with Stats():
-                t0, n0 = prog_stats(t.p.pid)
-                per_call(loop)
-                t1, n1 = prog_stats(t.p.pid)
+            dt, runs = stats_over(t.p.pid, lambda: per_call(loop))
         finally:
             t.stop()
-        runs = n1 - n0
-        run.append((t1 - t0) / runs if runs else float("nan"))
+        run.append(dt / runs if runs else float("nan"))
         share.append(CALLS / runs if runs else float("nan"))
     return (statistics.median(traced) - statistics.median(base), statistics.median(run),
             statistics.median(share))

@@ -87,7 +87,7 @@ import tempfile
 import threading
 import time
 
-from common import BIN, OUT, Stats, build, cc, cpu_seconds, need, need_root, prog_stats, ratio
+from common import BIN, OUT, build, cc, cpu_seconds, need, need_root, ratio, stats_over
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 BPFTRACE = shutil.which("bpftrace") or "/usr/bin/bpftrace"
@@ -505,24 +505,21 @@ def overhead(cases):
                     dropped[tool].append(str(e))
                 except Failed as e:
                     fail[tool] = str(e)
-        # One more run each with BPF run-time statistics on (they add their
-        # own clock reads, so not in the timed rounds): ns per program run.
-        per_run = {}
-        for tool in ("bpfscope", "bpftrace"):
-            if fail[tool]:
-                continue
-            try:
-                a = Attached(tool, c["name"], c["script"], expected_begin(c["script"]))
+        # Runs with BPF run-time statistics on (they add their own clock
+        # reads, so not in the timed rounds): ns per program run, the
+        # median of RUNS runs each, alternating.
+        runs = {"bpfscope": [], "bpftrace": []}
+        for i in range(RUNS):
+            for tool in ("bpfscope", "bpftrace") if i % 2 == 0 else ("bpftrace", "bpfscope"):
+                if fail[tool]:
+                    continue
                 try:
-                    with Stats():
-                        t0, n0 = prog_stats(a.p.pid)
-                        run_workload(c["cmd"])
-                        t1, n1 = prog_stats(a.p.pid)
-                finally:
-                    a.stop()
-                per_run[tool] = (t1 - t0) / (n1 - n0) if n1 > n0 else None
-            except (Dropped, Failed):
-                per_run[tool] = None
+                    x = stats_run(tool, c["name"], c["script"], c["cmd"])
+                    if x is not None:
+                        runs[tool].append(x)
+                except (Dropped, Failed):
+                    pass
+        per_run = {t: statistics.median(v) for t, v in runs.items() if v}
         b = statistics.median(base)
         row = {"tool": c["name"], "workload": c["what"], "untraced_ns": b,
                "events_per_iter": statistics.median(per_iter["base"]),
@@ -543,7 +540,33 @@ def overhead(cases):
         row["ratio"] = ratio(a, bb) if a is not None and bb is not None else None
         rows.append(row)
         print_overhead_row(row)
+        for label, tool, script in c.get("floors", []):
+            added, per = [], []
+            for _ in range(RUNS):
+                _, f0 = run_workload(c["cmd"])
+                a = Attached(tool, c["name"] + "-floor", script, expected_begin(script))
+                try:
+                    _, f = run_workload(c["cmd"])
+                finally:
+                    a.stop()
+                added.append((f[0] - f0[0]) / c["events"](f, c["n"]))
+                x = stats_run(tool, c["name"] + "-floor", script, c["cmd"])
+                if x is not None:
+                    per.append(x)
+            row[f"floor {label}"] = (statistics.median(added), statistics.median(per) if per else None)
+            print(f"    floor, {label}: {statistics.median(added):.1f} ns added per event"
+                  + (f" ({statistics.median(per):.1f} per run)" if per else ""), flush=True)
     return rows, rss
+
+
+def stats_run(tool, name, script, cmd):
+    """ns per program run of the tool's programs over one workload run."""
+    a = Attached(tool, name, script, expected_begin(script))
+    try:
+        dt, dn = stats_over(a.p.pid, lambda: run_workload(cmd))
+    finally:
+        a.stop()
+    return dt / dn if dn > 0 else None
 
 
 NOTES = []
@@ -571,7 +594,8 @@ def print_overhead_row(r):
     print(f"{r['tool'] + '.bt':<13} {r['workload']:<30} {r['events_per_iter']:6.2f} {r['untraced_ns']:9.1f}"
           f" {ns(r['added_bpfscope'])} {ns(r['added_bpftrace'])} {rt(r['ratio'])}", flush=True)
     rb, rt_ = r.get("run_bpfscope"), r.get("run_bpftrace")
-    print(f"    BPF run time, ns per program run (statistics on, one run each): bpfscope {ns(rb).strip()},"
+    print(f"    BPF run time, ns per program run (statistics on, median of {RUNS} runs each):"
+          f" bpfscope {ns(rb).strip()},"
           f" bpftrace {ns(rt_).strip()}"
           + (f", ratio {rb / rt_:.3f}" if rb is not None and rt_ else ""), flush=True)
     for t in ("bpfscope", "bpftrace"):
@@ -624,6 +648,12 @@ def main():
     with open(runqlat, "w") as f:
         f.write(re.sub(r"^#include .*\n", "", src, flags=re.M).replace("TASK_RUNNING", "0"))
     scripts = [(t, runqlat if t == "runqlat" else os.path.join(SBIN, t + ".bt")) for t in TOOLS]
+    # runqlat.bt's floor: empty programs on its three tracepoints.
+    empty_classic = os.path.join(OUT, "runqlat_floor.bt")
+    with open(empty_classic, "w") as f:
+        f.write('BEGIN {\n  printf("floor\\n");\n}\n'
+                "tracepoint:sched:sched_wakeup, tracepoint:sched:sched_wakeup_new,"
+                " tracepoint:sched:sched_switch { }\n")
     version = subprocess.run([BPFTRACE, "--version"], capture_output=True, text=True).stdout.strip()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"machine: kernel {os.uname().release}, {os.cpu_count()} CPUs ({cpu}); {version}; BENCH_RUNS={RUNS}")
@@ -646,7 +676,9 @@ def main():
          "events": lambda f, n: 1.0, "check": check_opensnoop},
         {"name": "runqlat", "script": runqlat, "n": N_ROUNDTRIPS,
          "what": f"{N_ROUNDTRIPS} pipe round trips", "cmd": [pingpong, str(N_ROUNDTRIPS)],
-         "events": events_pingpong, "check": check_runqlat},
+         "events": events_pingpong, "check": check_runqlat,
+         "floors": [("empty classic tracepoint programs (bpftrace, body {})", "bpftrace", empty_classic),
+                    ("bpfscope's entry alone (raw tracepoints, empty body)", "bpfscope", empty_classic)]},
         {"name": "syscount", "script": os.path.join(SBIN, "syscount.bt"), "n": N_GETPPID,
          "what": f"{N_GETPPID} getppid(2)", "cmd": [getppidloop, str(N_GETPPID)],
          "events": lambda f, n: 1.0, "check": check_syscount},
