@@ -1697,8 +1697,8 @@ fn rows<'a>(out: &'a str, name: &str) -> std::collections::BTreeSet<&'a str> {
 }
 
 /// Sched events compiled onto their typed raw tracepoints read what the
-/// classic tracepoint's record holds (pids, prios, prev_state with its
-/// sleep, exit and preemption cases), and a map keyed by their tasks' ids,
+/// classic tracepoint's record holds (pids, prios, comms, prev_state with
+/// its sleep, exit and preemption cases), and a map keyed by their tasks' ids,
 /// in the tasks' storage, counts what a hash map counts. Two runs attached
 /// side by side see the same events: one compiled, the other on the
 /// script machine (the classic tracepoints' records, hash maps). The
@@ -1711,10 +1711,11 @@ fn typed_sched_tracepoints_read_what_the_record_holds() {
     // Each run leaves its own events out: neither counts bpfscope's.
     let script = r#"tracepoint:sched:sched_switch
             /comm != "bpfscope" && (args.prev_prio == 133 || args.next_prio == 133)/ {
-            @a[args.prev_pid, args.prev_prio, args.prev_state, args.next_pid, args.next_prio] = count(); }
+            @a[args.prev_pid, args.prev_prio, args.prev_state, args.next_pid, args.next_prio] = count();
+            @m[args.prev_comm, args.next_comm] = count(); }
         tracepoint:sched:sched_wakeup, tracepoint:sched:sched_wakeup_new
             /comm != "bpfscope" && args.prio == 133/ {
-            @w[args.pid] = nsecs; @c[args.pid, args.prio] = count(); }
+            @w[args.pid] = nsecs; @c[args.pid, args.prio, args.comm] = count(); }
         tracepoint:sched:sched_switch /comm != "bpfscope"/ {
             if (@w[args.next_pid]) { @n[args.next_pid] = count(); } delete(@w[args.next_pid]); }
         END { clear(@w); }"#;
@@ -1763,11 +1764,15 @@ fn typed_sched_tracepoints_read_what_the_record_holds() {
         usize::from(at >= (6, 5)),
         "{at:?}: {err}"
     );
-    for m in ["@a", "@c", "@n"] {
+    for m in ["@a", "@m", "@c", "@n"] {
         let (a, b) = (rows(&out, m), rows(&mout, m));
         assert!(!a.is_empty(), "{m} in\n{out}");
         assert_eq!(a, b, "{m}: compiled\n{out}\nmachine\n{mout}");
     }
+    assert!(
+        rows(&out, "@m").iter().any(|r| r.starts_with("[dd, ")),
+        "{out}"
+    );
     // Sleeps (S, 1), exits (Z 32 or X 16) and preemptions (256) were seen.
     let states: std::collections::BTreeSet<&str> = rows(&out, "@a")
         .into_iter()

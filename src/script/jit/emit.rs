@@ -499,20 +499,29 @@ impl E<'_> {
             }
             bs_vm_op::BS_VM_SRCSTR => {
                 let s = *self.src(x.arg)?;
-                if bs_src_kind(u32::from(s.kind)) != bs_src_kind::BS_SRC_COMM {
-                    return Err("a string source other than comm".into());
-                }
+                // The current task's comm, or (typed sched tracepoints) a
+                // record's copy of an argument task's.
+                let of = match bs_src_kind(u32::from(s.kind)) {
+                    bs_src_kind::BS_SRC_COMM => TaskOf::Current,
+                    bs_src_kind::BS_SRC_CTX => (self.task_comm_arg(s.off))
+                        .map(TaskOf::Arg)
+                        .ok_or("a record string field without a typed translation")?,
+                    _ => return Err("a string source other than comm".into()),
+                };
                 let Some(comm) = self.env.comm_off else {
                     return Err("task_struct.comm not found in the kernel's BTF".into());
                 };
                 let bit = 1u8 << (x.dst & STR_MASK);
-                if self.comm_in & bit != 0 {
+                if of == TaskOf::Current && self.comm_in & bit != 0 {
                     return Ok(());
                 }
                 let base = sv_off(x.dst);
                 // Two plain loads through the BTF-typed task, as bs_comm;
                 // the rest of the slot zeroed (keys hash all 64 bytes).
-                self.put(call(helper::GET_CURRENT_TASK_BTF));
+                match of {
+                    TaskOf::Arg(arg) => self.put(ldx(DW, R0, R6, 8 * arg)),
+                    TaskOf::Current => self.put(call(helper::GET_CURRENT_TASK_BTF)),
+                };
                 for w in 0..2 {
                     self.put(ldx(DW, R1, R0, (comm + 8 * w) as i16));
                     self.put(stx(DW, R9, (base + 8 * w as usize) as i16, R1));
@@ -724,14 +733,24 @@ impl E<'_> {
     /// The argument of this typed tracepoint that points to the task whose
     /// id the record field at `off` is.
     fn task_arg(&self, off: u16) -> Option<i16> {
+        self.typed_field(off, super::typed::task_arg)
+    }
+
+    /// The argument of this typed tracepoint that points to the task whose
+    /// comm the record field at `off` copies.
+    fn task_comm_arg(&self, off: u16) -> Option<i16> {
+        self.typed_field(off, super::typed::comm_arg)
+    }
+
+    /// `of` (event, field name) for the record field at `off`, on a typed
+    /// tracepoint.
+    fn typed_field(&self, off: u16, of: fn(&str, &str) -> Option<i16>) -> Option<i16> {
         let p = self.probe();
         let Path::Tracepoint { event, .. } = &p.path else {
             return None;
         };
         let f = p.probe.fields.iter().find(|f| f.offset == off)?;
-        self.typed
-            .then(|| super::typed::task_arg(event, &f.name))
-            .flatten()
+        self.typed.then(|| of(event, &f.name)).flatten()
     }
 
     /// A read, write or delete of map `id`'s word (`word`) in the storage
@@ -839,7 +858,16 @@ impl E<'_> {
             _ => {}
         }
         match op {
-            bs_vm_op::BS_VM_SRCSTR => self.comm_in |= 1 << (x.dst & STR_MASK),
+            // The slot holds the current task's comm, or another string.
+            bs_vm_op::BS_VM_SRCSTR => {
+                let bit = 1 << (x.dst & STR_MASK);
+                let kind = bs_src_kind(u32::from(self.src(x.arg)?.kind));
+                if kind == bs_src_kind::BS_SRC_COMM {
+                    self.comm_in |= bit;
+                } else {
+                    self.comm_in &= !bit;
+                }
+            }
             // Operations that write no slot.
             bs_vm_op::BS_VM_AGG
             | bs_vm_op::BS_VM_ALU

@@ -89,7 +89,8 @@ pub fn env(low: &Lowered) -> Env {
     let btf = btf.as_ref();
     Env {
         self_tgid: std::process::id(),
-        comm_off: btf.filter(|_| comm).and_then(comm_offset),
+        // Typed sched tracepoints read their tasks' comms at the same offset.
+        comm_off: btf.filter(|_| comm || sched).and_then(comm_offset),
         regs_cast: btf.filter(|_| regs).and_then(regs_cast),
         sched: btf.filter(|_| sched).and_then(typed::SchedBtf::from_btf),
         task_keys: 0,

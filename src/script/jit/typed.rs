@@ -121,6 +121,18 @@ pub fn task_arg(event: &str, field: &str) -> Option<i16> {
     }
 }
 
+/// The argument pointing to the task whose comm record field `field` of
+/// `event` is (`args.comm`, `args.prev_comm`, `args.next_comm`: the
+/// record's copy of its 16 bytes).
+pub fn comm_arg(event: &str, field: &str) -> Option<i16> {
+    match (event, field) {
+        ("sched_wakeup" | "sched_wakeup_new" | "sched_waking", "comm") => Some(0),
+        ("sched_switch", "prev_comm") => Some(1),
+        ("sched_switch", "next_comm") => Some(2),
+        _ => None,
+    }
+}
+
 /// task_state bits (include/linux/sched.h), stable since 5.14.
 const TASK_REPORT: i32 = 0x7f;
 const TASK_IDLE: i32 = 0x402;
