@@ -1786,3 +1786,27 @@ fn typed_sched_tracepoints_read_what_the_record_holds() {
         .sum();
     assert!(woken >= 40, "{woken} switches in after a wakeup:\n{out}");
 }
+
+/// One task's storage named two ways in one probe (`tid` and
+/// sched_switch's `args.prev_pid`, the same task): a value written
+/// through one is read through the other, as one hash map key would be.
+#[test]
+#[ignore = "needs root and BPF"]
+fn a_tasks_storage_named_two_ways_reads_what_was_written() {
+    require_root();
+    let script = "tracepoint:sched:sched_switch { $a = @m[tid]; @m[args.prev_pid] = $a + 1;
+            if (@m[tid] != $a + 1) { @bad = count(); } @ok = count(); }
+        END { clear(@m); }";
+    let (out, err) = run_on(script, "/bin/sleep 0.3", false);
+    assert!(
+        err.contains("sched_switch: compiled to BPF (") && err.contains("typed raw tracepoint"),
+        "{err}"
+    );
+    assert!(out.contains("@ok: "), "{out}");
+    // A keyless count never added to prints as 0.
+    assert!(
+        out.lines()
+            .all(|l| !l.starts_with("@bad") || l == "@bad: 0"),
+        "{out}\n{err}"
+    );
+}

@@ -797,7 +797,10 @@ impl E<'_> {
         if let Some(j) = found {
             self.here(j);
         }
-        self.task_in |= bit;
+        // Two slots can name one task (tid and sched_switch's prev_pid,
+        // a task waking itself): after a lookup that may have created the
+        // storage, the others are looked up again.
+        self.task_in = if create { bit } else { self.task_in | bit };
         // Only the end's print and a thread's exit read the set bits.
         let printed = (self.low.maps.get(id as usize)).is_some_and(|m| m.thread_print);
         match op {
