@@ -391,14 +391,13 @@ impl E<'_> {
             bs_src_kind::BS_SRC_RAND => helper_then(self, helper::GET_PRANDOM_U32),
             bs_src_kind::BS_SRC_JIFFIES => helper_then(self, helper::JIFFIES64),
             bs_src_kind::BS_SRC_CTX if self.typed => {
-                let p = self.probe();
-                let (Path::Tracepoint { event, .. }, Some(b)) = (&p.path, self.env.sched) else {
-                    return Err("a typed read off a sched tracepoint".into());
-                };
-                let f = (p.probe.fields.iter())
-                    .find(|f| f.offset == s.off)
+                let b = self
+                    .env
+                    .sched
+                    .ok_or("a typed read without the kernel's BTF")?;
+                let (event, field) = (self.typed_name(s.off))
                     .ok_or_else(|| format!("no record field at offset {}", s.off))?;
-                for x in super::typed::read(event, &f.name, s.size, &b)? {
+                for x in super::typed::read(event, field, s.size, &b)? {
                     self.put(x);
                 }
             }
@@ -745,12 +744,19 @@ impl E<'_> {
     /// `of` (event, field name) for the record field at `off`, on a typed
     /// tracepoint.
     fn typed_field(&self, off: u16, of: fn(&str, &str) -> Option<i16>) -> Option<i16> {
+        let (event, field) = self.typed_name(off)?;
+        of(event, field)
+    }
+
+    /// (event, field name) of the record field at `off`, on a typed
+    /// tracepoint.
+    fn typed_name(&self, off: u16) -> Option<(&str, &str)> {
         let p = self.probe();
         let Path::Tracepoint { event, .. } = &p.path else {
             return None;
         };
         let f = p.probe.fields.iter().find(|f| f.offset == off)?;
-        self.typed.then(|| of(event, &f.name)).flatten()
+        self.typed.then_some((event.as_str(), f.name.as_str()))
     }
 
     /// A read, write or delete of map `id`'s word (`word`) in the storage
