@@ -427,7 +427,7 @@ impl Profiler {
             snapshots: std::mem::take(&mut self.snapshots),
             lost: KernelLost::default(),
             kernel_symbols: kernel::snapshot_symbols(&kernel_addrs),
-            bpf_programs: self.programs_hit(&kernel_addrs),
+            bpf_programs: self.programs_hit(&kernel_addrs, span.0),
             sideband_lost: 0,
             start_unix_ns: to_wall(span.0),
             duration: Duration::from_nanos(span.1.saturating_sub(span.0)),
@@ -453,21 +453,13 @@ impl Profiler {
         }
     }
 
-    /// The BPF programs whose JIT code these kernel addresses fall into
-    /// (return addresses are one past the call: a program's last call can
-    /// sit at its end).
-    fn programs_hit(&self, addrs: &[u64]) -> Vec<BpfProg> {
+    /// The BPF programs whose JIT code these kernel addresses, sampled
+    /// from `since_ns` on, fall into.
+    fn programs_hit(&self, addrs: &[u64], since_ns: u64) -> Vec<BpfProg> {
         let Some(sb) = &self.sideband else {
             return Vec::new();
         };
-        sb.programs()
-            .into_iter()
-            .filter(|p| {
-                addrs
-                    .iter()
-                    .any(|&a| p.contains(a) || p.contains(a.saturating_sub(1)))
-            })
-            .collect()
+        programs_hit(sb.programs(), addrs, since_ns)
     }
 
     /// Side-band records the kernel dropped (program loads or unloads missed).
@@ -486,6 +478,24 @@ impl Profiler {
     }
 }
 
+/// The programs whose JIT code holds one of `addrs` (return addresses
+/// are one past the call: a program's last call can sit at its end),
+/// leaving out those unloaded before `since_ns`: JIT memory is reused,
+/// and a program gone before the span would take the name of samples in
+/// the one loaded at its address since (a CI run named a bpftrace
+/// program's samples after a bpfscope program unloaded before them).
+fn programs_hit(progs: Vec<BpfProg>, addrs: &[u64], since_ns: u64) -> Vec<BpfProg> {
+    progs
+        .into_iter()
+        .filter(|p| p.unloaded_ns.is_none_or(|u| u >= since_ns))
+        .filter(|p| {
+            addrs
+                .iter()
+                .any(|&a| p.contains(a) || p.contains(a.saturating_sub(1)))
+        })
+        .collect()
+}
+
 /// Returns the heap freed by symbolizing to the system: glibc keeps freed
 /// memory in its arenas otherwise, and the agent's resident set would stay
 /// at the peak of its largest window.
@@ -494,5 +504,39 @@ pub fn give_back_memory() {
     // SAFETY: malloc_trim only walks the allocator's own free lists.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bpfscope_recording::bpfprog::Subprog;
+
+    fn prog(id: u32, addr: u64, unloaded_ns: Option<u64>) -> BpfProg {
+        BpfProg {
+            id,
+            subprogs: vec![Subprog {
+                symbol: format!("bpf_prog_{id}"),
+                addr,
+                len: 0x100,
+            }],
+            unloaded_ns,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn programs_gone_before_the_span_are_not_hit() {
+        // 1 held 0x1000 until 50, 2 holds it since; 3 went during the span.
+        let progs = vec![
+            prog(1, 0x1000, Some(50)),
+            prog(2, 0x1000, None),
+            prog(3, 0x2000, Some(150)),
+            prog(4, 0x3000, None),
+        ];
+        let hit = programs_hit(progs, &[0x1010, 0x2100], 100);
+        let ids: Vec<u32> = hit.iter().map(|p| p.id).collect();
+        // 0x2100 is one past 3's end: a return address.
+        assert_eq!(ids, [2, 3]);
     }
 }

@@ -570,6 +570,24 @@ fn other_tools_bpf_programs_are_in_the_agents_profiles() {
     require_root();
     let _turn = bpf_stats_turn();
     let agent = start_agent(&["--listen", "127.0.0.1:0", "--profile-hz", "499"]);
+    // Programs that come and go before bpftrace's: the JIT reuses their
+    // memory, and a program unloaded before the profile's span once took
+    // the name of bpftrace's samples at its address.
+    for args in [
+        &[
+            "count",
+            "t:syscalls:sys_enter_write",
+            "t:syscalls:sys_exit_write",
+        ][..],
+        &["trace", "t:syscalls:sys_enter_read"][..],
+    ] {
+        let o = run_env(
+            &[args, &["--duration", "0.3"][..]].concat(),
+            &[],
+            Duration::from_secs(30),
+        );
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
     let Some(mut bt) = crate::bpfprof::start_bpftrace_write_count() else {
         return;
     };

@@ -119,8 +119,18 @@ impl BpfProg {
 }
 
 /// Finds the program frame of a kernel address among known programs.
+/// JIT memory is reused: a program unloaded in a recording's span can
+/// share addresses with one loaded after it. Without the sample's time,
+/// the later one is taken (the other held the address only until its
+/// unload): the one still loaded, else the one unloaded last.
 pub fn lookup(progs: &[BpfProg], addr: u64) -> Option<BpfFrame<'_>> {
-    progs.iter().find_map(|p| p.frame(addr))
+    progs.iter().filter_map(|p| p.frame(addr)).max_by_key(|f| {
+        (
+            f.prog.unloaded_ns.is_none(),
+            f.prog.unloaded_ns,
+            f.prog.load_time_ns,
+        )
+    })
 }
 
 #[cfg(test)]
@@ -176,5 +186,37 @@ mod tests {
         );
         assert!(p.frame(0x2000).is_none());
         assert!(lookup(&[p], 0x10ff).is_some());
+    }
+
+    #[test]
+    fn reused_jit_addresses_name_the_later_program() {
+        let old = BpfProg {
+            id: 3,
+            name: "old".into(),
+            unloaded_ns: Some(500),
+            ..prog()
+        };
+        let mut new = BpfProg {
+            id: 9,
+            name: "new".into(),
+            load_time_ns: 600,
+            ..prog()
+        };
+        new.subprogs[0].symbol = "bpf_prog_ffeeddccbbaa9988_new".into();
+        // In either order, the one still loaded.
+        for list in [
+            vec![old.clone(), new.clone()],
+            vec![new.clone(), old.clone()],
+        ] {
+            assert_eq!(lookup(&list, 0x1010).map(|f| f.prog.id), Some(9));
+        }
+        // Both gone: the one unloaded last.
+        new.unloaded_ns = Some(700);
+        for list in [
+            vec![old.clone(), new.clone()],
+            vec![new.clone(), old.clone()],
+        ] {
+            assert_eq!(lookup(&list, 0x1010).map(|f| f.prog.id), Some(9));
+        }
     }
 }
