@@ -44,6 +44,16 @@ bpfscope with its probes compiled to BPF (the default), on the script
 machine (BPFSCOPE_SCRIPT_VM=1), and bpftrace; the ratio printed is the
 compiled one's to bpftrace's (target <= 0.5).
 
+Sched events (SCHED below; BENCH_SCHED=0 skips them): verbs on
+sched_switch and sched_wakeup over a pipe ping-pong pinned to one CPU
+(bench/workloads/pingpong.c, BENCH_TRIPS round trips, default 100,000:
+each trip switches twice and wakes twice), ns added per event of the
+probes: bpfscope by default (the raw tracepoint, fields read through the
+tasks its arguments point to), bpfscope on the general path
+(BPFSCOPE_GENERIC=1: the classic tracepoint and its record) and
+bpftrace, against floors on the same tracepoints: bpfscope's entry alone
+on the raw tracepoints and empty classic tracepoint programs (bpftrace).
+
 BPFSCOPE_GENERIC=1 makes bpfscope take its general path for every shape
 (the path before the specialized ones), for a before/after comparison;
 BENCH_STAGES=0 skips the breakdown; BENCH_VERBS=0 or BENCH_SCRIPTS=0 skip
@@ -93,6 +103,25 @@ SCRIPTS = {
     "run: syscount.bt's probe": ("tracepoint:raw_syscalls:sys_enter "
                                  "{ @syscall[args->id] = count(); @process[comm] = count(); }"),
 }
+# Sched verbs: (bpfscope arguments, bpftrace program, probes the floors use).
+SWITCH, WAKEUP = "tracepoint:sched:sched_switch", "tracepoint:sched:sched_wakeup"
+SCHED = {
+    "sched_switch: count --by next_comm": (
+        ["count", SWITCH, "--by", "next_comm"],
+        f"{SWITCH} {{ @[args->next_comm] = count(); }}", [SWITCH]),
+    "sched_switch: count --by next_pid,next_prio, filter prev_prio": (
+        ["count", SWITCH, "--by", "next_pid,next_prio", "--filter", "prev_prio >= 100"],
+        f"{SWITCH} /args->prev_prio >= 100/ {{ @[args->next_pid, args->next_prio] = count(); }}",
+        [SWITCH]),
+    "wakeup to switch: latency --match pid=next_pid": (
+        ["latency", WAKEUP, "--end", SWITCH, "--match", "pid=next_pid"],
+        f"{WAKEUP} {{ @q[args->pid] = nsecs; }} "
+        f"{SWITCH} /@q[args->next_pid]/ {{ @ = hist(nsecs - @q[args->next_pid]); "
+        "delete(@q[args->next_pid]); }",
+        [WAKEUP, SWITCH]),
+}
+TRIPS = int(os.environ.get("BENCH_TRIPS", "100000"))
+RUN_SCHED = os.environ.get("BENCH_SCHED", "1") != "0"
 VERBS = os.environ.get("BENCH_VERBS", "1") != "0"
 RUN_SCRIPTS = os.environ.get("BENCH_SCRIPTS", "1") != "0"
 
@@ -144,6 +173,75 @@ def measure(loop, start, rounds):
         share.append(CALLS / runs if runs else float("nan"))
     return (statistics.median(traced) - statistics.median(base), statistics.median(run),
             statistics.median(share))
+
+
+def pingpong_trip(prog, probes):
+    """ns per round trip of the ping-pong on CPU 0, and the events of
+    `probes` per trip (2 switches and 2 wakeups, from its own count of
+    context switches)."""
+    out = subprocess.run(["taskset", "-c", "0", prog, str(TRIPS)], capture_output=True,
+                         text=True, check=True).stdout.split()
+    ns, switches = float(out[0]), (float(out[1]) + float(out[2])) / TRIPS
+    return ns, switches * len(probes)
+
+
+def measure_sched(prog, probes, start, rounds):
+    """As measure(), per event of `probes` in the ping-pong."""
+    base, traced, run, share = [], [], [], []
+    for _ in range(rounds):
+        ns, events = pingpong_trip(prog, probes)
+        base.append(ns / events)
+        t = start()
+        try:
+            ns, events = pingpong_trip(prog, probes)
+            traced.append(ns / events)
+            dt, runs = stats_over(t.p.pid, lambda: pingpong_trip(prog, probes))
+        finally:
+            t.stop()
+        run.append(dt / runs if runs else float("nan"))
+        share.append(events * TRIPS / runs if runs else float("nan"))
+    return (statistics.median(traced) - statistics.median(base), statistics.median(run),
+            statistics.median(share))
+
+
+def start_generic(args):
+    env = dict(os.environ)
+    env.pop("BPFSCOPE_BENCH_STAGE", None)
+    env["BPFSCOPE_GENERIC"] = "1"
+    return Background([BIN, *args], "Attached", env=env)
+
+
+def sched_section():
+    """The sched verbs against their floors and bpftrace."""
+    prog = cc("pingpong")
+    floors, rows = {}, []
+    for name, (args, bt, probes) in SCHED.items():
+        key = tuple(probes)
+        if key not in floors:
+            print(f"floors on {', '.join(probes)}:")
+            raw = measure_sched(prog, probes, lambda: start_bpfscope(["count", *probes], "entry"),
+                                ROUNDS)
+            row("bpfscope's entry alone (raw tracepoints)", raw)
+            classic = measure_sched(prog, probes,
+                                    lambda: start_bpftrace(", ".join(probes) + " { }"), ROUNDS)
+            row("empty classic tracepoint programs (bpftrace)", classic)
+            floors[key] = (raw, classic)
+        raw, classic = floors[key]
+        print(f"{name}:")
+        ours = measure_sched(prog, probes, lambda: start_bpfscope(args), ROUNDS)
+        row("bpfscope (raw tracepoint, through the tasks)", ours, raw[0])
+        gen = measure_sched(prog, probes, lambda: start_generic(args), ROUNDS)
+        row("bpfscope, general path (classic, the record)", gen, raw[0])
+        theirs = measure_sched(prog, probes, lambda: start_bpftrace(bt), ROUNDS)
+        row("bpftrace", theirs, raw[0])
+        rows.append((name, ours, gen, theirs, raw, classic))
+    print(f"== sched verbs, ns added per event (ns per run), {TRIPS:,} round trips on CPU 0")
+    print(f"  {'shape':58} {'bpfscope':>16} {'classic path':>16} {'bpftrace':>16}  "
+          f"{'/bpftrace':>9} {'/raw floor':>10}  floors: raw, classic")
+    for name, o, g, t, r, c in rows:
+        print(f"  {name:58} {o[0]:6.1f} ({o[1]:6.1f}) {g[0]:6.1f} ({g[1]:6.1f}) "
+              f"{t[0]:6.1f} ({t[1]:6.1f})  {ratio(o[0], t[0]):9.2f} {ratio(o[0], r[0]):10.2f}"
+              f"  {r[0]:.1f} ({r[1]:.1f}), {c[0]:.1f} ({c[1]:.1f})")
 
 
 def row(label, m, floor=None):
@@ -207,6 +305,9 @@ def main():
         theirs = measure(loop, lambda: start_bpftrace(script), ROUNDS)
         row("bpftrace", theirs, floor)
         runs.append((name, compiled, machine, theirs))
+
+    if RUN_SCHED and not sys.argv[1:]:
+        sched_section()
 
     print(f"== ns added per event (ns per run); floor: empty raw tracepoint {floor:.1f} "
           f"({raw[1]:.1f}), empty classic tracepoint {classic[0]:.1f} ({classic[1]:.1f})")

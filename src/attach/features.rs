@@ -32,6 +32,10 @@ pub struct Features {
     /// its own syscall (~180 ns). The agent, which runs many plans at once,
     /// asks for this for plans of a few syscalls.
     pub classic_syscalls: std::cell::Cell<bool>,
+    /// Sched tracepoints whose record fields are all copied from tasks
+    /// take the raw tracepoint and read the tasks (plan::paths); set with
+    /// raw_tp cookies, unless `BPFSCOPE_GENERIC` asks for the general path.
+    pub sched_via_tasks: bool,
     /// pidfd_open takes PIDFD_THREAD (Linux 6.9+): a thread's own storage
     /// can be read from user space, by a descriptor of the thread.
     pub thread_pidfd: bool,
@@ -50,11 +54,13 @@ const PROBE_FUNCS: &[&str] = &["vfs_read", "ksys_read", "vfs_write", "do_sys_ope
 
 impl Features {
     pub fn detect() -> Features {
+        let raw_tp_cookie = helper_supported(
+            libbpf_sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+            libbpf_sys::BPF_FUNC_get_attach_cookie,
+        );
         Features {
-            raw_tp_cookie: helper_supported(
-                libbpf_sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
-                libbpf_sys::BPF_FUNC_get_attach_cookie,
-            ),
+            raw_tp_cookie,
+            sched_via_tasks: raw_tp_cookie && !crate::attach::shape::generic_forced(),
             raw_tps: OnceCell::new(),
             structs: OnceCell::new(),
             fentry: OnceCell::new(),
@@ -83,6 +89,7 @@ impl Features {
         };
         Features {
             raw_tp_cookie: !raw_tps.is_empty(),
+            sched_via_tasks: false,
             raw_tps: OnceCell::from(
                 raw_tps
                     .iter()

@@ -96,7 +96,7 @@ impl CommFilter {
 impl Shape {
     /// The shape of a plan, or the general path's when `BPFSCOPE_GENERIC` is set.
     pub fn of(plan: &Plan) -> Shape {
-        if generic_forced(std::env::var(GENERIC).ok().as_deref()) {
+        if generic_forced() {
             return Shape::default();
         }
         shape_of(plan)
@@ -139,7 +139,12 @@ impl Shape {
     }
 }
 
-fn generic_forced(value: Option<&str>) -> bool {
+/// Whether `BPFSCOPE_GENERIC` asks for the general path.
+pub fn generic_forced() -> bool {
+    generic_value(std::env::var(GENERIC).ok().as_deref())
+}
+
+fn generic_value(value: Option<&str>) -> bool {
     value.is_some_and(|v| !v.is_empty() && v != "0")
 }
 
@@ -314,9 +319,9 @@ mod tests {
 
     #[test]
     fn generic_when_set() {
-        assert!(!generic_forced(None));
-        assert!(!generic_forced(Some("")));
-        assert!(!generic_forced(Some("0")));
-        assert!(generic_forced(Some("1")));
+        assert!(!generic_value(None));
+        assert!(!generic_value(Some("")));
+        assert!(!generic_value(Some("0")));
+        assert!(generic_value(Some("1")));
     }
 }

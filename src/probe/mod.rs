@@ -6,6 +6,7 @@ pub mod btf;
 pub mod elf;
 pub mod glob;
 pub mod kfunc;
+pub mod sched;
 pub mod spec;
 pub mod syscalls;
 pub mod tracefs;

@@ -964,3 +964,20 @@ pub fn cxx_workload(bin: &Path, flags: &[&str]) -> Option<PathBuf> {
     assert!(st.success(), "compiling {}", src.display());
     Some(bin.to_path_buf())
 }
+
+/// Debian's sh, sleep and dd at `nice` (prio 120 + nice, which no other
+/// task here has: tests that may run at once take different ones), pinned
+/// to CPU 0: 40 short sleeps, then 50,000 reads and writes. Sched
+/// tracepoint tests filter on its prio.
+pub fn sched_workload(nice: u32) -> PathBuf {
+    let work = tmp_dir().join(format!("sched_work_{nice}.sh"));
+    std::fs::write(
+        &work,
+        format!(
+            "#!/bin/sh\ntaskset -c 0 nice -n {nice} /bin/sh -c 'for i in $(seq 40); do sleep 0.005; done; \
+             dd if=/dev/zero of=/dev/null bs=4k count=50000 2>/dev/null'\n"
+        ),
+    )
+    .unwrap();
+    work
+}

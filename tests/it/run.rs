@@ -1719,13 +1719,7 @@ fn typed_sched_tracepoints_read_what_the_record_holds() {
         tracepoint:sched:sched_switch /comm != "bpfscope"/ {
             if (@w[args.next_pid]) { @n[args.next_pid] = count(); } delete(@w[args.next_pid]); }
         END { clear(@w); }"#;
-    let work = tmp_dir().join("sched_work.sh");
-    std::fs::write(
-        &work,
-        "#!/bin/sh\ntaskset -c 0 nice -n 13 /bin/sh -c 'for i in $(seq 40); do sleep 0.005; done; \
-         dd if=/dev/zero of=/dev/null bs=4k count=50000 2>/dev/null'\n",
-    )
-    .unwrap();
+    let work = sched_workload(13);
     let side = |vm: &str| {
         let mut c = Command::new(bin());
         c.args(["run", "-v", "-e", script]);

@@ -1351,3 +1351,113 @@ fn key_cache_keeps_every_key_exact_past_its_size_and_over_intervals() {
         }
     }
 }
+
+/// Sched tracepoints read on the raw tracepoint through the tasks its
+/// arguments point to give what the classic tracepoint's record holds:
+/// the same verbs, side by side, by default and on the general path
+/// (`BPFSCOPE_GENERIC`, which keeps the record), over Debian's sh, sleep
+/// and dd at nice 14 (prio 134, which no other task here has) on CPU 0.
+#[test]
+#[ignore = "needs root and BPF"]
+fn sched_fields_read_through_the_tasks_equal_the_record() {
+    require_root();
+    let work = sched_workload(14);
+    // Each session leaves its own events out, not the other's: neither
+    // counts bpfscope's.
+    let switch = [
+        "tracepoint:sched:sched_switch",
+        "--filter",
+        "comm != \"bpfscope\" && (prev_prio == 134 || next_prio == 134)",
+    ];
+    let fields = "prev_pid,prev_prio,prev_comm,next_pid,next_prio,next_comm";
+    let wakeup = [
+        "tracepoint:sched:sched_wakeup",
+        "--filter",
+        "comm != \"bpfscope\" && prio == 134",
+    ];
+    let verbs: Vec<Vec<&str>> = vec![
+        [&["count"][..], &switch, &["--by", fields]].concat(),
+        [&["trace"][..], &switch, &["--fields", fields]].concat(),
+        [&["count"][..], &wakeup, &["--by", "pid,prio,comm"]].concat(),
+    ];
+    let side = |args: &[&str], generic: &str| {
+        let mut c = Command::new(bin());
+        c.args(args).args(["--json", "-v"]);
+        c.env("BPFSCOPE_GENERIC", generic);
+        start_cmd(c, "Attached ")
+    };
+    let running: Vec<_> = verbs.iter().map(|v| (side(v, ""), side(v, "1"))).collect();
+    let st = status_within(
+        Command::new("/bin/sh").arg(&work),
+        Duration::from_secs(secs(60)),
+    );
+    assert!(st.success(), "{st}");
+    // The last exit's switch, done on CPU 0 after its parent is woken.
+    std::thread::sleep(Duration::from_millis(300));
+    for (v, (typed, classic)) in verbs.iter().zip(running) {
+        let ((out, err), (cout, cerr)) = (typed.interrupt(), classic.interrupt());
+        let probe = v[1];
+        // Without raw_tp cookies (before 6.10) both sides take the record.
+        if err.contains("raw_tp cookies: yes") {
+            assert!(
+                err.contains(&format!("{probe}: raw_tp with cookie")),
+                "{v:?}: {err}"
+            );
+        } else {
+            eprintln!(
+                "SKIP (the typed side): this kernel has no raw_tp cookies (6.10+), both sides read the record"
+            );
+        }
+        assert!(
+            cerr.contains(&format!("{probe}: tracepoint (perf link)")),
+            "{v:?}: {cerr}"
+        );
+        // Each line without its count and time -> how many; and the
+        // events each side reported lost.
+        let tally = |s: &str| {
+            let (mut m, mut lost) = (BTreeMap::<String, u64>::new(), 0);
+            for mut j in json_lines(s) {
+                let n = j["count"].as_u64().unwrap_or(1);
+                match j["type"].as_str() {
+                    Some("summary") => continue,
+                    Some("lost") => lost += n,
+                    _ => {
+                        if let Some(o) = j.as_object_mut() {
+                            o.remove("ts_ns");
+                            o.remove("count");
+                        }
+                        *m.entry(j.to_string()).or_default() += n;
+                    }
+                }
+            }
+            (m, lost)
+        };
+        let ((a, la), (b, lb)) = (tally(&out), tally(&cout));
+        assert!(a.len() >= 3, "{v:?}: {out}\n{err}");
+        // A classic tracepoint's program does not run while another BPF
+        // program runs on its CPU (the kernel's nesting guard; a raw
+        // tracepoint's program guards only itself): such events are
+        // counted lost, and only they may differ.
+        let differ: u64 = a
+            .keys()
+            .chain(b.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|k| {
+                a.get(k)
+                    .copied()
+                    .unwrap_or(0)
+                    .abs_diff(b.get(k).copied().unwrap_or(0))
+            })
+            .sum();
+        assert!(
+            differ <= la + lb,
+            "{v:?}: {differ} events differ, {la} + {lb} lost: typed\n{out}\nclassic\n{cout}"
+        );
+        // Real values: the workload's prio, its comms.
+        assert!(
+            out.contains("134") && out.contains("\"dd\""),
+            "{v:?}: {out}"
+        );
+    }
+}

@@ -198,6 +198,9 @@ fn probe(out: &mut String, i: usize, p: &PlannedProbe, strs: &[String]) {
     let _ = writeln!(out, "probe {i}: {} ({})", p.probe.name, role(p.role));
     let _ = writeln!(out, "  path: {}", path(&p.path));
     let _ = writeln!(out, "  flags: {}", flags(c.flags));
+    if c.nargs != 0 {
+        let _ = writeln!(out, "  arguments copied: {}", c.nargs);
+    }
     let _ = writeln!(out, "  agg: {}", agg(c.agg));
     if c.lin_nbuckets != 0 || c.lin_step != 0 || c.lin_min != 0 {
         let _ = writeln!(
@@ -245,6 +248,7 @@ fn shown(c: &bs_probe_cfg) -> bs_probe_cfg {
         nfilter: c.nfilter,
         nemit: c.nemit,
         event_size: c.event_size,
+        nargs: c.nargs,
         lin_nbuckets: c.lin_nbuckets,
         pair: c.pair,
         nmatch: c.nmatch,

@@ -24,7 +24,9 @@ use crate::error::Error;
 use crate::filter::{Expr, StrTable};
 use crate::probe::spec::ProbeSpec;
 use crate::probe::{Probe, SyscallTp};
-use bpfscope_bpf::abi::{bs_agg, bs_cfg_flags, bs_filter_op, bs_probe_cfg, bs_src, bs_src_kind};
+use bpfscope_bpf::abi::{
+    bs_agg, bs_cfg_flags, bs_filter_op, bs_limits, bs_probe_cfg, bs_src, bs_src_kind,
+};
 
 mod events;
 mod filter;
@@ -401,7 +403,10 @@ pub fn build(
             )?,
             event: events::layout(sides.trace.as_deref(), &probe, &path)?,
         };
-        let (cfg, event) = assemble(parts);
+        let (mut cfg, event) = assemble(parts);
+        if matches!(path, Path::RawTp { .. }) {
+            cfg.nargs = raw_args(&cfg);
+        }
         planned.push(PlannedProbe {
             probe,
             path,
@@ -469,16 +474,36 @@ fn assemble(p: Parts) -> (bs_probe_cfg, Vec<Slot>) {
         slots = e.slots;
     }
     // Argument slots are filled before anything is read, when anything reads them.
-    let arg = bs_src_kind::BS_SRC_ARG.0 as u8;
-    let srcs = cfg.keys.iter().chain(&cfg.r#match).chain(&cfg.emit);
-    let need_args = srcs
-        .chain(cfg.filter.iter().map(|o| &o.src))
-        .any(|s| s.kind == arg)
-        || cfg.value.kind == arg;
-    if need_args {
+    if !arg_slots_read(&cfg).is_empty() {
         cfg.flags |= bs_cfg_flags::BS_CFG_NEED_ARGS.0;
     }
     (cfg, slots)
+}
+
+/// The argument slots a configuration's sources read.
+fn arg_slots_read(cfg: &bs_probe_cfg) -> Vec<u16> {
+    let arg = bs_src_kind::BS_SRC_ARG.0 as u8;
+    cfg.keys
+        .iter()
+        .chain(&cfg.r#match)
+        .chain(&cfg.emit)
+        .chain(cfg.filter.iter().map(|o| &o.src))
+        .chain([&cfg.value])
+        .filter(|s| s.kind == arg)
+        .map(|s| s.off)
+        .collect()
+}
+
+/// The arguments a raw tracepoint's program copies to their slots: up to
+/// the highest slot read, no further (its context holds only the
+/// tracepoint's own arguments).
+fn raw_args(cfg: &bs_probe_cfg) -> u8 {
+    arg_slots_read(cfg)
+        .into_iter()
+        .filter(|&off| off < bs_limits::BS_MAX_ARGS.0 as u16)
+        .map(|off| off as u8 + 1)
+        .max()
+        .unwrap_or(0)
 }
 
 /// Whether probes were named by a glob (whose refused matches are skipped).

@@ -21,9 +21,33 @@ pub(super) fn paths(
         .map(|(probe, role)| {
             let fields = fields_read(probe, *role, sides);
             let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-            choose_path(probe, &fields, features, n)
+            let path = choose_path(probe, &fields, features, n)?;
+            Ok(without_record(path, &fields, features))
         })
         .collect()
+}
+
+/// A sched tracepoint whose fields are all copied from the tasks its
+/// arguments point to (probe::sched) goes to the raw tracepoint, which
+/// reads them through the pointers: the classic one builds its record
+/// first, and on sched events that costs more than a verb's whole run
+/// (bench/run_vs_bpftrace.py's runqlat floors). Not for scripts, whose
+/// compiler makes the same choice itself (script::jit::typed), nor on the
+/// general path (`BPFSCOPE_GENERIC`, Features::sched_via_tasks), which
+/// keeps the record to compare against.
+fn without_record(path: Path, fields: &[&str], features: &Features) -> Path {
+    let Path::Tracepoint { subsys, event } = &path else {
+        return path;
+    };
+    let typed = fields
+        .iter()
+        .all(|f| crate::probe::sched::task_field(event, f).is_some());
+    if subsys == "sched" && typed && features.sched_via_tasks && features.has_raw_tp(event) {
+        return Path::RawTp {
+            name: event.clone(),
+        };
+    }
+    path
 }
 
 /// One probe's path on its own (a script's probe, which reads `fields`).
@@ -268,6 +292,49 @@ mod tests {
         );
         let all = paths(&probes, &sides, &features()).unwrap();
         assert_eq!(all, [classic("sched_wakeup"), classic("sched_switch")]);
+    }
+
+    #[test]
+    fn sched_fields_copied_from_tasks_take_the_raw_tp() {
+        let mut f = features();
+        f.sched_via_tasks = true;
+        let raw = |e: &str| Path::RawTp { name: e.into() };
+        let count = |keys: &[&str], filter, f: &Features| {
+            path_of(&config(Action::Count, keys, filter), sched_switch(), f)
+        };
+        assert_eq!(
+            count(&["next_pid", "prev_comm"], None, &f),
+            raw("sched_switch")
+        );
+        assert_eq!(
+            count(&["comm"], Some("prev_prio > 120"), &f),
+            raw("sched_switch")
+        );
+        // prev_state is computed, not copied: the record.
+        assert_eq!(count(&["prev_state"], None, &f), classic("sched_switch"));
+        let value = path_of(
+            &config(hist("prev_prio"), &["next_comm"], None),
+            sched_switch(),
+            &f,
+        );
+        assert_eq!(value, raw("sched_switch"));
+        // Without the feature (the general path asked for): the record.
+        assert_eq!(
+            count(&["next_pid"], None, &features()),
+            classic("sched_switch")
+        );
+        // runqlat's pair: both ends.
+        let end = Some(tp_spec("sched", "sched_switch"));
+        let s = config(latency(end, &["pid=next_pid"]), &["comm"], None);
+        let probes = start_end(vec![sched_wakeup()], vec![sched_switch()]);
+        let sides = sides(&s, &probes).unwrap();
+        let all = paths(&probes, &sides, &f).unwrap();
+        assert_eq!(all, [raw("sched_wakeup"), raw("sched_switch")]);
+        // A script's probe: its compiler chooses (script::jit::typed).
+        assert_eq!(
+            path_for(&sched_switch(), &["next_pid"], &f).unwrap(),
+            classic("sched_switch")
+        );
     }
 
     #[test]

@@ -184,6 +184,11 @@ fn field_src(probe: &Probe, path: &Path, field: &str) -> Result<Source, Error> {
             probe.field_names()
         )
     })?;
+    if let Path::RawTp { name } = path {
+        if let Some((arg, member)) = crate::probe::sched::task_field(name, field) {
+            return task_member_src(probe, field, arg, member);
+        }
+    }
     let (kind, off) = match path {
         p if p.uses_args() => match f.arg_slot {
             Some(slot) => (bs_src_kind::BS_SRC_ARG, slot as u16),
@@ -206,6 +211,44 @@ fn field_src(probe: &Probe, path: &Path, field: &str) -> Result<Source, Error> {
             size,
             is_signed: f.signed as u8,
             off,
+            ..Default::default()
+        },
+        vk,
+        len,
+    ))
+}
+
+/// A sched record field on the raw tracepoint: the member of the task
+/// argument `arg` points to that the record would have copied, read as
+/// the record field is (pid_t and int signed, comm as 16 bytes).
+fn task_member_src(
+    probe: &Probe,
+    field: &str,
+    arg: u8,
+    member: crate::probe::sched::Member,
+) -> Result<Source, Error> {
+    let k = btf::vmlinux().ok_or_else(|| usage!("{field}: the kernel has no BTF"))?;
+    let task = k
+        .struct_id("task_struct")
+        .ok_or_else(|| usage!("{field}: the kernel's BTF has no task_struct"))?;
+    let step = btf::Step {
+        arrow: false,
+        member: member.name().to_string(),
+    };
+    let w = k
+        .walk_in_memory("task", task, &[step])
+        .map_err(|e| usage!("{}: {e}", probe.name))?;
+    let (vt, size, signed, vk, len) =
+        shape_read(w.shape).ok_or_else(|| usage!("{}: '{field}' cannot be read", probe.name))?;
+    Ok((
+        bs_src {
+            kind: bs_src_kind::BS_SRC_ARG.0 as u8,
+            r#type: vt.0 as u8,
+            size,
+            is_signed: signed as u8,
+            off: u16::from(arg),
+            walk: 1,
+            leaf_off: w.leaf_off,
             ..Default::default()
         },
         vk,
@@ -341,11 +384,50 @@ mod tests {
         let raw = Path::RawTp {
             name: "sched_switch".into(),
         };
-        let e = name_src(&sched_switch(), &raw, "next_pid").unwrap_err();
+        let e = name_src(&sched_switch(), &raw, "prev_state").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "tracepoint:sched:sched_switch: field 'next_pid' is not available"
+            "tracepoint:sched:sched_switch: field 'prev_state' is not available"
         );
+    }
+
+    #[test]
+    fn sched_fields_on_the_raw_tp_read_the_tasks() {
+        let Some(k) = btf::vmlinux() else {
+            eprintln!("SKIP: the kernel has no BTF");
+            return;
+        };
+        let task = k.struct_id("task_struct").unwrap();
+        let at = |m: &str| {
+            let step = btf::Step {
+                arrow: false,
+                member: m.into(),
+            };
+            k.walk_in_memory("task", task, &[step]).unwrap().leaf_off
+        };
+        let raw = Path::RawTp {
+            name: "sched_switch".into(),
+        };
+        let p = sched_switch();
+        // next is the third argument, prev the second.
+        let (src, kind, len) = name_src(&p, &raw, "next_pid").unwrap();
+        assert_eq!(
+            (src.kind, src.r#type, src.size, src.is_signed),
+            (9, 0, 4, 1)
+        );
+        assert_eq!(
+            (src.off, src.walk, src.nderef, src.leaf_off),
+            (2, 1, 0, at("pid"))
+        );
+        assert_eq!((kind, len), (ValueKind::Int { signed: true }, 8));
+        let (src, kind, len) = name_src(&p, &raw, "args.prev_comm").unwrap();
+        assert_eq!((src.kind, src.r#type, src.size), (9, 1, 16));
+        assert_eq!((src.off, src.leaf_off), (1, at("comm")));
+        assert_eq!((kind, len), (ValueKind::Str, 16));
+        let (src, _, _) = name_src(&p, &raw, "prev_prio").unwrap();
+        assert_eq!((src.off, src.leaf_off), (1, at("prio")));
+        // Computed by the kernel: not there.
+        assert!(name_src(&p, &raw, "prev_state").is_err());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! through those pointers and runs without the record.
 
 use super::insn::*;
+use crate::probe::sched::{self, Member};
 
 /// The events served, in the order of [`SchedBtf::ids`].
 pub const EVENTS: [&str; 4] = [
@@ -83,40 +84,26 @@ enum Typed {
     SwitchState,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Member {
-    Pid,
-    Prio,
-}
-
-/// TP_fast_assign's assignments, for the fields that have a translation
-/// (not the comms, nor sched_wakeup's target_cpu).
+/// The int fields read here (the comms are copied by the emitter's
+/// string reads, through [`comm_arg`]).
 fn typed(event: &str, field: &str) -> Option<Typed> {
-    use Member::*;
-    let task = |arg, member| Some(Typed::Task { arg, member });
-    match (event, field) {
-        // TP_PROTO(struct task_struct *p)
-        ("sched_wakeup" | "sched_wakeup_new" | "sched_waking", "pid") => task(0, Pid),
-        ("sched_wakeup" | "sched_wakeup_new" | "sched_waking", "prio") => task(0, Prio),
-        // TP_PROTO(bool preempt, struct task_struct *prev,
-        //          struct task_struct *next, unsigned int prev_state)
-        ("sched_switch", "prev_pid") => task(1, Pid),
-        ("sched_switch", "prev_prio") => task(1, Prio),
-        ("sched_switch", "next_pid") => task(2, Pid),
-        ("sched_switch", "next_prio") => task(2, Prio),
-        ("sched_switch", "prev_state") => Some(Typed::SwitchState),
-        _ => None,
+    if (event, field) == ("sched_switch", "prev_state") {
+        return Some(Typed::SwitchState);
+    }
+    match sched::task_field(event, field)? {
+        (_, Member::Comm) => None,
+        (arg, member) => Some(Typed::Task {
+            arg: i16::from(arg),
+            member,
+        }),
     }
 }
 
 /// The argument pointing to the task whose id record field `field` of
 /// `event` is (`args.pid`, `args.prev_pid`, `args.next_pid`).
 pub fn task_arg(event: &str, field: &str) -> Option<i16> {
-    match typed(event, field)? {
-        Typed::Task {
-            arg,
-            member: Member::Pid,
-        } => Some(arg),
+    match sched::task_field(event, field)? {
+        (arg, Member::Pid) => Some(i16::from(arg)),
         _ => None,
     }
 }
@@ -125,10 +112,8 @@ pub fn task_arg(event: &str, field: &str) -> Option<i16> {
 /// `event` is (`args.comm`, `args.prev_comm`, `args.next_comm`: the
 /// record's copy of its 16 bytes).
 pub fn comm_arg(event: &str, field: &str) -> Option<i16> {
-    match (event, field) {
-        ("sched_wakeup" | "sched_wakeup_new" | "sched_waking", "comm") => Some(0),
-        ("sched_switch", "prev_comm") => Some(1),
-        ("sched_switch", "next_comm") => Some(2),
+    match sched::task_field(event, field)? {
+        (arg, Member::Comm) => Some(i16::from(arg)),
         _ => None,
     }
 }
@@ -156,6 +141,7 @@ pub fn read(event: &str, field: &str, size: u8, b: &SchedBtf) -> Result<Vec<Insn
             let off = match member {
                 Member::Pid => b.pid,
                 Member::Prio => b.prio,
+                Member::Comm => return Err(format!("{event}'s {field} is a string")),
             };
             let off = i16::try_from(off).map_err(|_| "task_struct member past 32K")?;
             out.push(ldx(DW, R1, R6, 8 * arg));

@@ -247,6 +247,20 @@ static __always_inline int bs_by_cookie(void *ctx)
 	s = bs_scratch();
 	if (!cfg || !s || !bs_target_ok(cfg))
 		return 0;
+	/*
+	 * A raw tracepoint's arguments (a classic tracepoint's probes read
+	 * its record, never slots): sched fields are read through the task
+	 * pointers they give, as the record would have copied them. Copied,
+	 * not loaded, and only as many as read: the verifier would tie a
+	 * direct load at ctx[i] to tracepoints with more than i arguments.
+	 */
+	if (cfg->flags & BS_CFG_NEED_ARGS) {
+		u32 n = cfg->nargs;
+
+		if (n > BS_MAX_ARGS)
+			n = BS_MAX_ARGS;
+		bpf_probe_read_kernel(s->args, n * sizeof(u64), ctx);
+	}
 	return bs_handle(ctx, cfg, s, idx);
 }
 

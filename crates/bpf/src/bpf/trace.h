@@ -292,7 +292,8 @@ struct bs_probe_cfg {
 	__u8 nfilter;
 	__u8 nemit;
 	__u16 event_size; /* bytes of event data after the header */
-	__u16 pad;
+	__u8 nargs;      /* raw_tp: the tracepoint's arguments copied to slots */
+	__u8 pad;
 	__u32 lin_nbuckets; /* in-range buckets of a linear histogram */
 	__u32 pair;      /* latency: start and end of a pair share this id */
 	__u8 nmatch;     /* latency: match fields */
