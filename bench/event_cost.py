@@ -45,9 +45,12 @@ machine (BPFSCOPE_SCRIPT_VM=1), and bpftrace; the ratio printed is the
 compiled one's to bpftrace's (target <= 0.5).
 
 Sched events (SCHED below; BENCH_SCHED=0 skips them): verbs on
-sched_switch and sched_wakeup over a pipe ping-pong pinned to one CPU
-(bench/workloads/pingpong.c, BENCH_TRIPS round trips, default 100,000:
-each trip switches twice and wakes twice), ns added per event of the
+sched_switch over two processes yielding to each other on CPU 0
+(bench/workloads/yieldloop.c, BENCH_YIELDS yields each, default 200,000:
+a switch per yield, nothing else), and wakeup-to-switch latency over a
+pipe ping-pong on CPU 0 (pingpong.c, BENCH_TRIPS round trips, default
+100,000: two wakeups and two switches each; its wall-clock figures vary
+by hundreds of ns between runs, its ns per run do not). Per event of the
 probes: bpfscope by default (the raw tracepoint, fields read through the
 tasks its arguments point to), bpfscope on the general path
 (BPFSCOPE_GENERIC=1: the classic tracepoint and its record) and
@@ -103,24 +106,27 @@ SCRIPTS = {
     "run: syscount.bt's probe": ("tracepoint:raw_syscalls:sys_enter "
                                  "{ @syscall[args->id] = count(); @process[comm] = count(); }"),
 }
-# Sched verbs: (bpfscope arguments, bpftrace program, probes the floors use).
+# Sched verbs: (bpfscope arguments, bpftrace program, probes, workload).
 SWITCH, WAKEUP = "tracepoint:sched:sched_switch", "tracepoint:sched:sched_wakeup"
 SCHED = {
     "sched_switch: count --by next_comm": (
         ["count", SWITCH, "--by", "next_comm"],
-        f"{SWITCH} {{ @[args->next_comm] = count(); }}", [SWITCH]),
+        f"{SWITCH} {{ @[args->next_comm] = count(); }}", [SWITCH], "yieldloop"),
     "sched_switch: count --by next_pid,next_prio, filter prev_prio": (
         ["count", SWITCH, "--by", "next_pid,next_prio", "--filter", "prev_prio >= 100"],
         f"{SWITCH} /args->prev_prio >= 100/ {{ @[args->next_pid, args->next_prio] = count(); }}",
-        [SWITCH]),
+        [SWITCH], "yieldloop"),
     "wakeup to switch: latency --match pid=next_pid": (
-        ["latency", WAKEUP, "--end", SWITCH, "--match", "pid=next_pid"],
+        ["latency", WAKEUP, SWITCH, "--match", "pid=next_pid"],
         f"{WAKEUP} {{ @q[args->pid] = nsecs; }} "
         f"{SWITCH} /@q[args->next_pid]/ {{ @ = hist(nsecs - @q[args->next_pid]); "
         "delete(@q[args->next_pid]); }",
-        [WAKEUP, SWITCH]),
+        [WAKEUP, SWITCH], "pingpong"),
 }
-TRIPS = int(os.environ.get("BENCH_TRIPS", "100000"))
+ITERS = {"yieldloop": int(os.environ.get("BENCH_YIELDS", "200000")),
+         "pingpong": int(os.environ.get("BENCH_TRIPS", "100000"))}
+# Round trips vary more than umask calls: at least 5 rounds.
+SCHED_ROUNDS = max(ROUNDS, 5)
 RUN_SCHED = os.environ.get("BENCH_SCHED", "1") != "0"
 VERBS = os.environ.get("BENCH_VERBS", "1") != "0"
 RUN_SCRIPTS = os.environ.get("BENCH_SCRIPTS", "1") != "0"
@@ -175,31 +181,43 @@ def measure(loop, start, rounds):
             statistics.median(share))
 
 
-def pingpong_trip(prog, probes):
-    """ns per round trip of the ping-pong on CPU 0, and the events of
-    `probes` per trip (2 switches and 2 wakeups, from its own count of
-    context switches)."""
-    out = subprocess.run(["taskset", "-c", "0", prog, str(TRIPS)], capture_output=True,
-                         text=True, check=True).stdout.split()
-    ns, switches = float(out[0]), (float(out[1]) + float(out[2])) / TRIPS
+def iterations(prog):
+    """A sched workload's iterations: each of yieldloop's two processes
+    yields ITERS times; pingpong makes ITERS round trips."""
+    n = ITERS[os.path.basename(prog)]
+    return 2 * n if prog.endswith("yieldloop") else n
+
+
+def sched_iter(prog, probes):
+    """ns per iteration of a sched workload on CPU 0 (a yield, a round
+    trip), and the events of `probes` per iteration: the workload's own
+    count of its context switches, per probe (a wakeup for each switch
+    in the ping-pong)."""
+    out = subprocess.run(["taskset", "-c", "0", prog, str(ITERS[os.path.basename(prog)])],
+                         capture_output=True, text=True, check=True).stdout.split()
+    ns, switches = float(out[0]), (float(out[1]) + float(out[2])) / iterations(prog)
     return ns, switches * len(probes)
 
 
 def measure_sched(prog, probes, start, rounds):
-    """As measure(), per event of `probes` in the ping-pong."""
+    """As measure(), per event of `probes` in a sched workload."""
     base, traced, run, share = [], [], [], []
     for _ in range(rounds):
-        ns, events = pingpong_trip(prog, probes)
+        ns, events = sched_iter(prog, probes)
         base.append(ns / events)
         t = start()
         try:
-            ns, events = pingpong_trip(prog, probes)
+            ns, events = sched_iter(prog, probes)
             traced.append(ns / events)
-            dt, runs = stats_over(t.p.pid, lambda: pingpong_trip(prog, probes))
+            counted = []
+            dt, runs = stats_over(t.p.pid, lambda: counted.append(sched_iter(prog, probes)))
         finally:
             t.stop()
-        run.append(dt / runs if runs else float("nan"))
-        share.append(events * TRIPS / runs if runs else float("nan"))
+        if not runs:
+            sys.exit(f"bench: no program of pid {t.p.pid} ran on {', '.join(probes)}")
+        n = counted[0][1] * iterations(prog)
+        run.append(dt / runs)
+        share.append(n / runs)
     return (statistics.median(traced) - statistics.median(base), statistics.median(run),
             statistics.median(share))
 
@@ -213,29 +231,31 @@ def start_generic(args):
 
 def sched_section():
     """The sched verbs against their floors and bpftrace."""
-    prog = cc("pingpong")
+    progs = {w: cc(w) for w in ITERS}
     floors, rows = {}, []
-    for name, (args, bt, probes) in SCHED.items():
-        key = tuple(probes)
+    for name, (args, bt, probes, work) in SCHED.items():
+        prog = progs[work]
+        key = (tuple(probes), work)
         if key not in floors:
-            print(f"floors on {', '.join(probes)}:")
+            print(f"floors on {', '.join(probes)}, {work}:")
             raw = measure_sched(prog, probes, lambda: start_bpfscope(["count", *probes], "entry"),
-                                ROUNDS)
+                                SCHED_ROUNDS)
             row("bpfscope's entry alone (raw tracepoints)", raw)
             classic = measure_sched(prog, probes,
-                                    lambda: start_bpftrace(", ".join(probes) + " { }"), ROUNDS)
+                                    lambda: start_bpftrace(", ".join(probes) + " { }"), SCHED_ROUNDS)
             row("empty classic tracepoint programs (bpftrace)", classic)
             floors[key] = (raw, classic)
         raw, classic = floors[key]
         print(f"{name}:")
-        ours = measure_sched(prog, probes, lambda: start_bpfscope(args), ROUNDS)
+        ours = measure_sched(prog, probes, lambda: start_bpfscope(args), SCHED_ROUNDS)
         row("bpfscope (raw tracepoint, through the tasks)", ours, raw[0])
-        gen = measure_sched(prog, probes, lambda: start_generic(args), ROUNDS)
+        gen = measure_sched(prog, probes, lambda: start_generic(args), SCHED_ROUNDS)
         row("bpfscope, general path (classic, the record)", gen, raw[0])
-        theirs = measure_sched(prog, probes, lambda: start_bpftrace(bt), ROUNDS)
+        theirs = measure_sched(prog, probes, lambda: start_bpftrace(bt), SCHED_ROUNDS)
         row("bpftrace", theirs, raw[0])
         rows.append((name, ours, gen, theirs, raw, classic))
-    print(f"== sched verbs, ns added per event (ns per run), {TRIPS:,} round trips on CPU 0")
+    print(f"== sched verbs, ns added per event (ns per run), on CPU 0: {ITERS['yieldloop']:,} "
+          f"yields by each of two processes, {ITERS['pingpong']:,} pipe round trips")
     print(f"  {'shape':58} {'bpfscope':>16} {'classic path':>16} {'bpftrace':>16}  "
           f"{'/bpftrace':>9} {'/raw floor':>10}  floors: raw, classic")
     for name, o, g, t, r, c in rows:

@@ -241,12 +241,18 @@ static __always_inline int bs_by_cookie(void *ctx)
 	struct bs_scratch *s;
 	u32 idx;
 
+	BS_STAGE(BS_STAGE_ENTRY);
 	if (!bs_cookie_probe(ctx, &idx))
 		return 0;
+	BS_STAGE(BS_STAGE_DISPATCH);
 	cfg = bpf_map_lookup_elem(&probes, &idx);
 	s = bs_scratch();
-	if (!cfg || !s || !bs_target_ok(cfg))
+	if (!cfg || !s)
 		return 0;
+	BS_STAGE(BS_STAGE_CONFIG);
+	if (!bs_target_ok(cfg))
+		return 0;
+	BS_STAGE(BS_STAGE_TARGET);
 	/*
 	 * A raw tracepoint's arguments (a classic tracepoint's probes read
 	 * its record, never slots): sched fields are read through the task
@@ -354,12 +360,18 @@ static __always_inline int bs_tramp(void *ctx, int ret)
 	struct bs_scratch *s;
 	u32 idx;
 
+	BS_STAGE(BS_STAGE_ENTRY);
 	if (!bs_cookie_probe(ctx, &idx))
 		return 0;
+	BS_STAGE(BS_STAGE_DISPATCH);
 	cfg = bpf_map_lookup_elem(&probes, &idx);
 	s = bs_scratch();
-	if (!cfg || !s || !bs_target_ok(cfg))
+	if (!cfg || !s)
 		return 0;
+	BS_STAGE(BS_STAGE_CONFIG);
+	if (!bs_target_ok(cfg))
+		return 0;
+	BS_STAGE(BS_STAGE_TARGET);
 	if (cfg->flags & BS_CFG_NEED_ARGS) {
 		u64 n = bpf_get_func_arg_cnt(ctx);
 

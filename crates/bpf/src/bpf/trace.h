@@ -403,7 +403,7 @@ enum bs_target_mode {
 enum bs_bench_stage {
 	BS_STAGE_OFF = 0,
 	BS_STAGE_ENTRY = 1,    /* at the program's entry: an empty program */
-	BS_STAGE_DISPATCH = 2, /* the syscall's slot looked up (a syscall with a probe) */
+	BS_STAGE_DISPATCH = 2, /* the syscall's slot looked up (a syscall with a probe), or the cookie read */
 	BS_STAGE_CONFIG = 3,   /* the probe's configuration and the scratch area */
 	BS_STAGE_TARGET = 4,   /* the target check passed */
 	BS_STAGE_FILTER = 5,   /* arguments read and the filter passed */
