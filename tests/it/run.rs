@@ -1043,7 +1043,14 @@ fn vfsstat_counts_kernel_functions_per_interval() {
         return;
     };
     assert!(opens(&a) >= 100, "{a:#?}");
-    assert!(opens(&b) >= 100, "{b:#?}");
+    // bpftrace's own count is the reference run, not what is tested: on
+    // a 6.1 guest under emulation it once counted 76 of the 100 after its
+    // BEGIN had run, without saying it missed any.
+    let theirs = opens(&b);
+    assert!(theirs > 0, "{b:#?}");
+    if theirs < 100 {
+        eprintln!("note: bpftrace counted {theirs} of the workload's 100 vfs_open calls");
+    }
 }
 
 #[test]
