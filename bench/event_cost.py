@@ -141,13 +141,15 @@ def per_call(loop):
     return float(out.stdout)
 
 
-def start_bpfscope(args, stage=None, cache=True):
+def start_bpfscope(args, stage=None, cache=True, generic=False):
     env = dict(os.environ)
     env.pop("BPFSCOPE_BENCH_STAGE", None)
     if stage:
         env["BPFSCOPE_BENCH_STAGE"] = stage
     if not cache:
         env["BPFSCOPE_KEY_CACHE"] = "0"
+    if generic:
+        env["BPFSCOPE_GENERIC"] = "1"
     return Background([BIN, *args], "Attached", env=env)
 
 
@@ -222,13 +224,6 @@ def measure_sched(prog, probes, start, rounds):
             statistics.median(share))
 
 
-def start_generic(args):
-    env = dict(os.environ)
-    env.pop("BPFSCOPE_BENCH_STAGE", None)
-    env["BPFSCOPE_GENERIC"] = "1"
-    return Background([BIN, *args], "Attached", env=env)
-
-
 def sched_section():
     """The sched verbs against their floors and bpftrace."""
     progs = {w: cc(w) for w in ITERS}
@@ -249,7 +244,7 @@ def sched_section():
         print(f"{name}:")
         ours = measure_sched(prog, probes, lambda: start_bpfscope(args), SCHED_ROUNDS)
         row("bpfscope (raw tracepoint, through the tasks)", ours, raw[0])
-        gen = measure_sched(prog, probes, lambda: start_generic(args), SCHED_ROUNDS)
+        gen = measure_sched(prog, probes, lambda: start_bpfscope(args, generic=True), SCHED_ROUNDS)
         row("bpfscope, general path (classic, the record)", gen, raw[0])
         theirs = measure_sched(prog, probes, lambda: start_bpftrace(bt), SCHED_ROUNDS)
         row("bpftrace", theirs, raw[0])
