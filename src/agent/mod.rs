@@ -514,10 +514,9 @@ impl Agent {
     /// Reads the sampler's counters into their running totals.
     fn read_samples(&mut self) {
         if let Some(p) = &self.profiler {
-            match p.lost() {
-                Ok(l) => self.samples.update(SampleCounts::of(p, &l)),
-                Err(e) => eprintln!("bpfscope: sampler counters: {e:#}"),
-            }
+            // Counted at the last read-out: errors reading them were said
+            // there.
+            self.samples.update(SampleCounts::of(p, &p.counted()));
         }
     }
 

@@ -102,6 +102,9 @@ pub struct Profiler {
     pub bpf_samples_lost: u64,
     /// Unwind table bytes when memory was last given back.
     trimmed_at_bytes: u64,
+    /// The kernel's counters as of the last read-out (None before the
+    /// first): what `samples` has placed, counted at the same moment.
+    counted: Option<KernelLost>,
 }
 
 /// The clock for ticks, windows and requests: CLOCK_MONOTONIC, so
@@ -187,6 +190,7 @@ impl Profiler {
             bpf_samples: 0,
             bpf_samples_lost: 0,
             trimmed_at_bytes: 0,
+            counted: None,
         })
     }
 
@@ -221,6 +225,11 @@ impl Profiler {
     /// Reads out the last second: the sampler moves on to the next epoch,
     /// runs in flight finish, the old epoch is read and deleted.
     pub fn tick(&mut self) -> Result<()> {
+        // The counters are read just before the epoch moves on. The sampler
+        // counts a run before it stores it, so every run counted here is
+        // read out below: published with `samples`, runs and their places
+        // agree (before, runs of the second in progress had no place yet).
+        let counted = self.lost();
         self.epoch = self.epoch.wrapping_add(1);
         self.session.set_epoch(self.epoch);
         std::thread::sleep(GRACE);
@@ -254,6 +263,7 @@ impl Profiler {
             self.session
                 .reclaim_stacks(&mut self.cache, STACK_KEEP_TICKS);
         }
+        self.counted = Some(counted.context("reading the sampler's counters")?);
         Ok(())
     }
 
@@ -345,6 +355,12 @@ impl Profiler {
         let mut l = self.session.lost()?;
         l.taken = self.session.taken_so_far();
         Ok(l)
+    }
+
+    /// The counters as of the last read-out, to publish beside `samples`
+    /// (zero before the first, as `samples` is).
+    pub fn counted(&self) -> KernelLost {
+        self.counted.clone().unwrap_or_default()
     }
 
     pub fn cached_stacks(&self) -> usize {

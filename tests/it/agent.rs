@@ -1135,9 +1135,9 @@ fn a_scrape_storm_is_bounded_and_the_profile_unaffected() {
         );
     }
     // Every sample has a place: runs of the sampling program are in the
-    // profile, idle, the agent's own or lost (within the second not read
-    // out yet); samples taken whose program did not run are counted.
-    // All from one scrape: the counters are published together.
+    // profile, idle, the agent's own or lost; samples taken whose program
+    // did not run are counted. All from one scrape: the counters are
+    // published together, as of the last read-out.
     let text = agent.metric_text(None).unwrap();
     let m = |n: &str| value_in(&text, n).unwrap();
     let runs = m("bpfscope_agent_sampler_runs_total");
@@ -1160,12 +1160,15 @@ fn a_scrape_storm_is_bounded_and_the_profile_unaffected() {
         + m("bpfscope_agent_samples_idle_total")
         + m("bpfscope_agent_samples_own_total")
         + m("bpfscope_agent_samples_lost_total{reason=\"keys\"}");
-    // Unread: at most the second in progress on every CPU (two seconds'
-    // worth; six emulated, where the agent reads out later: 257 of one
-    // vCPU's samples were unread in a 6.12 guest).
+    // The counters are read just before the sampler moves to the next
+    // second: runs stored between that and the move are placed but not
+    // counted, and a run between its count and its place when they were
+    // read is counted but not placed (one per CPU at most). Both are
+    // moments, not seconds: the figures before this were 657 apart in an
+    // emulated guest, when runs were read at the scrape.
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
     assert!(
-        placed <= runs && runs - placed <= secs(2) as f64 * 99.0 * cpus,
+        placed + cpus >= runs && placed <= runs + 10.0 * cpus,
         "runs {runs}, placed {placed}"
     );
     assert!(m("bpfscope_agent_samples_taken_total") >= runs);
