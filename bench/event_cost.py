@@ -165,22 +165,31 @@ def start_bpftrace(prog):
     return Background(["bpftrace", "-e", prog], "Attaching", stream="stdout")
 
 
-def measure(loop, start, rounds):
-    """Medians over rounds: ns added per call, ns per program run, share of
-    runs that were the loop's calls."""
+def measure_over(once, start, rounds):
+    """Medians over rounds: ns added per event, ns per program run, share
+    of runs that were the workload's events. once() runs the workload and
+    gives (ns per event, events)."""
     base, traced, run, share = [], [], [], []
     for _ in range(rounds):
-        base.append(per_call(loop))
+        base.append(once()[0])
         t = start()
         try:
-            traced.append(per_call(loop))
-            dt, runs = stats_over(t.p.pid, lambda: per_call(loop))
+            traced.append(once()[0])
+            got = []
+            dt, runs = stats_over(t.p.pid, lambda: got.append(once()))
         finally:
             t.stop()
-        run.append(dt / runs if runs else float("nan"))
-        share.append(CALLS / runs if runs else float("nan"))
+        if not runs:
+            sys.exit(f"bench: no program of pid {t.p.pid} ran")
+        run.append(dt / runs)
+        share.append(got[0][1] / runs)
     return (statistics.median(traced) - statistics.median(base), statistics.median(run),
             statistics.median(share))
+
+
+def measure(loop, start, rounds):
+    """measure_over() per call of the syscall loop."""
+    return measure_over(lambda: (per_call(loop), CALLS), start, rounds)
 
 
 def iterations(prog):
@@ -202,26 +211,11 @@ def sched_iter(prog, probes):
 
 
 def measure_sched(prog, probes, start, rounds):
-    """As measure(), per event of `probes` in a sched workload."""
-    base, traced, run, share = [], [], [], []
-    for _ in range(rounds):
+    """measure_over() per event of `probes` in a sched workload."""
+    def once():
         ns, events = sched_iter(prog, probes)
-        base.append(ns / events)
-        t = start()
-        try:
-            ns, events = sched_iter(prog, probes)
-            traced.append(ns / events)
-            counted = []
-            dt, runs = stats_over(t.p.pid, lambda: counted.append(sched_iter(prog, probes)))
-        finally:
-            t.stop()
-        if not runs:
-            sys.exit(f"bench: no program of pid {t.p.pid} ran on {', '.join(probes)}")
-        n = counted[0][1] * iterations(prog)
-        run.append(dt / runs)
-        share.append(n / runs)
-    return (statistics.median(traced) - statistics.median(base), statistics.median(run),
-            statistics.median(share))
+        return ns / events, events * iterations(prog)
+    return measure_over(once, start, rounds)
 
 
 def sched_section():

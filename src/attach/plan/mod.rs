@@ -474,14 +474,14 @@ fn assemble(p: Parts) -> (bs_probe_cfg, Vec<Slot>) {
         slots = e.slots;
     }
     // Argument slots are filled before anything is read, when anything reads them.
-    if !arg_slots_read(&cfg).is_empty() {
+    if arg_slots_read(&cfg).next().is_some() {
         cfg.flags |= bs_cfg_flags::BS_CFG_NEED_ARGS.0;
     }
     (cfg, slots)
 }
 
 /// The argument slots a configuration's sources read.
-fn arg_slots_read(cfg: &bs_probe_cfg) -> Vec<u16> {
+fn arg_slots_read(cfg: &bs_probe_cfg) -> impl Iterator<Item = u16> + '_ {
     let arg = bs_src_kind::BS_SRC_ARG.0 as u8;
     cfg.keys
         .iter()
@@ -489,9 +489,8 @@ fn arg_slots_read(cfg: &bs_probe_cfg) -> Vec<u16> {
         .chain(&cfg.emit)
         .chain(cfg.filter.iter().map(|o| &o.src))
         .chain([&cfg.value])
-        .filter(|s| s.kind == arg)
+        .filter(move |s| s.kind == arg)
         .map(|s| s.off)
-        .collect()
 }
 
 /// The arguments a raw tracepoint's program copies to their slots: up to
@@ -499,7 +498,6 @@ fn arg_slots_read(cfg: &bs_probe_cfg) -> Vec<u16> {
 /// tracepoint's own arguments).
 fn raw_args(cfg: &bs_probe_cfg) -> u8 {
     arg_slots_read(cfg)
-        .into_iter()
         .filter(|&off| off < bs_limits::BS_MAX_ARGS.0 as u16)
         .map(|off| off as u8 + 1)
         .max()
