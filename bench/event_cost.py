@@ -7,8 +7,10 @@ turn, BENCH_CALLS calls, default 2,000,000): a syscall as cheap as
 getppid, with an argument for histograms and field keys to read.
 
 For each configuration, in rounds (BENCH_ROUNDS, default 3), medians:
-- wall: ns added per umask against the untraced loop (measured just
-  before, every round), BPF statistics off;
+- wall: ns added per umask against the untraced loop, paired: each round
+  runs it untraced, traced and untraced again, and sets the traced run
+  against the mean of the two around it (the range of the rounds is
+  printed beside the median), BPF statistics off;
 - run: BPF run-time statistics (BPF_ENABLE_STATS, held only while the loop
   runs), ns per run of the tool's programs, read from their fdinfo.
   bpfscope's raw tracepoint runs for every syscall of the machine; `share`
@@ -167,24 +169,32 @@ def start_bpftrace(prog):
 
 def measure_over(once, start, rounds):
     """Medians over rounds: ns added per event, ns per program run, share
-    of runs that were the workload's events. once() runs the workload and
-    gives (ns per event, events)."""
-    base, traced, run, share = [], [], [], []
+    of runs that were the workload's events, and the range of the rounds'
+    ns added. once() runs the workload and gives (ns per event, events).
+
+    Each round is paired: the workload untraced, traced, untraced again,
+    and the traced run is set against the mean of the two around it. This
+    machine's speed drifts by more than the costs measured (an untraced
+    yield took 1306 ns, then 901 ns a minute later): medians of unpaired
+    runs gave negative costs."""
+    added, run, share = [], [], []
     for _ in range(rounds):
-        base.append(once()[0])
+        before = once()[0]
         t = start()
         try:
-            traced.append(once()[0])
+            traced = once()[0]
             got = []
             dt, runs = stats_over(t.p.pid, lambda: got.append(once()))
         finally:
             t.stop()
+        after = once()[0]
         if not runs:
             sys.exit(f"bench: no program of pid {t.p.pid} ran")
+        added.append(traced - (before + after) / 2)
         run.append(dt / runs)
         share.append(got[0][1] / runs)
-    return (statistics.median(traced) - statistics.median(base), statistics.median(run),
-            statistics.median(share))
+    return (statistics.median(added), statistics.median(run), statistics.median(share),
+            (min(added), max(added)))
 
 
 def measure(loop, start, rounds):
@@ -254,10 +264,10 @@ def sched_section():
 
 
 def row(label, m, floor=None):
-    added, run, share = m
+    added, run, share, (lo, hi) = m
     extra = f"  {added / floor:5.2f} x floor" if floor else ""
-    print(f"  {label:44} {added:7.1f} ns added  {run:7.1f} ns/run  share {share:4.2f}{extra}",
-          flush=True)
+    print(f"  {label:44} {added:7.1f} ns added ({lo:6.1f} .. {hi:6.1f})  {run:7.1f} ns/run  "
+          f"share {share:4.2f}{extra}", flush=True)
 
 
 def main():
