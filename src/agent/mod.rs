@@ -516,7 +516,7 @@ impl Agent {
         if let Some(p) = &self.profiler {
             // Counted at the last read-out: errors reading them were said
             // there.
-            self.samples.update(SampleCounts::of(p, &p.counted()));
+            self.samples.update(SampleCounts::of(p, p.counted()));
         }
     }
 

@@ -102,9 +102,10 @@ pub struct Profiler {
     pub bpf_samples_lost: u64,
     /// Unwind table bytes when memory was last given back.
     trimmed_at_bytes: u64,
-    /// The kernel's counters as of the last read-out (None before the
-    /// first): what `samples` has placed, counted at the same moment.
-    counted: Option<KernelLost>,
+    /// The kernel's counters as of the last read-out (zero before the
+    /// first, as `samples` is): what `samples` has placed, counted at the
+    /// same moment.
+    counted: KernelLost,
 }
 
 /// The clock for ticks, windows and requests: CLOCK_MONOTONIC, so
@@ -190,7 +191,7 @@ impl Profiler {
             bpf_samples: 0,
             bpf_samples_lost: 0,
             trimmed_at_bytes: 0,
-            counted: None,
+            counted: KernelLost::default(),
         })
     }
 
@@ -263,7 +264,7 @@ impl Profiler {
             self.session
                 .reclaim_stacks(&mut self.cache, STACK_KEEP_TICKS);
         }
-        self.counted = Some(counted.context("reading the sampler's counters")?);
+        self.counted = counted.context("reading the sampler's counters")?;
         Ok(())
     }
 
@@ -351,16 +352,15 @@ impl Profiler {
     }
 
     /// Cumulative kernel-side counts (samples taken, losses).
-    pub fn lost(&self) -> Result<KernelLost> {
+    fn lost(&self) -> Result<KernelLost> {
         let mut l = self.session.lost()?;
         l.taken = self.session.taken_so_far();
         Ok(l)
     }
 
-    /// The counters as of the last read-out, to publish beside `samples`
-    /// (zero before the first, as `samples` is).
-    pub fn counted(&self) -> KernelLost {
-        self.counted.clone().unwrap_or_default()
+    /// The counters as of the last read-out, to publish beside `samples`.
+    pub fn counted(&self) -> &KernelLost {
+        &self.counted
     }
 
     pub fn cached_stacks(&self) -> usize {
