@@ -107,7 +107,10 @@ impl Shape {
     /// One line for -v: the path this session's events take.
     pub fn describe(&self) -> String {
         if !self.plain {
-            return "general".into();
+            return match self.slot_buckets {
+                Some(_) => "latency pair, no key, per-CPU slots".into(),
+                None => "general".into(),
+            };
         }
         let agg = match bs_agg(self.agg) {
             bs_agg::BS_AGG_COUNT => "count",
@@ -164,19 +167,9 @@ fn shape_of(plan: &Plan) -> Shape {
             p.role == Role::Plain && p.cfg.flags & special == 0 && u32::from(p.cfg.agg) == agg
         });
     if !plain {
-        return Shape::default();
+        return latency_shape(plan);
     }
-    let slot_buckets = plan.keys.is_empty().then(|| match bs_agg(agg) {
-        bs_agg::BS_AGG_HIST_LOG2 | bs_agg::BS_AGG_HIST_POW2 => LOG2_BUCKETS,
-        bs_agg::BS_AGG_STATS_SIGN => 2,
-        bs_agg::BS_AGG_HIST_LINEAR => plan
-            .probes
-            .iter()
-            .map(|p| p.cfg.lin_nbuckets + 2)
-            .max()
-            .unwrap_or(2),
-        _ => 1,
-    });
+    let slot_buckets = plan.keys.is_empty().then(|| slot_buckets(plan, agg));
     let cache_off = std::env::var(KEY_CACHE).is_ok_and(|v| v == "0");
     let cache_key =
         (!cache_off && slot_buckets.is_none() && (1..=CACHE_KEY_MAX).contains(&plan.key_size))
@@ -188,6 +181,51 @@ fn shape_of(plan: &Plan) -> Shape {
         builtin_key: builtin_key(plan),
         comm_filter: comm_filter(plan),
         cache_key,
+    }
+}
+
+/// Aggregates of a keyless plan per epoch: its buckets.
+fn slot_buckets(plan: &Plan, agg: u32) -> u32 {
+    match bs_agg(agg) {
+        bs_agg::BS_AGG_HIST_LOG2 | bs_agg::BS_AGG_HIST_POW2 => LOG2_BUCKETS,
+        bs_agg::BS_AGG_STATS_SIGN => 2,
+        bs_agg::BS_AGG_HIST_LINEAR => plan
+            .probes
+            .iter()
+            .map(|p| p.cfg.lin_nbuckets + 2)
+            .max()
+            .unwrap_or(2),
+        _ => 1,
+    }
+}
+
+/// A keyless latency pair: its ends aggregate in the per-CPU slots, as a
+/// plain keyless plan does; the rest of its path is the general one.
+fn latency_shape(plan: &Plan) -> Shape {
+    let end = bs_cfg_flags::BS_CFG_LAT_END.0;
+    let pair = bs_cfg_flags::BS_CFG_LAT_START.0 | end;
+    let Some(agg) = plan
+        .probes
+        .iter()
+        .find(|p| p.cfg.flags & end != 0)
+        .map(|p| u32::from(p.cfg.agg))
+    else {
+        return Shape::default();
+    };
+    let keyless = plan.latency
+        && plan.vm.is_none()
+        && plan.keys.is_empty()
+        && agg != bs_agg::BS_AGG_EVENT.0
+        && plan.probes.iter().all(|p| {
+            p.cfg.flags & pair != 0 && (p.cfg.flags & end == 0 || u32::from(p.cfg.agg) == agg)
+        });
+    if !keyless {
+        return Shape::default();
+    }
+    Shape {
+        agg,
+        slot_buckets: Some(slot_buckets(plan, agg)),
+        ..Shape::default()
     }
 }
 
@@ -315,6 +353,26 @@ mod tests {
             empty.masks,
             [u64::from_ne_bytes([0xff, 0, 0, 0, 0, 0, 0, 0]), 0]
         );
+    }
+
+    #[test]
+    fn a_keyless_latency_pair_aggregates_in_slots() {
+        use crate::attach::plan::build;
+        use crate::attach::plan::fixtures::*;
+        let end = tp_spec("sched", "sched_switch");
+        let pair = || start_end(vec![sched_wakeup()], vec![sched_switch()]);
+        let keyless = config(latency(Some(end.clone()), &["pid=next_pid"]), &[], None);
+        let plan = build(&keyless, pair(), &features()).unwrap();
+        let shape = shape_of(&plan);
+        assert!(!shape.plain);
+        assert_eq!(shape.agg, bs_agg::BS_AGG_HIST_LOG2.0);
+        assert_eq!(shape.slot_buckets, Some(LOG2_BUCKETS));
+        assert_eq!(shape.describe(), "latency pair, no key, per-CPU slots");
+        // A key keeps the general path's hash map.
+        let keyed = config(latency(Some(end), &["pid=next_pid"]), &["comm"], None);
+        let plan = build(&keyed, pair(), &features()).unwrap();
+        assert_eq!(shape_of(&plan), Shape::default());
+        assert_eq!(shape_of(&plan).describe(), "general");
     }
 
     #[test]

@@ -1293,6 +1293,47 @@ fn specialized_shapes_equal_the_general_path() {
     }
 }
 
+/// A keyless latency pair keeps its histogram in the per-CPU slots: the
+/// same pairs as the general path (the workload's 160 writes, and as many
+/// ends without a start), where only the times may differ.
+#[test]
+#[ignore = "needs root and BPF"]
+fn a_keyless_latency_pair_counts_what_the_general_path_counts() {
+    require_root();
+    let args = [
+        "latency",
+        "tracepoint:syscalls:sys_enter_write",
+        "tracepoint:syscalls:sys_exit_write",
+    ];
+    // The hist's count and its buckets' sum, and the unmatched ends.
+    let counts = |lines: &[Value]| {
+        let hist: Vec<&Value> = lines.iter().filter(|v| v["type"] == "hist").collect();
+        assert_eq!(hist.len(), 1, "{lines:?}");
+        let buckets: u64 = hist[0]["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["count"].as_u64().unwrap())
+            .sum();
+        let unmatched: Vec<&Value> = lines.iter().filter(|v| v["type"] == "unmatched").collect();
+        (
+            hist[0]["count"].as_u64(),
+            buckets,
+            unmatched.first().map(|v| v["count"].clone()),
+        )
+    };
+    let (fast, err) = shape_output(&args, false);
+    assert!(
+        err.contains("per-event path: latency pair, no key, per-CPU slots\n"),
+        "{err}"
+    );
+    let (general, err) = shape_output(&args, true);
+    assert!(err.contains("per-event path: general\n"), "{err}");
+    assert_eq!(counts(&fast), counts(&general), "{fast:?}\n{general:?}");
+    assert_eq!(counts(&fast).0, Some(160), "{fast:?}");
+    assert_eq!(counts(&fast).1, 160, "{fast:?}");
+}
+
 /// The keyed path's per-CPU cache holds 128 entries: of 300 keys, those
 /// whose entry another key holds go to the hash map, and intervals switch
 /// halves. Every key's count, sum, min and max stay exact, as on the

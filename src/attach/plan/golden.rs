@@ -54,6 +54,9 @@ pub fn src(s: &bs_src) -> String {
         let steps = &s.path[..usize::from(s.nderef)];
         let _ = write!(out, " walk {steps:?}+{}", s.leaf_off);
     }
+    if s.task != 0 {
+        let _ = write!(out, " task member {}", s.task);
+    }
     out
 }
 

@@ -3,7 +3,7 @@
 //! record, an argument slot, or through a BTF-typed pointer. Every pass
 //! that places a value asks here.
 
-use bpfscope_bpf::abi::{bs_limits, bs_src, bs_src_kind, bs_val_type};
+use bpfscope_bpf::abi::{bs_limits, bs_src, bs_src_kind, bs_task_member, bs_val_type};
 
 use super::{Path, ValueKind};
 use crate::error::Error;
@@ -249,11 +249,23 @@ fn task_member_src(
             off: u16::from(arg),
             walk: 1,
             leaf_off: w.leaf_off,
+            task: task_member(member).0 as u8,
             ..Default::default()
         },
         vk,
         len,
     ))
+}
+
+/// The program's code for a task member, which it loads in place where
+/// the kernel can type the pointer (the walk at `leaf_off` elsewhere).
+fn task_member(m: crate::probe::sched::Member) -> bs_task_member {
+    use crate::probe::sched::Member;
+    match m {
+        Member::Pid => bs_task_member::BS_TASK_PID,
+        Member::Prio => bs_task_member::BS_TASK_PRIO,
+        Member::Comm => bs_task_member::BS_TASK_COMM,
+    }
 }
 
 /// How a probe's field is read; None: it cannot be.
@@ -419,13 +431,16 @@ mod tests {
             (src.off, src.walk, src.nderef, src.leaf_off),
             (2, 1, 0, at("pid"))
         );
+        assert_eq!(src.task, bs_task_member::BS_TASK_PID.0 as u8);
         assert_eq!((kind, len), (ValueKind::Int { signed: true }, 8));
         let (src, kind, len) = name_src(&p, &raw, "args.prev_comm").unwrap();
         assert_eq!((src.kind, src.r#type, src.size), (9, 1, 16));
         assert_eq!((src.off, src.leaf_off), (1, at("comm")));
+        assert_eq!(src.task, bs_task_member::BS_TASK_COMM.0 as u8);
         assert_eq!((kind, len), (ValueKind::Str, 16));
         let (src, _, _) = name_src(&p, &raw, "prev_prio").unwrap();
         assert_eq!((src.off, src.leaf_off), (1, at("prio")));
+        assert_eq!(src.task, bs_task_member::BS_TASK_PRIO.0 as u8);
         // Computed by the kernel: not there.
         assert!(name_src(&p, &raw, "prev_state").is_err());
     }

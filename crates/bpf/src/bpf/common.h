@@ -18,6 +18,22 @@ typedef __u32 u32;
 typedef __u64 u64;
 typedef __s64 s64;
 
+/*
+ * Zeroes n bytes (a constant multiple of 8) a word at a time. Through a
+ * char pointer clang assumes no alignment and stores a byte at a time (64
+ * stores for a string slot), and word loads of those bytes that follow
+ * (key caches, hashing) then wait for them. The programs' word stores to
+ * unaligned addresses are allowed where the CPU has them (x86-64, arm64).
+ */
+static __always_inline void bs_zero_words(void *dst, const u32 n)
+{
+	u64 *d = dst;
+
+#pragma unroll
+	for (u32 i = 0; i < n / 8; i++)
+		d[i] = 0;
+}
+
 /* Increment a per-CPU counter slot of an array map. */
 static __always_inline void bs_count(void *map, u32 slot)
 {

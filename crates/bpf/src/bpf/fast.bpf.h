@@ -6,7 +6,8 @@
  * (attach/shape.rs), so the verifier keeps only this session's code:
  * - fast_agg: the aggregation, so its bucket and update are known;
  * - fast_slots: no key, so aggregates go to a slot of a per-CPU array (an
- *   index, where a hash map would hash and compare a key);
+ *   index, where a hash map would hash and compare a key); also set for
+ *   a keyless latency pair, whose ends take the general path otherwise;
  * - fast_key: the one key part is a builtin, written in place instead of
  *   through the general readers;
  * - fast_comm_op: the filter is `comm == "X"` (1) or `comm != "X"` (2),

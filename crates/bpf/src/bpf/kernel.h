@@ -11,6 +11,7 @@
 struct task_struct {
 	int pid;
 	int tgid;
+	int prio;
 	struct task_struct *group_leader;
 	char comm[16];
 } __attribute__((preserve_access_index));

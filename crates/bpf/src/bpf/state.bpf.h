@@ -79,6 +79,7 @@ struct bs_abi {
 	enum bs_src_kind src_kind;
 	enum bs_ustack_flags ustack_flags;
 	enum bs_val_type val_type;
+	enum bs_task_member task_member;
 	enum bs_op op;
 	enum bs_agg agg;
 	enum bs_cfg_flags cfg_flags;

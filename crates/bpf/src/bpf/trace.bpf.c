@@ -85,6 +85,19 @@ static __always_inline int bs_handle(void *ctx, const struct bs_probe_cfg *cfg,
 			bs_count(&lost, BS_LOST_UNMATCHED);
 			return 0;
 		}
+		if (fast_slots) {
+			/*
+			 * Keyless: the start record is its timestamp, and the
+			 * pair's aggregate is a slot of a per-CPU array
+			 * (fast.bpf.h), where the general path copies the
+			 * record and hashes an empty key.
+			 */
+			v = bpf_ktime_get_ns() - *start;
+			bpf_map_delete_elem(&starts, &s->mk);
+			BS_STAGE(BS_STAGE_KEY);
+			bs_slot_add(bs_bucket_of(fast_agg, cfg, v), v, cfg->value.is_signed);
+			return 0;
+		}
 		/* The start side's key data comes first; end-side parts then fill their slots. */
 		bpf_probe_read_kernel(s->key, start_size, start);
 		v = bpf_ktime_get_ns() - *(u64 *)s->key;
@@ -233,6 +246,32 @@ int bpfscope_sysout(u64 *ctx)
 	return bs_syscall(ctx, BS_SYS_EXIT_BASE + nr, 1);
 }
 
+/*
+ * A raw tracepoint's first n arguments into their slots: loaded in place
+ * through the context typed as the kernel's bpf_raw_tracepoint_args, whose
+ * flexible array gives the verifier no size to tie to one tracepoint, where
+ * the kernel can type it (6.2+); copied by a helper call otherwise.
+ */
+static __always_inline void bs_raw_args(void *ctx, struct bs_scratch *s, u32 n)
+{
+	if (bpf_ksym_exists(bpf_rdonly_cast) &&
+	    bpf_core_type_exists(struct bpf_raw_tracepoint_args)) {
+		struct bpf_raw_tracepoint_args *a =
+			bpf_core_cast(ctx, struct bpf_raw_tracepoint_args);
+
+#pragma unroll
+		for (int i = 0; i < BS_MAX_ARGS; i++) {
+			if (i >= n)
+				break;
+			s->args[i] = a->args[i];
+		}
+		return;
+	}
+	if (n > BS_MAX_ARGS)
+		n = BS_MAX_ARGS;
+	bpf_probe_read_kernel(s->args, n * sizeof(u64), ctx);
+}
+
 /* A probe whose link's cookie names its configuration: raw_tp and classic
  * tracepoints share everything but the context they are given. */
 static __always_inline int bs_by_cookie(void *ctx)
@@ -256,17 +295,12 @@ static __always_inline int bs_by_cookie(void *ctx)
 	/*
 	 * A raw tracepoint's arguments (a classic tracepoint's probes read
 	 * its record, never slots): sched fields are read through the task
-	 * pointers they give, as the record would have copied them. Copied,
-	 * not loaded, and only as many as read: the verifier would tie a
-	 * direct load at ctx[i] to tracepoints with more than i arguments.
+	 * pointers they give, as the record would have copied them. Only as
+	 * many as read, and never as ctx[i]: the verifier would tie a load
+	 * there to tracepoints with more than i arguments.
 	 */
-	if (cfg->flags & BS_CFG_NEED_ARGS) {
-		u32 n = cfg->nargs;
-
-		if (n > BS_MAX_ARGS)
-			n = BS_MAX_ARGS;
-		bpf_probe_read_kernel(s->args, n * sizeof(u64), ctx);
-	}
+	if (cfg->flags & BS_CFG_NEED_ARGS)
+		bs_raw_args(ctx, s, cfg->nargs);
 	return bs_handle(ctx, cfg, s, idx);
 }
 

@@ -119,7 +119,22 @@ struct bs_src {
 	__u8 nderef;
 	__u16 leaf_off;
 	__u16 path[BS_MAX_DEREF];
-	__u32 pad;
+	/*
+	 * enum bs_task_member, on a walk of no steps from a task_struct
+	 * pointer (a sched tracepoint's task argument): the member, loaded
+	 * directly where the kernel can type the pointer (6.2+), read at
+	 * leaf_off otherwise.
+	 */
+	__u8 task;
+	__u8 pad[3];
+};
+
+/* A task_struct member a sched record field copies (struct bs_src.task). */
+enum bs_task_member {
+	BS_TASK_NONE = 0,
+	BS_TASK_PID = 1,
+	BS_TASK_PRIO = 2,
+	BS_TASK_COMM = 3,
 };
 
 enum bs_op {

@@ -140,7 +140,7 @@ static __noinline void bs_vm_strptr(char *dst, u64 ptr, u64 max)
 	 */
 	asm volatile("" : "+r"(n));
 	n = ((n - 1) & (BS_STR_MAX - 1)) + 1;
-	__builtin_memset(dst, 0, BS_STR_MAX);
+	bs_zero_words(dst, BS_STR_MAX);
 	if (!ptr)
 		return;
 	if (bpf_probe_read_user_str(dst, n, (void *)ptr) < 0)
@@ -150,7 +150,7 @@ static __noinline void bs_vm_strptr(char *dst, u64 ptr, u64 max)
 /* ntop(): the family and the address bytes (enum bs_vm_op's BS_VM_NTOP). */
 static __noinline void bs_vm_ntop(char *dst, u64 af, u64 v, const char *from, u32 how)
 {
-	__builtin_memset(dst, 0, BS_STR_MAX);
+	bs_zero_words(dst, BS_STR_MAX);
 	dst[0] = af;
 	switch (how) {
 	case 0:
@@ -220,7 +220,7 @@ static __noinline u64 bs_vm_strstr(const char *hay, const char *needle)
 /* buf(): n (at most BS_STR_MAX - 1) bytes at an address, user memory first, after their length. */
 static __noinline void bs_vm_buf(u8 *dst, u64 ptr, u64 n)
 {
-	__builtin_memset(dst, 0, BS_STR_MAX);
+	bs_zero_words(dst, BS_STR_MAX);
 	if (n > BS_STR_MAX - 1)
 		n = BS_STR_MAX - 1;
 	asm volatile("" : "+r"(n));
@@ -426,7 +426,7 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		struct bs_src *src = bpf_map_lookup_elem(&vm_srcs, &k);
 
 		/* Zeroed first: a comm fills 16 bytes, and keys hash all 64. */
-		__builtin_memset(BS_SV(in->dst), 0, BS_STR_MAX);
+		bs_zero_words(BS_SV(in->dst), BS_STR_MAX);
 		if (src)
 			bs_read_str(vc->ctx, src, s, BS_SV(in->dst));
 		break;
@@ -611,7 +611,7 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 		}
 		/* A new key: the value is staged in the string slot it reads from, or in s->str. */
 		if (in->op == BS_VM_MSET) {
-			__builtin_memset(s->str.s, 0, BS_STR_MAX);
+			bs_zero_words(s->str.s, BS_STR_MAX);
 			*(u64 *)s->str.s = BS_R(in->a);
 			bs_vm_insert(s, s->str.s);
 		} else {
@@ -731,7 +731,7 @@ static int bs_vm_step(u64 i, struct bs_vm_ctx *vc)
 	case BS_VM_USYM:
 		if (!BS_ON(BS_VM_USYM))
 			break;
-		__builtin_memset(BS_SV(in->dst), 0, BS_STR_MAX);
+		bs_zero_words(BS_SV(in->dst), BS_STR_MAX);
 		*(u64 *)BS_SV(in->dst) = BS_R(in->a);
 		*(u64 *)(BS_SV(in->dst) + 8) = bpf_get_current_task_btf()->tgid;
 		break;
