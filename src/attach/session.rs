@@ -20,7 +20,7 @@ use crate::attach::libbpf_log;
 use crate::attach::plan::{KfuncPath, Mech, Path, Plan, PlannedProbe, VmImage, VmMapKind};
 use crate::attach::shape::{self, Shape};
 use crate::attach::target::Target;
-use bpfscope_bpf::abi::{bs_limits, bs_target_mode};
+use bpfscope_bpf::abi::{bs_limits, bs_match_key, bs_target_mode};
 use bpfscope_bpf::trace::{OpenTraceSkel, TraceSkel, TraceSkelBuilder};
 use bpfscope_sys::pod;
 
@@ -1068,6 +1068,20 @@ fn start_size(plan: &Plan) -> u32 {
     hdr + plan.key_size as u32
 }
 
+/// Bytes of a latency match key the map hashes and compares: the pair and
+/// the values its probes match on, not all BS_MAX_MATCH of them (the rest
+/// are zeros: a 16-byte key where there were 40, three times a pair).
+fn match_key_size(plan: &Plan) -> u32 {
+    let most = bs_limits::BS_MAX_MATCH.0 as u8;
+    let n = plan
+        .probes
+        .iter()
+        .map(|p| p.cfg.nmatch.min(most))
+        .max()
+        .unwrap_or(0);
+    (std::mem::offset_of!(bs_match_key, vals) + usize::from(n) * std::mem::size_of::<u64>()) as u32
+}
+
 fn ringbuf_bytes(s: &LoadConfig) -> u32 {
     s.ringbuf_bytes.unwrap_or(PAGE)
 }
@@ -1100,6 +1114,7 @@ fn size_maps(
     maps.aggs.set_key_size(start_size(plan))?;
     if plan.latency {
         maps.starts.set_value_size(start_size(plan))?;
+        maps.starts.set_key_size(match_key_size(plan))?;
         maps.starts.set_max_entries(STARTS_MAX)?;
     }
     let (kst, ust) = plan.stacks();
@@ -1646,6 +1661,24 @@ mod tests {
 
     fn plan_of(probes: Vec<crate::probe::Probe>, features: &Features) -> Plan {
         build(&config(Action::Count, &[], None), plain(probes), features).unwrap()
+    }
+
+    #[test]
+    fn match_keys_hash_only_the_values_matched() {
+        let end = tp_spec("sched", "sched_switch");
+        let pair = || start_end(vec![sched_wakeup()], vec![sched_switch()]);
+        let one = config(latency(Some(end.clone()), &["pid=next_pid"]), &[], None);
+        let plan = build(&one, pair(), &features()).unwrap();
+        // The pair and one value: 16 bytes of the struct's 40.
+        assert_eq!(match_key_size(&plan), 16);
+        assert_eq!(std::mem::size_of::<bs_match_key>(), 40);
+        let two = config(
+            latency(Some(end), &["pid=next_pid", "prio=next_prio"]),
+            &[],
+            None,
+        );
+        let plan = build(&two, pair(), &features()).unwrap();
+        assert_eq!(match_key_size(&plan), 24);
     }
 
     fn command() -> Target {
