@@ -1294,8 +1294,9 @@ fn specialized_shapes_equal_the_general_path() {
 }
 
 /// A keyless latency pair keeps its histogram in the per-CPU slots: the
-/// same pairs as the general path (the workload's 160 writes, and as many
-/// ends without a start), where only the times may differ.
+/// same pairs as the general path (the workload's 160 writes), where only
+/// the times may differ. (Ends without a start are not compared: their
+/// number depends on when each probe attached, 7 or 9 in an arm64 guest.)
 #[test]
 #[ignore = "needs root and BPF"]
 fn a_keyless_latency_pair_counts_what_the_general_path_counts() {
@@ -1305,7 +1306,7 @@ fn a_keyless_latency_pair_counts_what_the_general_path_counts() {
         "tracepoint:syscalls:sys_enter_write",
         "tracepoint:syscalls:sys_exit_write",
     ];
-    // The hist's count and its buckets' sum, and the unmatched ends.
+    // The hist's count, its buckets' sum, and its sum of times (ns).
     let counts = |lines: &[Value]| {
         let hist: Vec<&Value> = lines.iter().filter(|v| v["type"] == "hist").collect();
         assert_eq!(hist.len(), 1, "{lines:?}");
@@ -1315,12 +1316,7 @@ fn a_keyless_latency_pair_counts_what_the_general_path_counts() {
             .iter()
             .map(|b| b["count"].as_u64().unwrap())
             .sum();
-        let unmatched: Vec<&Value> = lines.iter().filter(|v| v["type"] == "unmatched").collect();
-        (
-            hist[0]["count"].as_u64(),
-            buckets,
-            unmatched.first().map(|v| v["count"].clone()),
-        )
+        (hist[0]["count"].as_u64(), buckets, hist[0]["sum"].as_u64())
     };
     let (fast, err) = shape_output(&args, false);
     assert!(
@@ -1329,9 +1325,14 @@ fn a_keyless_latency_pair_counts_what_the_general_path_counts() {
     );
     let (general, err) = shape_output(&args, true);
     assert!(err.contains("per-event path: general\n"), "{err}");
-    assert_eq!(counts(&fast), counts(&general), "{fast:?}\n{general:?}");
-    assert_eq!(counts(&fast).0, Some(160), "{fast:?}");
-    assert_eq!(counts(&fast).1, 160, "{fast:?}");
+    for (path, lines) in [("slots", &fast), ("general", &general)] {
+        let (count, buckets, sum) = counts(lines);
+        assert_eq!((count, buckets), (Some(160), 160), "{path}: {lines:?}");
+        // Times from the starts' own timestamps: a write takes more than
+        // nothing and less than a second.
+        let sum = sum.unwrap_or(0);
+        assert!(sum > 0 && sum < 160_000_000_000, "{path}: {lines:?}");
+    }
 }
 
 /// The keyed path's per-CPU cache holds 128 entries: of 300 keys, those

@@ -252,6 +252,8 @@ int bpfscope_sysout(u64 *ctx)
  * flexible array gives the verifier no size to tie to one tracepoint, where
  * the kernel can type it (6.2+); copied by a helper call otherwise.
  */
+_Static_assert(BS_MAX_ARGS == 12, "bs_raw_args loads one argument per BS_RAW_ARG");
+
 static __always_inline void bs_raw_args(void *ctx, struct bs_scratch *s, u32 n)
 {
 	if (bpf_ksym_exists(bpf_rdonly_cast) &&
@@ -259,12 +261,30 @@ static __always_inline void bs_raw_args(void *ctx, struct bs_scratch *s, u32 n)
 		struct bpf_raw_tracepoint_args *a =
 			bpf_core_cast(ctx, struct bpf_raw_tracepoint_args);
 
-#pragma unroll
-		for (int i = 0; i < BS_MAX_ARGS; i++) {
-			if (i >= n)
-				break;
-			s->args[i] = a->args[i];
-		}
+		/*
+		 * Straight code, a constant index each: clang turned a loop
+		 * here into eight-at-a-time rounds whose count the 6.12
+		 * verifier could not bound.
+		 */
+#define BS_RAW_ARG(i)                          \
+	do {                                   \
+		if (n <= (i))                  \
+			return;                \
+		s->args[i] = a->args[i];       \
+	} while (0)
+		BS_RAW_ARG(0);
+		BS_RAW_ARG(1);
+		BS_RAW_ARG(2);
+		BS_RAW_ARG(3);
+		BS_RAW_ARG(4);
+		BS_RAW_ARG(5);
+		BS_RAW_ARG(6);
+		BS_RAW_ARG(7);
+		BS_RAW_ARG(8);
+		BS_RAW_ARG(9);
+		BS_RAW_ARG(10);
+		BS_RAW_ARG(11);
+#undef BS_RAW_ARG
 		return;
 	}
 	if (n > BS_MAX_ARGS)
