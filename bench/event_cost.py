@@ -58,6 +58,8 @@ tasks its arguments point to), bpfscope on the general path
 (BPFSCOPE_GENERIC=1: the classic tracepoint and its record) and
 bpftrace, against floors on the same tracepoints: bpfscope's entry alone
 on the raw tracepoints and empty classic tracepoint programs (bpftrace).
+The three take their rounds in turn (a round of each, then the next), so
+that the machine's drift falls on all three alike.
 
 BPFSCOPE_GENERIC=1 makes bpfscope take its general path for every shape
 (the path before the specialized ones), for a before/after comparison;
@@ -228,6 +230,23 @@ def measure_sched(prog, probes, start, rounds):
     return measure_over(once, start, rounds)
 
 
+def measure_sched_together(prog, probes, starts, rounds):
+    """measure_sched() of several configurations (name: start), their
+    rounds interleaved (a round of each in turn): the drift of this
+    machine's speed over minutes then falls on all of them alike, where
+    all rounds of one configuration before the next set them apart."""
+    got = {name: [] for name in starts}
+    for _ in range(rounds):
+        for name, start in starts.items():
+            got[name].append(measure_sched(prog, probes, start, 1))
+    out = {}
+    for name, ms in got.items():
+        added = [m[0] for m in ms]
+        out[name] = (statistics.median(added), statistics.median(m[1] for m in ms),
+                     statistics.median(m[2] for m in ms), (min(added), max(added)))
+    return out
+
+
 def sched_section():
     """The sched verbs against their floors and bpftrace."""
     progs = {w: cc(w) for w in ITERS}
@@ -246,11 +265,14 @@ def sched_section():
             floors[key] = (raw, classic)
         raw, classic = floors[key]
         print(f"{name}:")
-        ours = measure_sched(prog, probes, lambda: start_bpfscope(args), SCHED_ROUNDS)
+        m = measure_sched_together(prog, probes, {
+            "ours": lambda: start_bpfscope(args),
+            "general": lambda: start_bpfscope(args, generic=True),
+            "bpftrace": lambda: start_bpftrace(bt),
+        }, SCHED_ROUNDS)
+        ours, gen, theirs = m["ours"], m["general"], m["bpftrace"]
         row("bpfscope (raw tracepoint, through the tasks)", ours, raw[0])
-        gen = measure_sched(prog, probes, lambda: start_bpfscope(args, generic=True), SCHED_ROUNDS)
         row("bpfscope, general path (classic, the record)", gen, raw[0])
-        theirs = measure_sched(prog, probes, lambda: start_bpftrace(bt), SCHED_ROUNDS)
         row("bpftrace", theirs, raw[0])
         rows.append((name, ours, gen, theirs, raw, classic))
     print(f"== sched verbs, ns added per event (ns per run), on CPU 0: {ITERS['yieldloop']:,} "
