@@ -246,14 +246,14 @@ int bpfscope_sysout(u64 *ctx)
 	return bs_syscall(ctx, BS_SYS_EXIT_BASE + nr, 1);
 }
 
+_Static_assert(BS_MAX_ARGS == 12, "bs_raw_args loads one argument per BS_RAW_ARG");
+
 /*
  * A raw tracepoint's first n arguments into their slots: loaded in place
  * through the context typed as the kernel's bpf_raw_tracepoint_args, whose
  * flexible array gives the verifier no size to tie to one tracepoint, where
  * the kernel can type it (6.2+); copied by a helper call otherwise.
  */
-_Static_assert(BS_MAX_ARGS == 12, "bs_raw_args loads one argument per BS_RAW_ARG");
-
 static __always_inline void bs_raw_args(void *ctx, struct bs_scratch *s, u32 n)
 {
 	if (bpf_ksym_exists(bpf_rdonly_cast) &&
