@@ -1665,20 +1665,12 @@ mod tests {
 
     #[test]
     fn match_keys_hash_only_the_values_matched() {
-        let end = tp_spec("sched", "sched_switch");
-        let pair = || start_end(vec![sched_wakeup()], vec![sched_switch()]);
-        let one = config(latency(Some(end.clone()), &["pid=next_pid"]), &[], None);
-        let plan = build(&one, pair(), &features()).unwrap();
         // The pair and one value: 16 bytes of the struct's 40.
-        assert_eq!(match_key_size(&plan), 16);
+        let one = wakeup_to_switch(&["pid=next_pid"], &[]);
+        assert_eq!(match_key_size(&one), 16);
         assert_eq!(std::mem::size_of::<bs_match_key>(), 40);
-        let two = config(
-            latency(Some(end), &["pid=next_pid", "prio=next_prio"]),
-            &[],
-            None,
-        );
-        let plan = build(&two, pair(), &features()).unwrap();
-        assert_eq!(match_key_size(&plan), 24);
+        let two = wakeup_to_switch(&["pid=next_pid", "prio=next_prio"], &[]);
+        assert_eq!(match_key_size(&two), 24);
     }
 
     fn command() -> Target {

@@ -357,22 +357,16 @@ mod tests {
 
     #[test]
     fn a_keyless_latency_pair_aggregates_in_slots() {
-        use crate::attach::plan::build;
-        use crate::attach::plan::fixtures::*;
-        let end = tp_spec("sched", "sched_switch");
-        let pair = || start_end(vec![sched_wakeup()], vec![sched_switch()]);
-        let keyless = config(latency(Some(end.clone()), &["pid=next_pid"]), &[], None);
-        let plan = build(&keyless, pair(), &features()).unwrap();
-        let shape = shape_of(&plan);
+        use crate::attach::plan::fixtures::wakeup_to_switch;
+        let shape = shape_of(&wakeup_to_switch(&["pid=next_pid"], &[]));
         assert!(!shape.plain);
         assert_eq!(shape.agg, bs_agg::BS_AGG_HIST_LOG2.0);
         assert_eq!(shape.slot_buckets, Some(LOG2_BUCKETS));
         assert_eq!(shape.describe(), "latency pair, no key, per-CPU slots");
         // A key keeps the general path's hash map.
-        let keyed = config(latency(Some(end), &["pid=next_pid"]), &["comm"], None);
-        let plan = build(&keyed, pair(), &features()).unwrap();
-        assert_eq!(shape_of(&plan), Shape::default());
-        assert_eq!(shape_of(&plan).describe(), "general");
+        let keyed = shape_of(&wakeup_to_switch(&["pid=next_pid"], &["comm"]));
+        assert_eq!(keyed, Shape::default());
+        assert_eq!(keyed.describe(), "general");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::{Action, Buckets, PlanConfig, Role};
+use super::{Action, Buckets, Plan, PlanConfig, Role};
 use crate::attach::features::{Features, Template};
 use crate::filter;
 use crate::probe::spec::{KfuncKind, ProbeSpec};
@@ -230,6 +230,18 @@ pub fn start_end(starts: Vec<Probe>, ends: Vec<Probe>) -> Vec<(Probe, Role)> {
     let mut out: Vec<(Probe, Role)> = starts.into_iter().map(|p| (p, Role::Start(0))).collect();
     out.extend(ends.into_iter().map(|p| (p, Role::End(0))));
     out
+}
+
+/// The plan of `latency` from sched_wakeup to sched_switch, `--match`ing
+/// these fields, keyed by `keys`.
+pub fn wakeup_to_switch(matching: &[&str], keys: &[&str]) -> Plan {
+    let s = config(
+        latency(Some(tp_spec("sched", "sched_switch")), matching),
+        keys,
+        None,
+    );
+    let probes = start_end(vec![sched_wakeup()], vec![sched_switch()]);
+    super::build(&s, probes, &features()).expect("the wakeup-to-switch plan builds")
 }
 
 pub fn tp_spec(subsys: &str, event: &str) -> ProbeSpec {

@@ -157,9 +157,7 @@ static __always_inline void bs_builtin_key(struct bs_scratch *s, u32 idx)
 
 	switch (fast_key) {
 	case BS_SRC_COMM:
-		/* Two loads where bs_comm copies 16 bytes one by one. */
-		d[0] = *(u64 *)&t->comm[0];
-		d[1] = *(u64 *)&t->comm[8];
+		bs_copy_comm(t, d);
 		return;
 	case BS_SRC_PROBE:
 		d[0] = idx;

@@ -13,17 +13,21 @@
 #include "state.bpf.h"
 
 /*
- * The current task's comm, copied with two plain loads through the
- * BTF-typed task pointer: bpf_get_current_comm() costs several times more
- * (strscpy plus padding) on the hottest path.
+ * A task's comm, the 16 bytes the record's memcpy copies, as two word
+ * loads through the BTF-typed pointer: a byte-wise copy is 32
+ * instructions (see bs_zero_words), and bpf_get_current_comm() costs
+ * several times more (strscpy plus padding) on the hottest path.
  */
-static __always_inline void bs_comm(char *dst)
+static __always_inline void bs_copy_comm(const struct task_struct *t, void *dst)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
-
-	/* As words: a byte-wise copy is 32 instructions (see bs_zero_words). */
 	((u64 *)dst)[0] = *(u64 *)&t->comm[0];
 	((u64 *)dst)[1] = *(u64 *)&t->comm[8];
+}
+
+/* The current task's comm. */
+static __always_inline void bs_comm(char *dst)
+{
+	bs_copy_comm(bpf_get_current_task_btf(), dst);
 }
 
 #if defined(__TARGET_ARCH_arm64)
@@ -125,15 +129,6 @@ static __always_inline u64 bs_task_num(const struct bs_src *src, u64 p)
 	if (src->task == BS_TASK_PRIO)
 		return (u64)(s64)t->prio;
 	return (u64)(s64)t->pid;
-}
-
-/* The 16 bytes of comm, as the record's memcpy copies them: two loads. */
-static __always_inline void bs_task_comm(u64 p, char *dst)
-{
-	struct task_struct *t = bpf_core_cast((void *)p, struct task_struct);
-
-	((u64 *)dst)[0] = *(u64 *)&t->comm[0];
-	((u64 *)dst)[1] = *(u64 *)&t->comm[8];
 }
 
 /*
@@ -289,7 +284,7 @@ static __noinline int bs_read_str(void *ctx, const struct bs_src *src,
 		u64 arg = s->args[src->off & (BS_NARGS - 1)], addr;
 
 		if (src->task == BS_TASK_COMM && bs_task_typed(src)) {
-			bs_task_comm(arg, dst);
+			bs_copy_comm(bpf_core_cast((void *)arg, struct task_struct), dst);
 			return 0;
 		}
 		addr = bs_walk(src, arg);
