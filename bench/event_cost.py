@@ -169,34 +169,41 @@ def start_bpftrace(prog):
     return Background(["bpftrace", "-e", prog], "Attaching", stream="stdout")
 
 
-def measure_over(once, start, rounds):
-    """Medians over rounds: ns added per event, ns per program run, share
-    of runs that were the workload's events, and the range of the rounds'
-    ns added. once() runs the workload and gives (ns per event, events).
+def one_round(once, start):
+    """One paired round: the workload untraced, traced, untraced again.
+    Returns the ns added per event (the traced run against the mean of the
+    two around it), ns per program run, and the share of runs that were
+    the workload's events. once() runs the workload and gives (ns per
+    event, events).
 
-    Each round is paired: the workload untraced, traced, untraced again,
-    and the traced run is set against the mean of the two around it. This
-    machine's speed drifts by more than the costs measured (an untraced
-    yield took 1306 ns, then 901 ns a minute later): medians of unpaired
-    runs gave negative costs."""
-    added, run, share = [], [], []
-    for _ in range(rounds):
-        before = once()[0]
-        t = start()
-        try:
-            traced = once()[0]
-            got = []
-            dt, runs = stats_over(t.p.pid, lambda: got.append(once()))
-        finally:
-            t.stop()
-        after = once()[0]
-        if not runs:
-            sys.exit(f"bench: no program of pid {t.p.pid} ran")
-        added.append(traced - (before + after) / 2)
-        run.append(dt / runs)
-        share.append(got[0][1] / runs)
-    return (statistics.median(added), statistics.median(run), statistics.median(share),
-            (min(added), max(added)))
+    Paired because this machine's speed drifts by more than the costs
+    measured (an untraced yield took 1306 ns, then 901 ns a minute later):
+    medians of unpaired runs gave negative costs."""
+    before = once()[0]
+    t = start()
+    try:
+        traced = once()[0]
+        got = []
+        dt, runs = stats_over(t.p.pid, lambda: got.append(once()))
+    finally:
+        t.stop()
+    after = once()[0]
+    if not runs:
+        sys.exit(f"bench: no program of pid {t.p.pid} ran")
+    return traced - (before + after) / 2, dt / runs, got[0][1] / runs
+
+
+def summary(rounds):
+    """Medians over rounds of one_round(): ns added per event, ns per
+    program run, share, and the range of the rounds' ns added."""
+    added = [r[0] for r in rounds]
+    return (statistics.median(added), statistics.median(r[1] for r in rounds),
+            statistics.median(r[2] for r in rounds), (min(added), max(added)))
+
+
+def measure_over(once, start, rounds):
+    """summary() of `rounds` rounds of one configuration."""
+    return summary([one_round(once, start) for _ in range(rounds)])
 
 
 def measure(loop, start, rounds):
@@ -222,12 +229,17 @@ def sched_iter(prog, probes):
     return ns, switches * len(probes)
 
 
-def measure_sched(prog, probes, start, rounds):
-    """measure_over() per event of `probes` in a sched workload."""
+def sched_once(prog, probes):
+    """once() for one_round(): ns per event of `probes` in a sched workload, and the events."""
     def once():
         ns, events = sched_iter(prog, probes)
         return ns / events, events * iterations(prog)
-    return measure_over(once, start, rounds)
+    return once
+
+
+def measure_sched(prog, probes, start, rounds):
+    """measure_over() per event of `probes` in a sched workload."""
+    return measure_over(sched_once(prog, probes), start, rounds)
 
 
 def measure_sched_together(prog, probes, starts, rounds):
@@ -235,16 +247,12 @@ def measure_sched_together(prog, probes, starts, rounds):
     rounds interleaved (a round of each in turn): the drift of this
     machine's speed over minutes then falls on all of them alike, where
     all rounds of one configuration before the next set them apart."""
+    once = sched_once(prog, probes)
     got = {name: [] for name in starts}
     for _ in range(rounds):
         for name, start in starts.items():
-            got[name].append(measure_sched(prog, probes, start, 1))
-    out = {}
-    for name, ms in got.items():
-        added = [m[0] for m in ms]
-        out[name] = (statistics.median(added), statistics.median(m[1] for m in ms),
-                     statistics.median(m[2] for m in ms), (min(added), max(added)))
-    return out
+            got[name].append(one_round(once, start))
+    return {name: summary(rs) for name, rs in got.items()}
 
 
 def sched_section():
