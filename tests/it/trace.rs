@@ -185,7 +185,11 @@ fn filters_keep_and_drop() {
             .map(|v| v["count"].as_u64().unwrap())
             .sum()
     };
+    // One term: evaluated alone, without the filter machine's loop.
     assert_eq!(count("count == 20"), 7);
+    assert_eq!(count("count >= 20"), 14);
+    assert_eq!(count(r#"comm == "wr_f*""#), 21);
+    assert_eq!(count(r#"comm == "wr_f?""#), 0);
     assert_eq!(count("count != 20 && count >= 10 && count <= 30"), 14);
     assert_eq!(count("count < 15 || count > 25"), 14);
     assert_eq!(count("!(count == 10 || count == 30)"), 7);

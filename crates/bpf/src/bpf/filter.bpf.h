@@ -208,6 +208,13 @@ static __always_inline int bs_filter(void *ctx, const struct bs_probe_cfg *cfg,
 		n = max_filter_ops;
 	if (n > BS_MAX_FILTER_OPS)
 		n = BS_MAX_FILTER_OPS;
+	/*
+	 * One comparison, the common filter (a program of one op is a term):
+	 * the term alone, without the loop's steps and the stack kept in the
+	 * scratch map.
+	 */
+	if (n == 1)
+		return bs_filter_term(ctx, &cfg->filter[0], s, idx) & 1;
 	s->fstack = 0;
 	bpf_loop(n, bs_filter_step, &fc, 0);
 	return s->fstack & 1;
