@@ -1421,8 +1421,20 @@ fn sched_fields_read_through_the_tasks_equal_the_record() {
         "--filter",
         "comm != \"bpfscope\" && prio == 134",
     ];
+    // One comparison: compared in place, without the filter machine.
+    let one_term = [
+        "tracepoint:sched:sched_switch",
+        "--filter",
+        "next_prio == 134",
+    ];
     let verbs: Vec<Vec<&str>> = vec![
         [&["count"][..], &switch, &["--by", fields]].concat(),
+        [
+            &["count"][..],
+            &one_term,
+            &["--by", "next_pid,next_prio,next_comm"],
+        ]
+        .concat(),
         [&["trace"][..], &switch, &["--fields", fields]].concat(),
         [&["count"][..], &wakeup, &["--by", "pid,prio,comm"]].concat(),
     ];

@@ -179,7 +179,7 @@ static __always_inline void bs_match(void *ctx, const struct bs_probe_cfg *cfg,
 	s->mk.pair = cfg->pair;
 	s->mk.pad = 0;
 	for (int i = 0; i < BS_MAX_MATCH; i++)
-		s->mk.vals[i] = i < cfg->nmatch ? bs_read_num(ctx, &cfg->match[i], s, idx) : 0;
+		s->mk.vals[i] = i < cfg->nmatch ? bs_num(ctx, &cfg->match[i], s, idx) : 0;
 }
 
 #endif /* BPFSCOPE_AGG_BPF_H */

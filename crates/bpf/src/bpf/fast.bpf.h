@@ -207,7 +207,7 @@ static __always_inline int bs_plain(void *ctx, const struct bs_probe_cfg *cfg,
 	}
 	BS_STAGE(BS_STAGE_FILTER);
 	if (fast_agg != BS_AGG_COUNT) {
-		v = bs_read_num(ctx, &cfg->value, s, idx);
+		v = bs_num(ctx, &cfg->value, s, idx);
 		bucket = bs_bucket_of(fast_agg, cfg, v);
 	}
 	if (fast_slots) {

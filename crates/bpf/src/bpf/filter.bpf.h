@@ -95,6 +95,35 @@ static __always_inline int bs_glob_match(struct bs_glob *g, const char *s, const
 	return g->result == 1;
 }
 
+/* A numeric comparison's result for the operand's value v. */
+static __always_inline u64 bs_cmp(const struct bs_filter_op *op, u64 v)
+{
+	u64 c = op->imm, b = 0;
+
+	if (op->src.is_signed) {
+		s64 sv = v, sc = c;
+
+		switch (op->op) {
+		case BS_OP_EQ: b = sv == sc; break;
+		case BS_OP_NE: b = sv != sc; break;
+		case BS_OP_LT: b = sv < sc; break;
+		case BS_OP_LE: b = sv <= sc; break;
+		case BS_OP_GT: b = sv > sc; break;
+		case BS_OP_GE: b = sv >= sc; break;
+		}
+	} else {
+		switch (op->op) {
+		case BS_OP_EQ: b = v == c; break;
+		case BS_OP_NE: b = v != c; break;
+		case BS_OP_LT: b = v < c; break;
+		case BS_OP_LE: b = v <= c; break;
+		case BS_OP_GT: b = v > c; break;
+		case BS_OP_GE: b = v >= c; break;
+		}
+	}
+	return b;
+}
+
 /*
  * One comparison of a filter program: the operand read through the shared
  * non-inlined readers, then compared with the constant.
@@ -126,33 +155,8 @@ static __noinline u64 bs_filter_term(void *ctx, const struct bs_filter_op *op,
 			b ^= 1;
 		return b;
 	}
-	default: {
-		u64 v = bs_read_num(ctx, &op->src, s, idx);
-		u64 c = op->imm;
-
-		if (op->src.is_signed) {
-			s64 sv = v, sc = c;
-
-			switch (op->op) {
-			case BS_OP_EQ: b = sv == sc; break;
-			case BS_OP_NE: b = sv != sc; break;
-			case BS_OP_LT: b = sv < sc; break;
-			case BS_OP_LE: b = sv <= sc; break;
-			case BS_OP_GT: b = sv > sc; break;
-			case BS_OP_GE: b = sv >= sc; break;
-			}
-		} else {
-			switch (op->op) {
-			case BS_OP_EQ: b = v == c; break;
-			case BS_OP_NE: b = v != c; break;
-			case BS_OP_LT: b = v < c; break;
-			case BS_OP_LE: b = v <= c; break;
-			case BS_OP_GT: b = v > c; break;
-			case BS_OP_GE: b = v >= c; break;
-			}
-		}
-		return b;
-	}
+	default:
+		return bs_cmp(op, bs_read_num(ctx, &op->src, s, idx));
 	}
 }
 
@@ -213,8 +217,14 @@ static __always_inline int bs_filter(void *ctx, const struct bs_probe_cfg *cfg,
 	 * the term alone, without the loop's steps and the stack kept in the
 	 * scratch map.
 	 */
-	if (n == 1)
-		return bs_filter_term(ctx, &cfg->filter[0], s, idx) & 1;
+	if (n == 1) {
+		const struct bs_filter_op *op = &cfg->filter[0];
+
+		/* A number compared here: an argument is read in place (bs_num). */
+		if (op->op >= BS_OP_EQ && op->op <= BS_OP_GE)
+			return bs_cmp(op, bs_num(ctx, &op->src, s, idx));
+		return bs_filter_term(ctx, op, s, idx) & 1;
+	}
 	s->fstack = 0;
 	bpf_loop(n, bs_filter_step, &fc, 0);
 	return s->fstack & 1;

@@ -114,7 +114,7 @@ static __always_inline int bs_handle(void *ctx, const struct bs_probe_cfg *cfg,
 		return 0;
 	}
 	if (cfg->agg != BS_AGG_COUNT && !(cfg->flags & BS_CFG_LAT_END))
-		v = bs_read_num(ctx, &cfg->value, s, idx);
+		v = bs_num(ctx, &cfg->value, s, idx);
 	bs_aggregate(cfg, s, v);
 	return 0;
 }
