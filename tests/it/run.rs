@@ -257,7 +257,10 @@ pub(crate) fn side_by_side_until(
         std::thread::sleep(Duration::from_millis(50));
     }
     let (mut a, aerr) = ours.stop();
-    let (mut b, _) = theirs.stop();
+    let (mut b, berr) = theirs.stop();
+    // Shown with a failure only (the harness captures it): what each tool
+    // said of its run, lost events included.
+    eprintln!("bpfscope run's stderr:\n{aerr}\nbpftrace's stderr:\n{berr}");
     assert!(
         !aerr.contains("error"),
         "bpfscope run {}: {aerr}",
