@@ -326,7 +326,11 @@ impl RunCtx<'_, '_> {
         rb.consume().context("reading records")?;
         self.drain(&queue)?;
         self.print_all()?;
-        let lost = Lost::read(&self.session.skel.maps.lost)?;
+        let mut lost = Lost::read(&self.session.skel.maps.lost)?;
+        // Runs the kernel skipped: the generic programs' (nested) and the
+        // compiled probes' and kernel function probes' (missed).
+        lost.nested = self.session.recursion_misses();
+        lost.missed = self.session.kprobe_misses();
         let mut parts = Vec::new();
         for (i, n) in counts(&self.session.skel.maps.vm_cut, self.low.probes.len()) {
             parts.push(format!(
@@ -1285,6 +1289,12 @@ fn report_lost(lost: Lost, mut parts: Vec<String>) {
     }
     if lost.stacks > 0 {
         parts.push(format!("{} stacks", lost.stacks));
+    }
+    let skipped = lost.nested + lost.missed;
+    if skipped > 0 {
+        parts.push(format!(
+            "{skipped} events the kernel skipped (a BPF program already running on that CPU, or a kernel function probe's miss)"
+        ));
     }
     if !parts.is_empty() {
         eprintln!("bpfscope: lost {}", parts.join(", "));
