@@ -242,9 +242,7 @@ impl MetricRun {
             });
             self.expired_series += (before - self.totals.len()) as u64;
         }
-        let mut lost = Lost::read(&self.session.skel.maps.lost)?;
-        lost.nested = self.session.recursion_misses();
-        lost.missed = self.session.kprobe_misses();
+        let lost = Lost::of_session(&self.session)?;
         self.lost_now = lost;
         Ok(())
     }

@@ -326,11 +326,7 @@ impl RunCtx<'_, '_> {
         rb.consume().context("reading records")?;
         self.drain(&queue)?;
         self.print_all()?;
-        let mut lost = Lost::read(&self.session.skel.maps.lost)?;
-        // Runs the kernel skipped: the generic programs' (nested) and the
-        // compiled probes' and kernel function probes' (missed).
-        lost.nested = self.session.recursion_misses();
-        lost.missed = self.session.kprobe_misses();
+        let lost = Lost::of_session(self.session)?;
         let mut parts = Vec::new();
         for (i, n) in counts(&self.session.skel.maps.vm_cut, self.low.probes.len()) {
             parts.push(format!(

@@ -200,9 +200,7 @@ fn run_events(
         }
         drained.context("reading events")?;
     }
-    let mut lost = Lost::read(&session.skel.maps.lost)?;
-    lost.nested = session.recursion_misses();
-    lost.missed = session.kprobe_misses();
+    let lost = Lost::of_session(session)?;
     out.lost(lost, None)?;
     out.flush()?;
     Ok(())
@@ -267,9 +265,7 @@ fn run_aggregates(
         } else {
             out.aggregates(plan, &s.plan.action, &data, dec, Some(interval_no))?;
         }
-        let mut lost = Lost::read(&session.skel.maps.lost)?;
-        lost.nested = session.recursion_misses();
-        lost.missed = session.kprobe_misses();
+        let lost = Lost::of_session(session)?;
         out.lost(lost.since(lost_before), Some(interval_no))?;
         lost_before = lost;
         out.flush()?;
@@ -317,9 +313,7 @@ fn run_aggregates(
         }
         commit(f, &bytes)?;
     }
-    let mut lost = Lost::read(&session.skel.maps.lost)?;
-    lost.nested = session.recursion_misses();
-    lost.missed = session.kprobe_misses();
+    let lost = Lost::of_session(session)?;
     out.lost(lost.since(lost_before), interval)?;
     out.flush()?;
     Ok(())

@@ -67,6 +67,15 @@ pub fn lost_counter(map: &dyn MapCore, reason: u32) -> Result<u64> {
 }
 
 impl Lost {
+    /// A session's losses: its `lost` counters, and the runs the kernel
+    /// skipped on its programs (nested) and kernel function probes (missed).
+    pub fn of_session(session: &crate::attach::session::Session) -> Result<Lost> {
+        let mut lost = Lost::read(&session.skel.maps.lost)?;
+        lost.nested = session.recursion_misses();
+        lost.missed = session.kprobe_misses();
+        Ok(lost)
+    }
+
     pub fn read(map: &dyn MapCore) -> Result<Lost> {
         let slot = |i: u32| lost_counter(map, i);
         Ok(Lost {
