@@ -132,6 +132,25 @@ static __always_inline u64 bs_task_num(const struct bs_src *src, u64 p)
 }
 
 /*
+ * An argument read without a walk through memory: a sched field's task
+ * member loaded through the typed pointer, or the slot itself. Returns 0
+ * when the source needs bs_walk.
+ */
+static __always_inline int bs_arg_direct(const struct bs_src *src, struct bs_scratch *s, u64 *v)
+{
+	u64 raw = s->args[src->off & (BS_NARGS - 1)];
+
+	if (bs_task_typed(src)) {
+		*v = bs_task_num(src, raw);
+		return 1;
+	}
+	if (src->walk)
+		return 0;
+	*v = bs_extend(raw, src->size, src->is_signed);
+	return 1;
+}
+
+/*
  * Not inlined, like bs_read_str: every operand, key part and event field
  * goes through one copy of the code, which keeps the programs small and the
  * filter step (verified once per load) cheap to verify.
@@ -193,20 +212,18 @@ static __noinline u64 bs_read_num(void *ctx, const struct bs_src *src,
 		bpf_probe_read_kernel(&raw, n, ctx + src->off);
 		return bs_extend(raw, src->size, src->is_signed);
 	}
-	case BS_SRC_ARG:
-		raw = s->args[src->off & (BS_NARGS - 1)];
-		if (bs_task_typed(src))
-			return bs_task_num(src, raw);
-		if (src->walk) {
-			u64 addr = bs_walk(src, raw);
-			u32 n = src->size;
+	case BS_SRC_ARG: {
+		u64 addr;
+		u32 n = src->size;
 
-			if (n > sizeof(raw))
-				n = sizeof(raw);
-			raw = 0;
-			bpf_probe_read_kernel(&raw, n, (void *)addr);
-		}
+		if (bs_arg_direct(src, s, &raw))
+			return raw;
+		addr = bs_walk(src, s->args[src->off & (BS_NARGS - 1)]);
+		if (n > sizeof(raw))
+			n = sizeof(raw);
+		bpf_probe_read_kernel(&raw, n, (void *)addr);
 		return bs_extend(raw, src->size, src->is_signed);
+	}
 	default:
 		return 0;
 	}
@@ -221,14 +238,10 @@ static __noinline u64 bs_read_num(void *ctx, const struct bs_src *src,
 static __always_inline u64 bs_num(void *ctx, const struct bs_src *src, struct bs_scratch *s,
 				  u32 idx)
 {
-	if (src->kind == BS_SRC_ARG) {
-		u64 raw = s->args[src->off & (BS_NARGS - 1)];
+	u64 v;
 
-		if (bs_task_typed(src))
-			return bs_task_num(src, raw);
-		if (!src->walk)
-			return bs_extend(raw, src->size, src->is_signed);
-	}
+	if (src->kind == BS_SRC_ARG && bs_arg_direct(src, s, &v))
+		return v;
 	return bs_read_num(ctx, src, s, idx);
 }
 
@@ -285,6 +298,21 @@ static __always_inline int bs_read_buf(void *ctx, const struct bs_src *src,
 }
 
 /*
+ * A sched comm through its task, where the kernel can type the pointer:
+ * dst zeroed to BS_STR_MAX bytes and the comm copied. Returns 0 for any
+ * other source.
+ */
+static __always_inline int bs_task_comm(const struct bs_src *src, struct bs_scratch *s, void *dst)
+{
+	if (src->kind != BS_SRC_ARG || src->task != BS_TASK_COMM || !bs_task_typed(src))
+		return 0;
+	bs_zero_words(dst, BS_STR_MAX);
+	bs_copy_comm(bpf_core_cast((void *)s->args[src->off & (BS_NARGS - 1)], struct task_struct),
+		     dst);
+	return 1;
+}
+
+/*
  * Reads a string source into dst (at least BS_STR_MAX bytes), zero-padded.
  * Returns 1 when a pointer could not be followed (the string reads as "").
  * A null pointer is not a fault.
@@ -299,15 +327,11 @@ static __noinline int bs_read_str(void *ctx, const struct bs_src *src,
 		bs_comm(dst);
 		return 0;
 	}
+	if (bs_task_comm(src, s, dst))
+		return 0;
 	bs_zero_words(dst, BS_STR_MAX);
 	if (src->walk && src->kind == BS_SRC_ARG) {
-		u64 arg = s->args[src->off & (BS_NARGS - 1)], addr;
-
-		if (src->task == BS_TASK_COMM && bs_task_typed(src)) {
-			bs_copy_comm(bpf_core_cast((void *)arg, struct task_struct), dst);
-			return 0;
-		}
-		addr = bs_walk(src, arg);
+		u64 addr = bs_walk(src, s->args[src->off & (BS_NARGS - 1)]);
 
 		if (src->type == BS_T_STR_INLINE) {
 			/* A char array inside a kernel struct (e.g. net_device.name). */
@@ -356,14 +380,9 @@ static __always_inline int bs_put(void *ctx, const struct bs_src *src,
 {
 	if (src->type == BS_T_BUF_UPTR)
 		return bs_read_buf(ctx, src, s, dst);
-	if (src->kind == BS_SRC_ARG && src->task == BS_TASK_COMM && bs_task_typed(src)) {
-		/* As bs_read_str writes it, without its call. */
-		bs_zero_words(dst, BS_STR_MAX);
-		bs_copy_comm(bpf_core_cast((void *)s->args[src->off & (BS_NARGS - 1)],
-					   struct task_struct),
-			     dst);
+	/* As bs_read_str writes it, without its call. */
+	if (bs_task_comm(src, s, dst))
 		return 0;
-	}
 	if (src->kind == BS_SRC_COMM || src->type != BS_T_NUM)
 		return bs_read_str(ctx, src, s, (char *)dst);
 	*(u64 *)dst = bs_num(ctx, src, s, idx);
