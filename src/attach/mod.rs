@@ -4,6 +4,7 @@
 pub mod clock;
 pub mod dispatch;
 pub mod features;
+pub mod irqtext;
 pub mod kfunc;
 pub mod plan;
 pub mod session;

@@ -108,6 +108,7 @@ impl<'obj> Session<'obj> {
         s: &LoadConfig,
         features: &Features,
     ) -> Result<Session<'obj>> {
+        let irq_text = super::irqtext::spawn(plan);
         let mut open = TraceSkelBuilder::default()
             .open(storage)
             .context("opening the BPF object")?;
@@ -117,7 +118,15 @@ impl<'obj> Session<'obj> {
         let progs = Programs::for_plan(plan, s, features);
         let template = progs.template(features)?;
         progs.select(&mut open, template.as_ref())?;
-        let skel = load_filling(open, s.verbose, vm_maps.as_ref())?;
+        let mut skel = load_filling(open, s.verbose, vm_maps.as_ref())?;
+        if let (Some(read), Some(bss)) = (irq_text, skel.maps.bss_data.as_deref_mut()) {
+            // A panicked reader leaves the ranges zero: bpfscope's own
+            // task drops every event, as without them.
+            let ranges = read.join().unwrap_or_default();
+            // SAFETY: bss is the mmap'd .bss of the loaded object, valid for
+            // the skeleton's lifetime; nothing is attached yet.
+            unsafe { std::ptr::write_volatile(&mut bss.irq_text, ranges) };
+        }
         let images = [
             progs
                 .fentry

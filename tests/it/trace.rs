@@ -1519,3 +1519,79 @@ fn sched_fields_read_through_the_tasks_equal_the_record() {
         );
     }
 }
+
+/// An interrupt that lands on bpfscope's own task (a timer, a softirq) is
+/// the kernel's event and is traced, as bpftrace traces it; bpfscope's own
+/// events (the writes of its output) are not. bpfscope is kept busy
+/// printing a workload's getppid calls, so that interrupts land on it, on
+/// each path: the record (perf link), the general path, the raw tracepoint.
+#[test]
+#[ignore = "needs root and BPF"]
+fn interrupts_that_land_on_bpfscope_are_traced_and_its_own_events_are_not() {
+    require_root();
+    let rounds: usize = if emulated() { 20_000 } else { 200_000 };
+    let cases: [(&str, &[&str], &str); 3] = [
+        ("", &[], "tracepoint (perf link)"),
+        ("1", &[], "tracepoint (perf link)"),
+        ("", &["--fields", "comm,pid"], "raw_tp with cookie"),
+    ];
+    for (generic, fields, path) in cases {
+        let mut c = Command::new(bin());
+        c.args([
+            "trace",
+            "tracepoint:syscalls:sys_enter_getppid",
+            "tracepoint:timer:hrtimer_expire_entry",
+            "tracepoint:irq:softirq_entry",
+            "tracepoint:syscalls:sys_enter_write",
+            "--filter",
+            "comm == \"bpfscope\" || comm == \"bt_irq\"",
+            "-v",
+        ])
+        .args(fields)
+        .env("BPFSCOPE_GENERIC", generic);
+        let run = start_cmd(c, "Attached ");
+        // Its own pid: other sessions (tests run side by side) are bpfscope too.
+        let us = format!(" pid={} ", run.child.id());
+        let st = status_within(
+            Command::new(workload("btdrive")).args(["bt_irq", "syscalls", &rounds.to_string()]),
+            Duration::from_secs(secs(60)),
+        );
+        assert!(st.success(), "{st}");
+        std::thread::sleep(Duration::from_millis(300));
+        let (out, err) = run.interrupt();
+        let case = format!("BPFSCOPE_GENERIC={generic:?} {fields:?}");
+        let timer = "tracepoint:timer:hrtimer_expire_entry";
+        if path.starts_with("raw_tp") && !err.contains("raw_tp cookies: yes") {
+            eprintln!("SKIP ({case}): this kernel has no raw_tp cookies (6.10+)");
+            continue;
+        }
+        assert!(err.contains(&format!("{timer}: {path}")), "{case}: {err}");
+        let on_us = |probe: &str| {
+            out.lines()
+                .filter(|l| l.contains(probe) && l.contains(&us))
+                .count()
+        };
+        let landed = on_us("hrtimer_expire_entry") + on_us("softirq_entry");
+        assert!(
+            landed > 0,
+            "{case}: no timer or softirq event on bpfscope's task while it printed {rounds} lines: {err}"
+        );
+        assert_eq!(
+            on_us("sys_enter_write"),
+            0,
+            "{case}: bpfscope's own writes traced"
+        );
+        let printed = out
+            .lines()
+            .filter(|l| l.contains("sys_enter_getppid") && l.contains("comm=bt_irq"))
+            .count();
+        // Not all: a program run that an interrupt's run nests in on its
+        // CPU shares the per-CPU scratch area with it, and a few of 200000
+        // are lost uncounted (also before interrupts on bpfscope were
+        // traced; an open defect).
+        assert!(
+            printed * 100 >= rounds * 99,
+            "{case}: {printed} of {rounds} getppid lines: {err}"
+        );
+    }
+}

@@ -1445,7 +1445,9 @@ fn emit_on(
     }
     let body = std::mem::take(&mut e.out);
     let body_maps = std::mem::take(&mut e.maps);
-    entry(&mut e, &p.path);
+    // Syscalls (raw_syscalls' too) are always their task's own.
+    let may_irq = crate::attach::irqtext::may_irq(&p.path) && raw_sys.is_none();
+    entry(&mut e, &p.path, may_irq);
     let shift = e.out.len();
     // The entry's early returns go to the body's end.
     let exits: Vec<usize> = e.far.iter().map(|(at, _)| *at).collect();
@@ -1476,10 +1478,74 @@ fn typed_regs(e: &mut E<'_>, c: RegsCast) {
     e.put(kfunc_call(c.kfunc));
 }
 
+/// r0 = this CPU's scratch area; the run ends where there is none.
+fn scratch(e: &mut E<'_>) {
+    e.put(st(W, FP, FP_KEY, 0));
+    e.map(R1, MapRef::Scratch);
+    e.put(mov(R2, FP));
+    e.put(alui(alu::ADD, R2, i32::from(FP_KEY)));
+    e.put(call(helper::MAP_LOOKUP_ELEM));
+    e.far(ji(jmp::JEQ, R0, 0, 0), To::End);
+}
+
+/// Kernel stack frames looked at for interrupt code (trace.bpf.c's
+/// BS_IRQ_FRAMES), taken into the scratch area's event buffer.
+const IRQ_FRAMES: i32 = 40;
+const SCRATCH_EV: usize = offset_of!(bs_scratch, ev);
+const BSS_IRQ_TEXT: u32 = offset_of!(bpfscope_bpf::abi::bss, irq_text) as u32;
+const IRQ_TEXTS: i16 = bs_limits::BS_IRQ_TEXTS.0 as i16;
+
+/// Ends the run on an event of bpfscope's own (r0 holds the current
+/// tgid), as trace.bpf.c's bs_target_ok does: unless the probe can fire
+/// in an interrupt and its kernel stack passes through the interrupt
+/// code (`irq_text`, see bs_in_irq): such an event only landed on
+/// bpfscope's task. arm64's programs would read the preempt count; the
+/// compiled ones do not yet, and drop every event on bpfscope's task.
+fn not_self(e: &mut E<'_>, may_irq: bool) {
+    if !may_irq || cfg!(not(target_arch = "x86_64")) {
+        e.far(ji(jmp::JEQ, R0, e.env.self_tgid as i32, 0), To::End);
+        return;
+    }
+    let mut irq = vec![e.fwd(ji(jmp::JNE, R0, e.env.self_tgid as i32, 0))];
+    scratch(e);
+    e.put(mov(R7, R0));
+    e.put(mov(R1, R6));
+    e.put(mov(R2, R7));
+    e.put(alui(alu::ADD, R2, SCRATCH_EV as i32));
+    e.put(movi(R3, IRQ_FRAMES * 8));
+    e.put(movi(R4, 0));
+    e.put(call(helper::GET_STACK));
+    // r8: the bytes of frames taken (negative on failure), r3 the offset
+    // of the frame looked at, r2 the ranges.
+    e.put(mov(R8, R0));
+    e.map(R2, MapRef::Bss(BSS_IRQ_TEXT));
+    e.put(movi(R3, 0));
+    let top = e.out.len();
+    e.far(jx(jmp::JSGE, R3, R8, 0), To::End);
+    e.put(mov(R4, R7));
+    e.put(alu(alu::ADD, R4, R3));
+    e.put(ldx(DW, R4, R4, SCRATCH_EV as i16));
+    for k in 0..IRQ_TEXTS {
+        // ip - lo < hi - lo: inside [lo, hi); an empty range never is.
+        e.put(ldx(DW, R1, R2, 16 * k));
+        e.put(ldx(DW, R5, R2, 16 * k + 8));
+        e.put(alu(alu::SUB, R5, R1));
+        e.put(mov(R0, R4));
+        e.put(alu(alu::SUB, R0, R1));
+        irq.push(e.fwd(jx(jmp::JLT, R0, R5, 0)));
+    }
+    e.put(alui(alu::ADD, R3, 8));
+    let back = e.out.len();
+    e.put(ja((top as i64 - back as i64 - 1) as i16));
+    for j in irq {
+        e.here(j);
+    }
+}
+
 /// What the generic programs do before a probe's code: which syscall,
 /// not bpfscope itself, not after the script ended, the scratch area, a
 /// syscall's arguments.
-fn entry(e: &mut E<'_>, path: &Path) {
+fn entry(e: &mut E<'_>, path: &Path, may_irq: bool) {
     e.put(mov(R6, R1));
     let size = if regs::NR_SIZE == 8 { DW } else { W };
     if let Path::Syscall(sc) = path {
@@ -1507,13 +1573,8 @@ fn entry(e: &mut E<'_>, path: &Path) {
     e.far(ji(jmp::JNE, R1, 0, 0), To::End);
     e.put(call(helper::GET_CURRENT_PID_TGID));
     e.put(alui(alu::RSH, R0, 32));
-    e.far(ji(jmp::JEQ, R0, e.env.self_tgid as i32, 0), To::End);
-    e.put(st(W, FP, FP_KEY, 0));
-    e.map(R1, MapRef::Scratch);
-    e.put(mov(R2, FP));
-    e.put(alui(alu::ADD, R2, i32::from(FP_KEY)));
-    e.put(call(helper::MAP_LOOKUP_ELEM));
-    e.far(ji(jmp::JEQ, R0, 0, 0), To::End);
+    not_self(e, may_irq);
+    scratch(e);
     e.put(mov(R9, R0));
     if let (true, Some(c)) = (e.need_args, e.env.regs_cast) {
         // The arguments' words through the typed registers, where

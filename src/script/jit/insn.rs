@@ -14,6 +14,7 @@ pub const R1: Reg = 1;
 pub const R2: Reg = 2;
 pub const R3: Reg = 3;
 pub const R4: Reg = 4;
+pub const R5: Reg = 5;
 /// The program's context.
 pub const R6: Reg = 6;
 /// Kept across calls: an aggregate's value.
@@ -90,6 +91,7 @@ pub mod helper {
     pub const GET_CURRENT_PID_TGID: i32 = 14;
     pub const GET_CURRENT_UID_GID: i32 = 15;
     pub const GET_CURRENT_TASK: i32 = 35;
+    pub const GET_STACK: i32 = 67;
     pub const GET_CURRENT_CGROUP_ID: i32 = 80;
     pub const PROBE_READ_KERNEL: i32 = 113;
     pub const JIFFIES64: i32 = 118;
@@ -331,6 +333,7 @@ fn helper_name(id: i32) -> String {
         helper::JIFFIES64 => "jiffies64".into(),
         helper::RINGBUF_OUTPUT => "ringbuf_output".into(),
         helper::GET_CURRENT_TASK_BTF => "get_current_task_btf".into(),
+        helper::GET_STACK => "get_stack".into(),
         helper::TASK_STORAGE_GET => "task_storage_get".into(),
         n => format!("helper#{n}"),
     }

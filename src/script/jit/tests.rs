@@ -382,3 +382,38 @@ fn aggregations_only_added_to_take_the_cache() {
     assert!(text.contains("cmpxchg"), "{text}");
     assert!(text.contains("r1 = map @"), "{text}");
 }
+
+/// A probe that can fire in an interrupt looks at the kernel stack on
+/// bpfscope's own task for the interrupt code (`irq_text`) before it
+/// drops the event; a syscall probe, always its task's own, only compares.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn probes_that_can_fire_in_an_interrupt_look_for_it_on_bpfscopes_task() {
+    let mut low = lowered("interval:ms:1 { @a = count(); }");
+    let syscall = listing(&low, &emit(&low, 0, &ENV).unwrap());
+    assert!(syscall.contains("if r0 == 4242 goto"), "{syscall}");
+    assert!(!syscall.contains("get_stack"), "{syscall}");
+    for path in [
+        Path::RawTp {
+            name: "softirq_entry".into(),
+        },
+        Path::Tracepoint {
+            subsys: "irq".into(),
+            event: "softirq_entry".into(),
+        },
+    ] {
+        low.probes[0].path = path;
+        let prog = emit(&low, 0, &ENV).unwrap();
+        let text = listing(&low, &prog);
+        assert!(text.contains("if r0 != 4242 goto"), "{text}");
+        assert!(text.contains("call get_stack"), "{text}");
+        assert!(text.contains("&bss (.bss+"), "{text}");
+        // The loop over the frames jumps back once.
+        let back = prog
+            .insns
+            .iter()
+            .filter(|x| x.code == 0x05 && x.off < 0)
+            .count();
+        assert_eq!(back, 1, "{text}");
+    }
+}

@@ -63,6 +63,19 @@ struct pt_regs___bs {
 } __attribute__((preserve_access_index));
 #endif
 
+#if defined(__TARGET_ARCH_arm64)
+/* arm64 keeps the preempt count in the task's thread_info. */
+struct thread_info___bs {
+	__u64 preempt_count;
+} __attribute__((preserve_access_index));
+struct task_struct___ti {
+	struct thread_info___bs thread_info;
+} __attribute__((preserve_access_index));
+#endif
+/* NMI, hard IRQ, and a softirq being served (not merely bottom halves
+ * disabled): include/linux/preempt.h's NMI_MASK | HARDIRQ_MASK | SOFTIRQ_OFFSET. */
+#define BS_IRQ_BITS 0x00ff0100
+
 /* A pointer as the kernel's BTF type its id names, read with plain loads
  * the kernel guards (6.2+; the programs check bpf_ksym_exists first). */
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;

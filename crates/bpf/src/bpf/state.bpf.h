@@ -69,6 +69,12 @@ u32 epoch = 0;
 u64 vm_t0 = 0;
 /* Set by user space when a script ends: its probes do nothing from then on. */
 u32 vm_stopped = 0;
+/*
+ * The kernel's interrupt code as [start, end) pairs, from kallsyms, set by
+ * user space before attaching: an event whose kernel stack passes through
+ * it ran in an interrupt (trace.bpf.c's bs_in_irq). Zero: none known.
+ */
+u64 irq_text[2 * BS_IRQ_TEXTS] = {};
 
 /*
  * Keeps the ABI types in BTF so the skeleton generates them for user space

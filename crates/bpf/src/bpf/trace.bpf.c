@@ -28,6 +28,46 @@ char LICENSE[] SEC("license") = "GPL";
 #include "fast.bpf.h"
 #include "sysnr.bpf.h"
 
+/* Kernel stack frames looked at for interrupt code (a softirq's TCP
+ * receive path is about 25 deep). */
+#define BS_IRQ_FRAMES 40
+_Static_assert(BS_IRQ_FRAMES * 8 <= sizeof(((struct bs_scratch *)0)->ev),
+	       "the frames are taken into the event buffer");
+
+/*
+ * Whether this event ran in an interrupt (a hard IRQ, a softirq, an NMI):
+ * then the current task is whichever one it interrupted, and the event is
+ * not that task's. arm64 keeps the preempt count, which says it, in the
+ * task; x86 in a per-CPU variable, which programs can read only on kernels
+ * built with KALLSYMS_ALL (this machine's is not), so there the kernel
+ * stack is looked at for the interrupt code user space found in kallsyms
+ * (irq_text). The stack is neither: 6.13+ runs a program with a large
+ * frame on a per-CPU stack, and an interrupt of user mode runs on the
+ * task's. Asked only when the task is bpfscope's, off the common path.
+ */
+static __always_inline int bs_in_irq(void *ctx, struct bs_scratch *s,
+				     const struct task_struct *t)
+{
+#if defined(__TARGET_ARCH_arm64)
+	return ((const struct task_struct___ti *)t)->thread_info.preempt_count & BS_IRQ_BITS;
+#else
+	u64 *ip = (u64 *)s->ev;
+	long n = bpf_get_stack(ctx, ip, BS_IRQ_FRAMES * 8, 0);
+
+	for (int i = 0; i < BS_IRQ_FRAMES; i++) {
+		if (i * 8 >= n)
+			break;
+		for (int r = 0; r < BS_IRQ_TEXTS; r++) {
+			u64 lo = irq_text[2 * r], hi = irq_text[2 * r + 1];
+
+			if (ip[i] - lo < hi - lo)
+				return 1;
+		}
+	}
+	return 0;
+#endif
+}
+
 /*
  * Whether this event belongs to the traced processes. Latency ends are
  * exempt: they often run in another context (a block I/O completion in an
@@ -35,7 +75,8 @@ char LICENSE[] SEC("license") = "GPL";
  * except function returns, which run in the task of their entry.
  */
 static __always_inline int bs_target_ok(const struct bs_probe_cfg *cfg,
-					const struct task_struct *t)
+					const struct task_struct *t, void *ctx,
+					struct bs_scratch *s, int may_irq)
 {
 	u32 tgid;
 
@@ -45,7 +86,10 @@ static __always_inline int bs_target_ok(const struct bs_probe_cfg *cfg,
 	/* A script's BEGIN, END and interval run in bpfscope itself, and only there. */
 	if (cfg->flags & BS_CFG_SELF)
 		return tgid == self_tgid;
-	if (tgid == self_tgid)
+	/* bpfscope's own events are never traced (printing them would feed
+	 * back), but an interrupt that lands on it (a packet's softirq, a
+	 * timer) is the kernel's event, and bpftrace sees it. */
+	if (tgid == self_tgid && !(may_irq && bs_in_irq(ctx, s, t)))
 		return 0;
 	if (target_mode == BS_TARGET_TRACKED && !bs_tracked(tgid))
 		return 0;
@@ -216,7 +260,7 @@ static __always_inline int bs_syscall(u64 *ctx, u32 slot, int exit)
 		return 0;
 	BS_STAGE(BS_STAGE_CONFIG);
 	t = bpf_get_current_task_btf();
-	if (!bs_target_ok(cfg, t))
+	if (!bs_target_ok(cfg, t, ctx, s, 0))
 		return 0;
 	BS_STAGE(BS_STAGE_TARGET);
 	if (cfg->flags & BS_CFG_NEED_ARGS) {
@@ -302,7 +346,7 @@ static __always_inline void bs_raw_args(void *ctx, struct bs_scratch *s, u32 n)
 
 /* A probe whose link's cookie names its configuration: raw_tp and classic
  * tracepoints share everything but the context they are given. */
-static __always_inline int bs_by_cookie(void *ctx)
+static __always_inline int bs_by_cookie(void *ctx, int may_irq)
 {
 	struct bs_probe_cfg *cfg;
 	struct bs_scratch *s;
@@ -319,7 +363,7 @@ static __always_inline int bs_by_cookie(void *ctx)
 		return 0;
 	BS_STAGE(BS_STAGE_CONFIG);
 	t = bpf_get_current_task_btf();
-	if (!bs_target_ok(cfg, t))
+	if (!bs_target_ok(cfg, t, ctx, s, may_irq))
 		return 0;
 	BS_STAGE(BS_STAGE_TARGET);
 	/*
@@ -338,7 +382,7 @@ static __always_inline int bs_by_cookie(void *ctx)
 SEC("raw_tp")
 int bpfscope_rawtp(u64 *ctx)
 {
-	return bs_by_cookie(ctx);
+	return bs_by_cookie(ctx, 1);
 }
 
 /*
@@ -348,10 +392,11 @@ int bpfscope_rawtp(u64 *ctx)
 SEC("tracepoint")
 int bpfscope_tp(void *ctx)
 {
-	return bs_by_cookie(ctx);
+	return bs_by_cookie(ctx, 1);
 }
 
-static __always_inline int bs_user_probe(struct pt_regs *ctx, u32 idx, int usdt)
+static __always_inline int bs_user_probe(struct pt_regs *ctx, u32 idx, int usdt,
+					 int may_irq)
 {
 	struct bs_probe_cfg *cfg;
 	struct bs_scratch *s;
@@ -362,7 +407,7 @@ static __always_inline int bs_user_probe(struct pt_regs *ctx, u32 idx, int usdt)
 	if (!cfg || !s)
 		return 0;
 	t = bpf_get_current_task_btf();
-	if (!bs_target_ok(cfg, t))
+	if (!bs_target_ok(cfg, t, ctx, s, may_irq))
 		return 0;
 	if (cfg->flags & BS_CFG_NEED_ARGS) {
 		if (usdt) {
@@ -392,27 +437,27 @@ static __always_inline int bs_user_probe(struct pt_regs *ctx, u32 idx, int usdt)
 }
 
 /* pt_regs programs configured by cookie: kprobes, uprobes, their multi links. */
-static __always_inline int bs_regs_cookie(struct pt_regs *ctx)
+static __always_inline int bs_regs_cookie(struct pt_regs *ctx, int may_irq)
 {
 	u32 idx;
 
 	if (!bs_cookie_probe(ctx, &idx))
 		return 0;
-	return bs_user_probe(ctx, idx, 0);
+	return bs_user_probe(ctx, idx, 0, may_irq);
 }
 
 /* A kernel function through a kprobe or kretprobe; pt_regs as for uprobes. */
 SEC("kprobe")
 int bpfscope_kprobe(struct pt_regs *ctx)
 {
-	return bs_regs_cookie(ctx);
+	return bs_regs_cookie(ctx, 1);
 }
 
 /* Many kernel functions in one kprobe_multi link; each function's cookie names it. */
 SEC("kprobe.multi")
 int bpfscope_kmulti(struct pt_regs *ctx)
 {
-	return bs_regs_cookie(ctx);
+	return bs_regs_cookie(ctx, 1);
 }
 
 /*
@@ -439,7 +484,7 @@ static __always_inline int bs_tramp(void *ctx, int ret)
 		return 0;
 	BS_STAGE(BS_STAGE_CONFIG);
 	t = bpf_get_current_task_btf();
-	if (!bs_target_ok(cfg, t))
+	if (!bs_target_ok(cfg, t, ctx, s, 1))
 		return 0;
 	BS_STAGE(BS_STAGE_TARGET);
 	if (cfg->flags & BS_CFG_NEED_ARGS) {
@@ -534,7 +579,7 @@ int bpfscope_trigger(u64 *ctx)
 	if (!cfg || !s || !(cfg->flags & BS_CFG_SELF))
 		return 0;
 	t = bpf_get_current_task_btf();
-	if (!bs_target_ok(cfg, t))
+	if (!bs_target_ok(cfg, t, ctx, s, 0))
 		return 0;
 	return bs_handle(ctx, cfg, s, idx, t);
 }
@@ -543,21 +588,22 @@ int bpfscope_trigger(u64 *ctx)
 SEC("perf_event")
 int bpfscope_clock(void *ctx)
 {
-	return bs_by_cookie(ctx);
+	/* A sample of bpfscope is its own, though taken in an interrupt. */
+	return bs_by_cookie(ctx, 0);
 }
 
 /* One uprobe or uretprobe per function (kernels without uprobe_multi). */
 SEC("uprobe")
 int bpfscope_uprobe(struct pt_regs *ctx)
 {
-	return bs_regs_cookie(ctx);
+	return bs_regs_cookie(ctx, 0);
 }
 
 /* Many functions of one binary in one link; each function's cookie names it. */
 SEC("uprobe.multi")
 int bpfscope_umulti(struct pt_regs *ctx)
 {
-	return bs_regs_cookie(ctx);
+	return bs_regs_cookie(ctx, 0);
 }
 
 /* USDT probes through libbpf's USDT support (arguments, semaphores). */
@@ -568,7 +614,7 @@ int bpfscope_usdt(struct pt_regs *ctx)
 
 	if (!cookie)
 		return 0;
-	return bs_user_probe(ctx, cookie - 1, 1);
+	return bs_user_probe(ctx, cookie - 1, 1, 0);
 }
 
 /*

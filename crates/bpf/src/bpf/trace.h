@@ -21,6 +21,8 @@ enum bs_limits {
 	BS_BUF_MAX = 64,
 	BS_COMM_LEN = 16,
 	BS_EVENT_DATA_MAX = 1024,
+	/* Ranges of the kernel's interrupt code in irq_text (state.bpf.h). */
+	BS_IRQ_TEXTS = 3,
 	BS_NARGS = 16,
 	/* Syscall numbers the dispatch table covers; exits live at BS_SYS_EXIT_BASE + nr. */
 	BS_SYS_MAX = 512,
