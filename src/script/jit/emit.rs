@@ -1522,6 +1522,8 @@ fn not_self(e: &mut E<'_>, may_irq: bool) {
     e.put(movi(R3, 0));
     let top = e.out.len();
     e.far(jx(jmp::JSGE, R3, R8, 0), To::End);
+    // A constant bound too: 6.1's verifier loses r3's through the loop.
+    e.far(ji(jmp::JGE, R3, IRQ_FRAMES * 8, 0), To::End);
     e.put(mov(R4, R7));
     e.put(alu(alu::ADD, R4, R3));
     e.put(ldx(DW, R4, R4, SCRATCH_EV as i16));
