@@ -1289,7 +1289,7 @@ fn report_lost(lost: Lost, mut parts: Vec<String>) {
     let skipped = lost.nested + lost.missed;
     if skipped > 0 {
         parts.push(format!(
-            "{skipped} events the kernel skipped (a BPF program already running on that CPU, or a kernel function probe's miss)"
+            "{skipped} events skipped (fired while a BPF program was running on that CPU, or a kernel function probe's miss)"
         ));
     }
     if !parts.is_empty() {

@@ -44,7 +44,10 @@ pub struct Lost {
     pub stacks: u64,
     /// Ends without a matching start.
     pub unmatched: u64,
-    /// Runs the kernel skipped because the program was already running on that CPU.
+    /// Runs skipped because a BPF program was already running on that
+    /// CPU: by the kernel (a program's recursion misses), or by bpfscope's
+    /// programs (a run nested in another, which would overwrite its
+    /// scratch area).
     pub nested: u64,
     /// Kernel function hits the kernel skipped: kprobe misses (no return
     /// instance free, a probe inside a probe) and fentry/fexit recursion
@@ -71,7 +74,7 @@ impl Lost {
     /// skipped on its programs (nested) and kernel function probes (missed).
     pub fn of_session(session: &crate::attach::session::Session) -> Result<Lost> {
         let mut lost = Lost::read(&session.skel.maps.lost)?;
-        lost.nested = session.recursion_misses();
+        lost.nested += session.recursion_misses();
         lost.missed = session.kprobe_misses();
         Ok(lost)
     }
@@ -83,7 +86,7 @@ impl Lost {
             keys: slot(bs_lost::BS_LOST_KEYS.0)?,
             stacks: slot(bs_lost::BS_LOST_STACKS.0)?,
             unmatched: slot(bs_lost::BS_LOST_UNMATCHED.0)?,
-            nested: 0,
+            nested: slot(bs_lost::BS_LOST_NESTED.0)?,
             missed: 0,
         })
     }

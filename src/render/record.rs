@@ -304,7 +304,7 @@ impl LostWhat {
                 "stacks could not be stored: the stack map was full (raise --max-stacks), another stack held their hash slot, or the thread had no user stack (kernel threads)"
             }
             LostWhat::Nested => {
-                "events fired while the same program was running on that CPU (the kernel skips them)"
+                "events fired while a BPF program was running on that CPU: the kernel skips a program nested in itself or in another tracepoint's, bpfscope a run nested in one of its own"
             }
             LostWhat::Missed => {
                 "kernel function hits the kernel skipped (all kprobe return instances in use, a probe inside a probe, or an fentry/fexit program already running on that CPU)"

@@ -1544,7 +1544,7 @@ fn interrupts_that_land_on_bpfscope_are_traced_and_its_own_events_are_not() {
             "tracepoint:irq:softirq_entry",
             "tracepoint:syscalls:sys_enter_write",
             "--filter",
-            "comm == \"bpfscope\" || comm == \"bt_irq\"",
+            "comm == \"bpfscope\" || comm == \"bt_irqtrace\"",
             "-v",
         ])
         .args(fields)
@@ -1553,7 +1553,11 @@ fn interrupts_that_land_on_bpfscope_are_traced_and_its_own_events_are_not() {
         // Its own pid: other sessions (tests run side by side) are bpfscope too.
         let us = format!(" pid={} ", run.child.id());
         let st = status_within(
-            Command::new(workload("btdrive")).args(["bt_irq", "syscalls", &rounds.to_string()]),
+            Command::new(workload("btdrive")).args([
+                "bt_irqtrace",
+                "syscalls",
+                &rounds.to_string(),
+            ]),
             Duration::from_secs(secs(60)),
         );
         assert!(st.success(), "{st}");
@@ -1583,15 +1587,15 @@ fn interrupts_that_land_on_bpfscope_are_traced_and_its_own_events_are_not() {
         );
         let printed = out
             .lines()
-            .filter(|l| l.contains("sys_enter_getppid") && l.contains("comm=bt_irq"))
+            .filter(|l| l.contains("sys_enter_getppid") && l.contains("comm=bt_irqtrace"))
             .count();
-        // Not all: a program run that an interrupt's run nests in on its
-        // CPU shares the per-CPU scratch area with it, and a few of 200000
-        // are lost uncounted (also before interrupts on bpfscope were
-        // traced; an open defect).
-        assert!(
-            printed * 100 >= rounds * 99,
-            "{case}: {printed} of {rounds} getppid lines: {err}"
-        );
+        // Every one: a timer's or a softirq's run nested in a getppid
+        // run on its CPU is skipped and counted ("lost N nested"), where
+        // it overwrote the scratch area under the getppid run (5 of
+        // 200,000 lines went missing, uncounted, here).
+        assert_eq!(printed, rounds, "{case}: getppid lines: {err}");
+        for l in err.lines().filter(|l| l.contains("lost")) {
+            eprintln!("{case}: {l}");
+        }
     }
 }

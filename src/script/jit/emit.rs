@@ -80,6 +80,7 @@ const SCRATCH_SV: usize = offset_of!(bs_scratch, sv);
 const SCRATCH_KEY: usize = offset_of!(bs_scratch, key);
 const SCRATCH_STR: usize = offset_of!(bs_scratch, str);
 const SCRATCH_ARGS: usize = offset_of!(bs_scratch, args);
+const SCRATCH_BUSY: i16 = offset_of!(bs_scratch, busy) as i16;
 const SCRATCH_KEY_LEN: usize = size_of::<[u8; 328]>();
 const KEYDATA: usize = SCRATCH_KEY + size_of::<bs_key_hdr>();
 const STR_MAX: usize = bs_limits::BS_STR_MAX.0 as usize;
@@ -171,8 +172,10 @@ fn fixed_src(kind: bs_src_kind) -> bool {
 enum To {
     /// A machine instruction, by its index.
     Pc(usize),
-    /// The end: return 0.
+    /// The end: release the scratch area, return 0.
     End,
+    /// The end, for a run that never took the scratch area: return 0.
+    Out,
 }
 
 struct E<'a> {
@@ -1433,12 +1436,14 @@ fn emit_on(
         falls = !matches!(op, bs_vm_op::BS_VM_JMP | bs_vm_op::BS_VM_HALT);
     }
     let end = e.out.len();
+    e.put(st(W, R9, SCRATCH_BUSY, 0));
     e.put(movi(R0, 0));
     e.put(exit());
     for (at, to) in std::mem::take(&mut e.far) {
         let dest = match to {
             To::Pc(pc) => starts[pc],
             To::End => end,
+            To::Out => end + 1,
         };
         e.out[at].off = i16::try_from(dest as i64 - at as i64 - 1)
             .map_err(|_| "a jump too long for BPF".to_string())?;
@@ -1450,10 +1455,9 @@ fn emit_on(
     entry(&mut e, &p.path, may_irq);
     let shift = e.out.len();
     // The entry's early returns go to the body's end.
-    let exits: Vec<usize> = e.far.iter().map(|(at, _)| *at).collect();
-    e.far.clear();
-    for at in exits {
-        e.out[at].off = (shift + end - at - 1) as i16;
+    for (at, to) in std::mem::take(&mut e.far) {
+        let dest = shift + end + usize::from(matches!(to, To::Out));
+        e.out[at].off = (dest - at - 1) as i16;
     }
     e.maps
         .extend(body_maps.into_iter().map(|(at, m)| (at + shift, m)));
@@ -1485,7 +1489,7 @@ fn scratch(e: &mut E<'_>) {
     e.put(mov(R2, FP));
     e.put(alui(alu::ADD, R2, i32::from(FP_KEY)));
     e.put(call(helper::MAP_LOOKUP_ELEM));
-    e.far(ji(jmp::JEQ, R0, 0, 0), To::End);
+    e.far(ji(jmp::JEQ, R0, 0, 0), To::Out);
 }
 
 /// Kernel stack frames looked at for interrupt code (trace.bpf.c's
@@ -1507,16 +1511,15 @@ fn not_self(e: &mut E<'_>, may_irq: bool) {
         return;
     }
     let mut irq = vec![e.fwd(ji(jmp::JNE, R0, e.env.self_tgid as i32, 0))];
-    scratch(e);
-    e.put(mov(R7, R0));
     e.put(mov(R1, R6));
-    e.put(mov(R2, R7));
+    e.put(mov(R2, R9));
     e.put(alui(alu::ADD, R2, SCRATCH_EV as i32));
     e.put(movi(R3, IRQ_FRAMES * 8));
     e.put(movi(R4, 0));
     e.put(call(helper::GET_STACK));
     // r8: the bytes of frames taken (negative on failure), r3 the offset
-    // of the frame looked at, r2 the ranges.
+    // of the frame looked at, r2 the ranges; the frames go to the scratch
+    // area's event buffer, which this run holds.
     e.put(mov(R8, R0));
     e.map(R2, MapRef::Bss(BSS_IRQ_TEXT));
     e.put(movi(R3, 0));
@@ -1524,7 +1527,7 @@ fn not_self(e: &mut E<'_>, may_irq: bool) {
     e.far(jx(jmp::JSGE, R3, R8, 0), To::End);
     // A constant bound too: 6.1's verifier loses r3's through the loop.
     e.far(ji(jmp::JGE, R3, IRQ_FRAMES * 8, 0), To::End);
-    e.put(mov(R4, R7));
+    e.put(mov(R4, R9));
     e.put(alu(alu::ADD, R4, R3));
     e.put(ldx(DW, R4, R4, SCRATCH_EV as i16));
     for k in 0..IRQ_TEXTS {
@@ -1568,16 +1571,24 @@ fn entry(e: &mut E<'_>, path: &Path, may_irq: bool) {
         } else {
             e.put(ldx(DW, R1, R6, 8));
         }
-        e.far(ji(jmp::JNE, R1, sc.nr as i32, 0), To::End);
+        e.far(ji(jmp::JNE, R1, sc.nr as i32, 0), To::Out);
     }
     e.map(R1, MapRef::Bss(BSS_STOPPED));
     e.put(ldx(W, R1, R1, 0));
-    e.far(ji(jmp::JNE, R1, 0, 0), To::End);
+    e.far(ji(jmp::JNE, R1, 0, 0), To::Out);
+    scratch(e);
+    e.put(mov(R9, R0));
+    // A run nested in another on this CPU is dropped and counted: the
+    // scratch area is the other's (trace.bpf.c's BS_ON_SCRATCH).
+    e.put(ldx(W, R1, R9, SCRATCH_BUSY));
+    let free = e.fwd(ji(jmp::JEQ, R1, 0, 0));
+    e.count_lost(bs_lost::BS_LOST_NESTED.0);
+    e.far(ja(0), To::Out);
+    e.here(free);
+    e.put(st(W, R9, SCRATCH_BUSY, 1));
     e.put(call(helper::GET_CURRENT_PID_TGID));
     e.put(alui(alu::RSH, R0, 32));
     not_self(e, may_irq);
-    scratch(e);
-    e.put(mov(R9, R0));
     if let (true, Some(c)) = (e.need_args, e.env.regs_cast) {
         // The arguments' words through the typed registers, where
         // bs_syscall_args' one read would put them.

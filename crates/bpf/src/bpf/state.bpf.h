@@ -341,7 +341,8 @@ struct bs_scratch {
 	u64 r[BS_VM_REGS];
 	char sv[BS_VM_STRS][BS_STR_MAX];
 	u32 pc;
-	u32 pad_vm;
+	/* Held (1) by the run using this area (trace.bpf.c's BS_ON_SCRATCH). */
+	u32 busy;
 };
 
 struct {

@@ -392,7 +392,8 @@ enum bs_lost {
 	BS_LOST_KEYS = 1,     /* aggregation map full */
 	BS_LOST_STACKS = 2,   /* stack could not be captured */
 	BS_LOST_UNMATCHED = 3, /* end without a start (latency) */
-	BS_LOST_NR = 4,
+	BS_LOST_NESTED = 4,   /* a run nested in another on its CPU */
+	BS_LOST_NR = 5,
 };
 
 /*
