@@ -96,18 +96,19 @@ pub fn run(s: TraceSettings) -> Result<()> {
     };
     att.skipped.extend(resolve_skipped);
     crate::attach::session::report_skipped(&att, s.load.verbose);
+    // A signal between the last check and here must not let the command
+    // run untraced: dropping the gate kills it instead. The ready line
+    // comes after this last check: a signal from then on ends a run that
+    // prints what it gathered.
+    if gated.is_some() && bpfscope_sys::signals::interrupted() {
+        eprintln!("bpfscope: interrupted before the command started; nothing gathered");
+        return Ok(());
+    }
     let n = att.probes;
     eprintln!("Attached {n} probe{}", if n == 1 { "" } else { "s" });
     stopper.start();
     let t0 = bpfscope_sys::monotonic_ns();
     if let Some(g) = gated {
-        // A signal between the last check and here must not let the
-        // command run untraced: dropping the gate kills it instead.
-        if bpfscope_sys::signals::interrupted() {
-            drop(g);
-            eprintln!("bpfscope: interrupted before the command started; nothing gathered");
-            return Ok(());
-        }
         stopper.watch_child(g.release()?);
     }
 

@@ -202,13 +202,15 @@ pub fn sample(s: &SamplingConfig) -> Result<Sampled> {
         .unwrap_or(0);
     stopper.start();
     let t0 = Instant::now();
+    // A signal since attaching must not let the command run untraced. The
+    // ready line comes after that last check: a signal from then on ends a
+    // run that writes what it gathered (a signal sent on the line once
+    // found this check, and the run ended with nothing written).
+    if gated.is_some() && bpfscope_sys::signals::interrupted() {
+        return Err(crate::error::Error::Interrupted.into());
+    }
     announce(s, n);
     if let Some(g) = gated {
-        // A signal since attaching must not let the command run untraced.
-        if bpfscope_sys::signals::interrupted() {
-            drop(g);
-            return Err(crate::error::Error::Interrupted.into());
-        }
         stopper.watch_child(g.release()?);
     }
 
